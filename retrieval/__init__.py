@@ -1,0 +1,28 @@
+"""retr: retrieval with learned term and dimension weights.
+
+Public API::
+
+    import retrieval
+    idx = retrieval.open_index("IDX")
+    for hit in idx.search("what causes fever", k=5):
+        print(hit.rank, hit.docid, hit.score, hit.title)
+"""
+from indexes.errors import InputError, IndexFormatError, RetrError
+from retrieval.types import Document, Hit, Query
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # Lazy: `import retrieval` stays cheap (no JVM, no torch) until an index is used.
+    if name in ("open_index", "build_index", "Index"):
+        from retrieval import index as _index
+        return getattr(_index, name)
+    if name in ("read_corpus", "read_queries"):
+        from retrieval import collections as _c
+        return getattr(_c, name)
+    raise AttributeError(f"module 'retrieval' has no attribute {name!r}")
+
+
+__all__ = ["Document", "Query", "Hit", "open_index", "build_index", "Index",
+           "read_corpus", "read_queries", "RetrError", "InputError", "IndexFormatError"]

@@ -1,0 +1,229 @@
+"""Streaming readers for corpora and queries, with validation.
+
+Formats (each may be gzipped, ``.gz``):
+- BEIR: a folder holding ``corpus.jsonl``, ``queries.jsonl`` and ``qrels/*.tsv``;
+- JSONL documents ``{"_id"|"id"|"docid", "title"?, "text"|"contents"}``;
+- TSV documents ``docid<TAB>text`` or ``docid<TAB>title<TAB>text``;
+- queries as BEIR JSONL ``{"_id", "text"}``, TSV ``qid<TAB>text``, or TREC topics (``<top><num>…<title>…``).
+
+Every problem is reported as an InputError naming the file and line: a
+malformed line, a missing id, a duplicate id, empty text, bad UTF-8, a missing
+path. Corpora are streamed; only the set of seen ids is kept in memory.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+from typing import Iterator, List, Optional, Tuple
+
+from indexes.errors import InputError
+from retrieval.types import Document, Query
+
+_ID_KEYS = ("_id", "id", "docid", "doc_id")
+_TEXT_KEYS = ("text", "contents", "body")
+
+
+def _open_lines(path: Path) -> Iterator[Tuple[int, str]]:
+    """Yield (line number, decoded line) with a clear error on bad UTF-8."""
+    if not path.exists():
+        raise InputError("no such file or folder", path)
+    if path.is_dir():
+        raise InputError("is a folder, expected a file", path)
+    opener = gzip.open if path.name.endswith(".gz") else open
+    try:
+        with opener(path, "rb") as f:
+            for n, raw in enumerate(f, 1):
+                try:
+                    yield n, raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise InputError(f"invalid UTF-8 at byte {e.start} of the line", path, n) from None
+    except (OSError, EOFError, gzip.BadGzipFile) as e:
+        if isinstance(e, InputError):
+            raise
+        raise InputError(f"cannot read ({e})", path) from None
+
+
+def resolve_corpus(path: Path | str) -> Path:
+    path = Path(path)
+    if path.is_dir():
+        for name in ("corpus.jsonl", "corpus.jsonl.gz", "corpus.tsv", "corpus.tsv.gz", "collection.tsv"):
+            if (path / name).exists():
+                return path / name
+        raise InputError("folder has no corpus.jsonl (BEIR layout) or corpus.tsv", path)
+    if not path.exists():
+        raise InputError("no such file or folder", path)
+    return path
+
+
+def _base_suffix(path: Path) -> str:
+    name = path.name[:-3] if path.name.endswith(".gz") else path.name
+    return Path(name).suffix.lower()
+
+
+def _first(obj: dict, keys) -> Optional[object]:
+    for k in keys:
+        if k in obj:
+            return obj[k]
+    return None
+
+
+def read_corpus(path: Path | str, check_duplicates: bool = True) -> Iterator[Document]:
+    """Stream the documents of a corpus (BEIR folder, JSONL or TSV, optionally .gz)."""
+    path = resolve_corpus(path)
+    suffix = _base_suffix(path)
+    seen: set = set()
+    for n, line in _open_lines(path):
+        if not line.strip():
+            continue
+        if suffix == ".tsv":
+            parts = line.rstrip("\r\n").split("\t")
+            if len(parts) == 2:
+                docid, title, text = parts[0], "", parts[1]
+            elif len(parts) == 3:
+                docid, title, text = parts
+            else:
+                raise InputError(f"expected 2 or 3 tab-separated columns, found {len(parts)}", path, n)
+            meta: dict = {}
+        else:
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise InputError(f"malformed JSON ({e.msg} at column {e.colno})", path, n) from None
+            if not isinstance(obj, dict):
+                raise InputError("expected a JSON object", path, n)
+            docid = _first(obj, _ID_KEYS)
+            if docid is None:
+                raise InputError("document has no '_id' (or 'id'/'docid') field", path, n)
+            text = _first(obj, _TEXT_KEYS)
+            title = obj.get("title") or ""
+            if text is not None and not isinstance(text, str) or not isinstance(title, str):
+                raise InputError("'text' and 'title' must be strings", path, n)
+            text = text or ""
+            meta = obj.get("metadata") or {}
+        docid = str(docid).strip()
+        if not docid:
+            raise InputError("empty document id", path, n)
+        if any(c.isspace() for c in docid):
+            raise InputError(f"document id {docid!r} contains whitespace (TREC runs cannot hold it)", path, n)
+        if not (text.strip() or title.strip()):
+            raise InputError(f"document {docid!r} has empty text", path, n)
+        if check_duplicates:
+            if docid in seen:
+                raise InputError(f"duplicate document id {docid!r}", path, n)
+            seen.add(docid)
+        yield Document(docid=docid, text=text, title=title, metadata=meta if isinstance(meta, dict) else {})
+
+
+def count_lines(path: Path | str) -> Optional[int]:
+    """Cheap line count of an uncompressed corpus file, for progress bars."""
+    path = resolve_corpus(path)
+    if path.name.endswith(".gz"):
+        return None
+    with open(path, "rb") as f:
+        return sum(buf.count(b"\n") for buf in iter(lambda: f.read(1 << 20), b""))
+
+
+_TREC_TOPIC = re.compile(r"<top>(.*?)</top>", re.S | re.I)
+_TREC_NUM = re.compile(r"<num>\s*(?:Number:)?\s*(\S+)", re.I)
+_TREC_TITLE = re.compile(r"<title>\s*(?:Topic:)?(.*?)(?=<\w+>|</top>|$)", re.S | re.I)
+
+
+def resolve_queries(path: Path | str) -> Path:
+    path = Path(path)
+    if path.is_dir():
+        for name in ("queries.jsonl", "queries.jsonl.gz", "queries.tsv", "topics.txt"):
+            if (path / name).exists():
+                return path / name
+        raise InputError("folder has no queries.jsonl", path)
+    if not path.exists():
+        raise InputError("no such file or folder", path)
+    return path
+
+
+def read_queries(path: Path | str) -> List[Query]:
+    """Read queries from BEIR JSONL, TSV or TREC topics (optionally .gz)."""
+    path = resolve_queries(path)
+    suffix = _base_suffix(path)
+    out: List[Query] = []
+    seen: set = set()
+    lines = _open_lines(path)
+    if suffix not in (".jsonl", ".json", ".tsv", ".txt"):
+        suffix = ".txt"
+    if suffix == ".txt":
+        text = "".join(line for _, line in lines)
+        if "<top>" in text.lower():
+            for block in _TREC_TOPIC.findall(text):
+                num, title = _TREC_NUM.search(block), _TREC_TITLE.search(block)
+                if not num or not title:
+                    raise InputError("TREC topic without <num> or <title>", path)
+                qid, qtext = num.group(1), " ".join(title.group(1).split())
+                _add_query(out, seen, qid, qtext, path, None)
+            return _nonempty(out, path)
+        lines = enumerate(text.splitlines(True), 1)
+        suffix = ".tsv"
+    for n, line in lines:
+        if not line.strip():
+            continue
+        if suffix == ".tsv":
+            parts = line.rstrip("\r\n").split("\t")
+            if len(parts) != 2:
+                raise InputError(f"expected 'qid<TAB>text', found {len(parts)} columns", path, n)
+            qid, qtext = parts
+        else:
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise InputError(f"malformed JSON ({e.msg} at column {e.colno})", path, n) from None
+            if not isinstance(obj, dict):
+                raise InputError("expected a JSON object", path, n)
+            qid = _first(obj, ("_id", "id", "qid", "query_id"))
+            qtext = _first(obj, ("text", "query", "title"))
+            if qid is None:
+                raise InputError("query has no '_id' field", path, n)
+            if not isinstance(qtext, str):
+                raise InputError("query has no 'text' string", path, n)
+        _add_query(out, seen, str(qid).strip(), qtext, path, n)
+    return _nonempty(out, path)
+
+
+def _add_query(out, seen, qid, text, path, n):
+    if not qid:
+        raise InputError("empty query id", path, n)
+    if qid in seen:
+        raise InputError(f"duplicate query id {qid!r}", path, n)
+    if not text.strip():
+        raise InputError(f"query {qid!r} has empty text", path, n)
+    seen.add(qid)
+    out.append(Query(qid, text.strip()))
+
+
+def _nonempty(out, path):
+    if not out:
+        raise InputError("no queries found", path)
+    return out
+
+
+def split_qrels(queries_path: Path | str, split: str) -> Path:
+    """The BEIR qrels file for ``split`` that sits beside a queries file or in a BEIR folder."""
+    p = Path(queries_path)
+    root = p if p.is_dir() else p.parent
+    for name in (f"{split}.tsv", f"{split}.tsv.gz"):
+        if (root / "qrels" / name).exists():
+            return root / "qrels" / name
+    raise InputError(f"no qrels/{split}.tsv next to the queries", root)
+
+
+def qrels_query_ids(path: Path | str) -> set:
+    """Query ids that appear in a qrels file (TREC or BEIR TSV)."""
+    ids = set()
+    p = Path(path)
+    for n, line in _open_lines(p):
+        parts = line.split()
+        if not parts or (n == 1 and parts[0] in ("query-id", "qid", "query_id")):
+            continue
+        if len(parts) not in (3, 4):
+            raise InputError(f"expected 3 or 4 columns in qrels, found {len(parts)}", p, n)
+        ids.add(parts[0])
+    return ids

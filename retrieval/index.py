@@ -1,0 +1,208 @@
+"""The index folder as one object: build it, open it, search it.
+
+    INDEX/manifest.json   config, counts, versions, sub-indexes (see indexes.manifest)
+    INDEX/docs.sqlite     document store (title, text, metadata)
+    INDEX/bm25/           Lucene BM25 index (Anserini)
+    INDEX/<name>/         further sub-indexes (dense, deepct, ...)
+"""
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence, Union
+
+from indexes import manifest as mf
+from indexes.docstore import DocStore, DocStoreWriter
+from indexes.errors import IndexFormatError, InputError
+from retrieval.collections import count_lines, read_corpus
+from retrieval.progress import progress
+from retrieval.types import Document, Hit, Query
+
+DOCSTORE = "docs.sqlite"
+
+
+def _fingerprint_update(h, doc: Document) -> None:
+    h.update(doc.docid.encode())
+    h.update(b"\x00")
+    h.update(doc.contents.encode())
+    h.update(b"\x01")
+
+
+def build_index(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[str, Path], *,
+                k1: float = 0.9, b: float = 0.4, threads: int = 2, overwrite: bool = False,
+                store_docvectors: bool = False, quiet: bool = False) -> "Index":
+    """Build an index folder with a document store and a Lucene BM25 sub-index.
+
+    ``corpus`` is a path (BEIR folder, JSONL, TSV, .gz) or an iterable of
+    :class:`Document`. The folder appears only when the build succeeds.
+    """
+    from indexes.lucene import build_lucene
+
+    index_dir = Path(index_dir)
+    source = str(corpus) if isinstance(corpus, (str, Path)) else "<python iterable>"
+    total = count_lines(corpus) if isinstance(corpus, (str, Path)) else None
+    docs = read_corpus(corpus) if isinstance(corpus, (str, Path)) else _checked(corpus)
+    t0 = time.perf_counter()
+    with mf.atomic_folder(index_dir, overwrite=overwrite) as tmp:
+        store = DocStoreWriter(tmp / DOCSTORE)
+        h = hashlib.sha256()
+
+        def stream():
+            for doc in progress(docs, total=total, desc="reading corpus", unit="doc", quiet=quiet):
+                store.add(doc.docid, doc.title, doc.text, doc.metadata or None)
+                _fingerprint_update(h, doc)
+                yield doc.docid, doc.contents
+
+        (tmp / "bm25").mkdir()
+        try:
+            info = build_lucene(stream(), tmp / "bm25", threads=threads, store_docvectors=store_docvectors,
+                                quiet=quiet)
+        finally:
+            n_docs = store.close()
+        if n_docs == 0:
+            raise InputError("corpus has no documents", source)
+        m = mf.new_manifest({"threads": threads})
+        m["corpus"] = {"source": source, "doc_count": n_docs, "fingerprint": "sha256:" + h.hexdigest()}
+        m["docstore"] = {"path": DOCSTORE, "doc_count": n_docs}
+        m["subindexes"]["bm25"] = {
+            "kind": "bm25", "path": "bm25", "built_at": mf.now(), "doc_count": int(info["doc_count"]),
+            "config": {"k1": k1, "b": b, "analyzer": "anserini-default-english", "store_docvectors": store_docvectors},
+            "model": None, "build_seconds": round(time.perf_counter() - t0, 3),
+        }
+        mf.write_manifest(tmp, m)
+    return Index.open(index_dir)
+
+
+def _checked(docs: Iterable[Document]) -> Iterable[Document]:
+    seen = set()
+    for i, d in enumerate(docs, 1):
+        if not isinstance(d, Document):
+            raise InputError(f"item {i} is a {type(d).__name__}, expected retrieval.Document")
+        if not d.docid or any(c.isspace() for c in d.docid):
+            raise InputError(f"item {i}: invalid document id {d.docid!r}")
+        if d.docid in seen:
+            raise InputError(f"item {i}: duplicate document id {d.docid!r}")
+        if not d.contents.strip():
+            raise InputError(f"item {i}: document {d.docid!r} has empty text")
+        seen.add(d.docid)
+        yield d
+
+
+class Index:
+    """An opened index folder. Sub-indexes and the JVM/models load lazily, on
+    first use; after that, searching is safe from several threads."""
+
+    def __init__(self, path: Path, manifest: dict):
+        self.path = Path(path)
+        self.manifest = manifest
+        self._docstore: Optional[DocStore] = None
+        self._retrievers: Dict[str, object] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(cls, path: Union[str, Path]) -> "Index":
+        path = Path(path)
+        m = mf.read_manifest(path)
+        for name, entry in m.get("subindexes", {}).items():
+            if not (path / entry["path"]).exists():
+                raise IndexFormatError(f"{path}: sub-index {name!r} is listed in the manifest but missing on disk")
+        return cls(path, m)
+
+    # -- introspection -------------------------------------------------
+    @property
+    def retrievers(self) -> List[str]:
+        return list(self.manifest.get("subindexes", {}))
+
+    def __len__(self) -> int:
+        return int(self.manifest["corpus"]["doc_count"])
+
+    def info(self) -> dict:
+        out = {"path": str(self.path), "documents": len(self), "created_at": self.manifest.get("created_at"),
+               "corpus": self.manifest.get("corpus", {}), "versions": self.manifest.get("versions", {}),
+               "subindexes": {}}
+        for name, e in self.manifest.get("subindexes", {}).items():
+            out["subindexes"][name] = {"kind": e["kind"], "doc_count": e.get("doc_count"),
+                                       "size_bytes": mf.folder_size(self.path / e["path"]),
+                                       "config": e.get("config", {}), "model": e.get("model"),
+                                       "built_at": e.get("built_at")}
+        store = self.path / DOCSTORE
+        out["docstore_bytes"] = store.stat().st_size if store.exists() else 0
+        return out
+
+    # -- components ----------------------------------------------------
+    @property
+    def docstore(self) -> DocStore:
+        if self._docstore is None:
+            self._docstore = DocStore(self.path / DOCSTORE)
+        return self._docstore
+
+    def retriever(self, name: str):
+        from retrieval.retrievers import RETRIEVERS
+
+        with self._lock:
+            r = self._retrievers.get(name)
+            if r is None:
+                entries = self.manifest.get("subindexes", {})
+                if name not in entries:
+                    raise InputError(f"index has no {name!r} sub-index (it has: {', '.join(entries) or 'none'})",
+                                     self.path)
+                entry = entries[name]
+                cls = RETRIEVERS.get(entry["kind"])
+                if cls is None:
+                    raise IndexFormatError(f"{self.path}: unknown sub-index kind {entry['kind']!r}")
+                r = cls(self.path / entry["path"], entry)
+                self._retrievers[name] = r
+            return r
+
+    # -- search --------------------------------------------------------
+    def search(self, query: str, k: int = 10, retriever: str = "bm25", text: bool = True) -> List[Hit]:
+        """Top-``k`` hits for one query, with title and text unless ``text=False``."""
+        if not isinstance(query, str) or not query.strip():
+            raise InputError("query text is empty")
+        _check_k(k)
+        scored = self.retriever(retriever).search(query, k)
+        return self._hits(scored, text)
+
+    def batch_search(self, queries: Sequence[Union[Query, str]], k: int = 10, retriever: str = "bm25",
+                     threads: int = 1, text: bool = False, quiet: bool = True,
+                     batch_size: int = 256) -> Dict[str, List[Hit]]:
+        """Search many queries; returns ``{qid: hits}`` in the order of ``queries``.
+        Plain strings get ids "0", "1", ..."""
+        _check_k(k)
+        qs = [q if isinstance(q, Query) else Query(str(i), q) for i, q in enumerate(queries)]
+        r = self.retriever(retriever)
+        out: Dict[str, List[Hit]] = {}
+        with progress(total=len(qs), desc=f"searching ({retriever})", unit="q", quiet=quiet) as bar:
+            for i in range(0, len(qs), batch_size):
+                chunk = qs[i:i + batch_size]
+                res = r.batch_search(chunk, k, threads)
+                for q in chunk:
+                    out[q.qid] = self._hits(res.get(q.qid, []), text, qid=q.qid)
+                bar.update(len(chunk))
+        return out
+
+    def _hits(self, scored, text: bool, qid: Optional[str] = None) -> List[Hit]:
+        hits = [Hit(docid=d, score=s, rank=i, qid=qid) for i, (d, s) in enumerate(scored, 1)]
+        if text and hits:
+            rows = self.docstore.get_many(h.docid for h in hits)
+            for h in hits:
+                row = rows.get(h.docid)
+                if row is not None:
+                    h.title, h.text = row[1], row[2]
+        return hits
+
+    def get(self, docid: str) -> Optional[Document]:
+        row = self.docstore.get(docid)
+        return None if row is None else Document(row[0], row[2], row[1], row[3] or {})
+
+
+def _check_k(k: int) -> None:
+    if not isinstance(k, int) or k < 1:
+        raise InputError(f"k must be a positive integer, got {k!r}")
+
+
+def open_index(path: Union[str, Path]) -> Index:
+    """Open an index folder built by ``retr index`` / :func:`build_index`."""
+    return Index.open(path)

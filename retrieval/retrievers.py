@@ -1,0 +1,39 @@
+"""Retrievers: one per sub-index kind, each answering text queries with
+``(docid, score)`` lists. They are opened lazily by :class:`retrieval.index.Index`."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from retrieval.types import Query
+
+Scored = List[Tuple[str, float]]
+
+
+class BM25Retriever:
+    """Lucene BM25 over analysed text (Anserini's default English analyser)."""
+
+    kind = "bm25"
+
+    def __init__(self, path: Path, entry: dict):
+        from indexes.lucene import LuceneIndex
+
+        cfg = entry.get("config", {})
+        self.k1 = float(cfg.get("k1", 0.9))
+        self.b = float(cfg.get("b", 0.4))
+        self._index = LuceneIndex(path, k1=self.k1, b=self.b)
+
+    def configure(self, k1: Optional[float] = None, b: Optional[float] = None) -> None:
+        if k1 is not None or b is not None:
+            self._index.set_bm25(self.k1 if k1 is None else k1, self.b if b is None else b)
+            self.k1, self.b = self._index.k1, self._index.b
+
+    def search(self, text: str, k: int) -> Scored:
+        return self._index.search(text, k)
+
+    def batch_search(self, queries: Sequence[Query], k: int, threads: int = 1) -> Dict[str, Scored]:
+        res = self._index.batch_search([q.text for q in queries], [q.qid for q in queries], k, threads)
+        return {q.qid: res.get(q.qid, []) for q in queries}
+
+
+RETRIEVERS = {"bm25": BM25Retriever}

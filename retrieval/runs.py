@@ -1,0 +1,46 @@
+"""Writers for search results: TREC runs and JSONL hits (with passage text, for RAG)."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Dict, List, Mapping
+
+from indexes.errors import InputError
+from retrieval.types import Hit
+
+FORMATS = ("trec", "jsonl")
+
+
+def write_run(results: Mapping[str, List[Hit]], path: Path | str, fmt: str = "trec", tag: str = "retr") -> int:
+    """Write results atomically; returns the number of lines written."""
+    if fmt not in FORMATS:
+        raise InputError(f"unknown output format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    path = Path(path)
+    if path.parent and not path.parent.exists():
+        raise InputError("output folder does not exist", path.parent)
+    if any(c.isspace() for c in tag):
+        raise InputError(f"run tag {tag!r} must not contain whitespace")
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    n = 0
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            for qid, hits in results.items():
+                for h in hits:
+                    if fmt == "trec":
+                        f.write(f"{qid} Q0 {h.docid} {h.rank} {h.score:.6f} {tag}\n")
+                    else:
+                        d = h.to_dict()
+                        d["qid"] = qid
+                        f.write(json.dumps(d, ensure_ascii=False) + "\n")
+                    n += 1
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return n
+
+
+def results_to_dict(results: Mapping[str, List[Hit]]) -> Dict[str, Dict[str, float]]:
+    """{qid: {docid: score}}: the shape evaluators (pytrec_eval, eval.evaluate) take."""
+    return {qid: {h.docid: h.score for h in hits} for qid, hits in results.items()}

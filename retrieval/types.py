@@ -1,0 +1,48 @@
+"""Typed records that flow through retr: documents, queries and hits."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional
+
+
+@dataclass(frozen=True)
+class Document:
+    docid: str
+    text: str
+    title: str = ""
+    metadata: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def contents(self) -> str:
+        """Title and text as one string: what the sparse and dense encoders see."""
+        return f"{self.title} {self.text}" if self.title else self.text
+
+
+@dataclass(frozen=True)
+class Query:
+    qid: str
+    text: str
+
+
+@dataclass
+class Hit:
+    """One ranked result. ``title``/``text`` are filled from the document store
+    (empty when the caller asked for ids only); ``scores`` holds each
+    retriever's own score when results were fused."""
+
+    docid: str
+    score: float
+    rank: int
+    title: str = ""
+    text: str = ""
+    scores: Dict[str, float] = field(default_factory=dict)
+    qid: Optional[str] = None
+
+    def to_dict(self) -> Dict[str, Any]:
+        d = {"docid": self.docid, "rank": self.rank, "score": self.score,
+             "title": self.title, "text": self.text}
+        if self.qid is not None:
+            d = {"qid": self.qid, **d}
+        if self.scores:
+            d["scores"] = dict(self.scores)
+        return d
