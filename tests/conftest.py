@@ -1,0 +1,69 @@
+"""Shared fixtures: small real data from ../shared/datasets and a real index."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("RETR_DATA", ROOT.parent / "shared" / "datasets")).resolve()
+SCIFACT = DATA / "scifact"
+
+
+def _need(path: Path) -> Path:
+    if not path.exists():
+        pytest.skip(f"dataset not found: {path} (set RETR_DATA)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def scifact_dir() -> Path:
+    return _need(SCIFACT)
+
+
+@pytest.fixture(scope="session")
+def small_corpus(tmp_path_factory, scifact_dir) -> Path:
+    """A 400-passage BEIR folder: the documents judged for the first test
+    queries plus the first passages of the corpus, with those queries/qrels."""
+    out = tmp_path_factory.mktemp("scifact-small")
+    qrels = [l.rstrip("\n").split("\t") for l in (scifact_dir / "qrels" / "test.tsv").read_text().splitlines()[1:]]
+    qrels = qrels[:60]
+    wanted = {d for _, d, _ in qrels}
+    docs, rest = [], []
+    with open(scifact_dir / "corpus.jsonl", encoding="utf-8") as f:
+        for line in f:
+            obj = json.loads(line)
+            (docs if obj["_id"] in wanted else rest).append(line)
+    docs += rest[: 400 - len(docs)]
+    (out / "corpus.jsonl").write_text("".join(docs), encoding="utf-8")
+    qids = {q for q, _, _ in qrels}
+    with open(scifact_dir / "queries.jsonl", encoding="utf-8") as f:
+        qlines = [l for l in f if json.loads(l)["_id"] in qids]
+    (out / "queries.jsonl").write_text("".join(qlines), encoding="utf-8")
+    (out / "qrels").mkdir()
+    (out / "qrels" / "test.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t{r}\n" for q, d, r in qrels), encoding="utf-8")
+    return out
+
+
+@pytest.fixture(scope="session")
+def small_index(tmp_path_factory, small_corpus):
+    import retrieval
+
+    path = tmp_path_factory.mktemp("idx") / "small"
+    return retrieval.build_index(small_corpus, path, quiet=True)
+
+
+def run_retr(*args, cwd=None, input=None, timeout=600):
+    """Run the real `retr` console entry point in a child process."""
+    return subprocess.run([sys.executable, "-m", "cli.main", *map(str, args)], cwd=cwd or ROOT,
+                          capture_output=True, text=True, input=input, timeout=timeout)
+
+
+@pytest.fixture
+def retr():
+    return run_retr
