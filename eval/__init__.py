@@ -2,7 +2,7 @@
 for unjudged documents, partial-annotation analysis and significance tests. Imports nothing else of retr."""
 from .errors import EvalError
 from .io import read_qrels, read_run, write_qrels, write_run
-from .measures import DEFAULT_MEASURES, Measure, aggregate, evaluate, evaluate_runs, parse_measure, unjudged_report
+from .measures import DEFAULT_MEASURES, Evaluator, Measure, aggregate, evaluate, evaluate_runs, parse_measure, unjudged_report
 
-__all__ = ["EvalError", "read_qrels", "read_run", "write_qrels", "write_run", "DEFAULT_MEASURES", "Measure",
+__all__ = ["EvalError", "read_qrels", "read_run", "write_qrels", "write_run", "DEFAULT_MEASURES", "Evaluator", "Measure",
            "aggregate", "evaluate", "evaluate_runs", "parse_measure", "unjudged_report"]

@@ -150,6 +150,63 @@ def _truncate(run: Mapping[str, Mapping[str, float]], depth: int) -> dict[str, d
     return {q: dict(ranked(docs)[:depth]) if len(docs) > depth else dict(docs) for q, docs in run.items()}
 
 
+class Evaluator:
+    """Qrels and measures prepared once, then ``evaluate(run)`` for any number of runs.
+    Arguments as for ``evaluate``."""
+
+    def __init__(self, qrels: Mapping[str, Mapping[str, int]],
+                 measures: Iterable[str | Measure] | str = DEFAULT_MEASURES, rel_threshold: int | None = None,
+                 judged_only: bool = False, complete: bool = False, max_docs: int | None = None):
+        if isinstance(measures, (str, Measure)):
+            measures = [measures]
+        self.measures: dict[str, Measure] = {}
+        for text in measures:
+            self.measures.setdefault(text.strip() if isinstance(text, str) else str(text), parse_measure(text))
+        if not self.measures:
+            raise EvalError("no measure given")
+        if rel_threshold is not None and (isinstance(rel_threshold, bool) or not isinstance(rel_threshold, int)):
+            raise EvalError(f"rel_threshold must be an integer, got {rel_threshold!r}")
+        if max_docs is not None and max_docs < 1:
+            raise EvalError("max_docs must be >= 1")
+        self.qrels, self.complete, self.max_docs = qrels, complete, max_docs
+        level = 1 if rel_threshold is None else rel_threshold
+        groups: dict[tuple[int, bool], set[str]] = {}
+        self._plan: list[tuple[str, Measure, tuple[int, bool]]] = []
+        for text, m in self.measures.items():
+            key = (m.rel if m.rel is not None else level, m.judged_only or judged_only)
+            if m.name != "Judged":
+                groups.setdefault(key, set()).update(req for req, _ in _requests(m))
+            self._plan.append((text, m, key))
+        self._evaluators = {key: pytrec_eval.RelevanceEvaluator(qrels, requests, relevance_level=key[0],
+                                                                judged_docs_only_flag=key[1])
+                            for key, requests in groups.items()}
+
+    def evaluate(self, run: Mapping[str, Mapping[str, float]], per_query: bool = False) -> dict:
+        """{measure: mean}, or with ``per_query`` {qid: {measure: value}}."""
+        qrels = self.qrels
+        if self.max_docs is not None:
+            run = _truncate(run, self.max_docs)
+        # trec_eval cannot see a query without result lines; pytrec_eval would score it, so drop it.
+        run = {q: docs for q, docs in run.items() if docs}
+        qids = sorted(q for q in run if qrels.get(q))
+        results = {key: ev.evaluate(run) if qids else {} for key, ev in self._evaluators.items()}
+        columns = {}
+        for text, m, key in self._plan:
+            if m.name == "Judged":
+                values = _judged(qrels, run, qids, m.cutoff, key[1])
+                columns[text] = [values[q] for q in qids]
+            else:
+                columns[text] = [_value(m, results[key][q]) for q in qids]
+        table = {q: {text: columns[text][i] for text in columns} for i, q in enumerate(qids)}
+        if self.complete:
+            for q in qrels.keys() - table.keys():
+                if qrels[q]:  # trec_eval -c: a query without results scores 0 (NumRel still counts judgments)
+                    table[q] = {text: float(sum(g >= key[0] for g in qrels[q].values())) if m.name == "NumRel"
+                                else 0.0 for text, m, key in self._plan}
+            table = dict(sorted(table.items()))
+        return table if per_query else aggregate(table, self.measures)
+
+
 def evaluate(qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Mapping[str, float]],
              measures: Iterable[str | Measure] | str = DEFAULT_MEASURES, rel_threshold: int | None = None,
              judged_only: bool = False, per_query: bool = False, complete: bool = False,
@@ -166,53 +223,7 @@ def evaluate(qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Mapping[s
     Returns {measure: mean} or, with ``per_query``, {qid: {measure: value}} (qids sorted as trec_eval).
     Means of the Num* counts are sums, as in trec_eval. With no query to average over, means are 0.0.
     """
-    if isinstance(measures, str):
-        measures = [measures]
-    parsed: dict[str, Measure] = {}
-    for text in measures:
-        parsed.setdefault(str(text).strip() if isinstance(text, str) else str(text), parse_measure(text))
-    if not parsed:
-        raise EvalError("no measure given")
-    if rel_threshold is not None and not isinstance(rel_threshold, int):
-        raise EvalError(f"rel_threshold must be an integer, got {rel_threshold!r}")
-    if max_docs is not None:
-        if max_docs < 1:
-            raise EvalError("max_docs must be >= 1")
-        run = _truncate(run, max_docs)
-    default_level = 1 if rel_threshold is None else rel_threshold
-
-    # trec_eval cannot see a query without result lines; pytrec_eval would score it, so drop it.
-    run = {q: docs for q, docs in run.items() if docs}
-    qids = sorted(q for q in run if qrels.get(q))
-    groups: dict[tuple[int, bool], set[str]] = {}
-    plan: list[tuple[str, Measure, tuple[int, bool]]] = []
-    for text, m in parsed.items():
-        key = (m.rel if m.rel is not None else default_level, m.judged_only or judged_only)
-        if m.name != "Judged":
-            groups.setdefault(key, set()).update(req for req, _ in _requests(m))
-        plan.append((text, m, key))
-    results: dict[tuple[int, bool], dict[str, dict[str, float]]] = {}
-    for (level, condensed), requests in groups.items():
-        evaluator = pytrec_eval.RelevanceEvaluator(qrels, requests, relevance_level=level,
-                                                   judged_docs_only_flag=condensed)
-        results[level, condensed] = evaluator.evaluate(run) if qids else {}
-    columns = {}
-    for text, m, key in plan:
-        if m.name == "Judged":
-            values = _judged(qrels, run, qids, m.cutoff, key[1])
-            columns[text] = [values[q] for q in qids]
-        else:
-            columns[text] = [_value(m, results[key][q]) for q in qids]
-    table = {q: {text: columns[text][i] for text in columns} for i, q in enumerate(qids)}
-    if complete:
-        for q in qrels.keys() - table.keys():
-            if qrels[q]:  # trec_eval -c: a query without results scores 0 (NumRel still counts its judgments)
-                table[q] = {text: float(sum(g >= key[0] for g in qrels[q].values())) if m.name == "NumRel"
-                            else 0.0 for text, m, key in plan}
-        table = dict(sorted(table.items()))
-    if per_query:
-        return table
-    return aggregate(table, parsed)
+    return Evaluator(qrels, measures, rel_threshold, judged_only, complete, max_docs).evaluate(run, per_query)
 
 
 def aggregate(table: Mapping[str, Mapping[str, float]], measures: Mapping[str, Measure] | None = None) -> dict[str, float]:
@@ -228,8 +239,10 @@ def aggregate(table: Mapping[str, Mapping[str, float]], measures: Mapping[str, M
 
 def evaluate_runs(qrels: Mapping[str, Mapping[str, int]], runs: Mapping[str, Mapping[str, Mapping[str, float]]],
                   measures: Iterable[str | Measure] | str = DEFAULT_MEASURES, **kwargs) -> dict[str, dict]:
-    """``evaluate`` for several runs: {run name: result}."""
-    return {name: evaluate(qrels, run, measures, **kwargs) for name, run in runs.items()}
+    """``evaluate`` for several runs: {run name: result}; ``per_query`` goes with the other keywords."""
+    per_query = kwargs.pop("per_query", False)
+    evaluator = Evaluator(qrels, measures, **kwargs)
+    return {name: evaluator.evaluate(run, per_query) for name, run in runs.items()}
 
 
 def unjudged_report(qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Mapping[str, float]],

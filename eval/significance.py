@@ -1,0 +1,161 @@
+"""Paired significance tests over per-query scores: t-test, randomization test, Holm correction,
+bootstrap confidence intervals and TOST equivalence. Tests come from scipy.stats; only Holm's step-down
+correction and the TOST wrapper are hand-written (scipy has neither)."""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from scipy import stats
+
+from .errors import EvalError
+from .tables import format_table
+
+
+def _pair(a: Sequence[float], b: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if x.shape != y.shape or x.ndim != 1:
+        raise EvalError(f"paired test needs two score vectors of equal length, got {x.shape} and {y.shape}")
+    if len(x) < 2:
+        raise EvalError("paired test needs at least 2 queries")
+    return x, y
+
+
+def paired_ttest(a: Sequence[float], b: Sequence[float]) -> float:
+    """Two-sided p-value of the paired t-test (scipy.stats.ttest_rel); 1.0 when all differences are 0."""
+    x, y = _pair(a, b)
+    d = x - y
+    if np.all(d == d[0]):  # no variance: identical (p = 1) or a constant non-zero shift (p = 0)
+        return 1.0 if d[0] == 0 else 0.0
+    p = stats.ttest_rel(x, y).pvalue
+    return 1.0 if math.isnan(p) else float(p)
+
+
+def randomization_test(a: Sequence[float], b: Sequence[float], n_resamples: int = 10_000, seed: int = 0) -> float:
+    """Two-sided p-value of the paired randomization (sign-flip permutation) test on the mean difference
+    (scipy.stats.permutation_test; exact when 2**n <= n_resamples)."""
+    x, y = _pair(a, b)
+    if np.all(x == y):
+        return 1.0
+    res = stats.permutation_test((x, y), lambda u, v, axis: np.mean(u - v, axis=axis), vectorized=True,
+                                 permutation_type="samples", n_resamples=n_resamples,
+                                 alternative="two-sided", rng=np.random.default_rng(seed))
+    return float(res.pvalue)
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm-Bonferroni adjusted p-values, in input order. Hand-written: scipy.stats only offers the
+    Benjamini-Hochberg/Yekutieli FDR procedures (false_discovery_control)."""
+    p = np.asarray(pvalues, dtype=float)
+    m = len(p)
+    order = np.argsort(p, kind="stable")
+    adjusted = np.maximum.accumulate((m - np.arange(m)) * p[order]).clip(max=1.0)
+    out = np.empty(m)
+    out[order] = adjusted
+    return out.tolist()
+
+
+def bootstrap_ci(a: Sequence[float], b: Sequence[float] | None = None, confidence: float = 0.95,
+                 n_resamples: int = 10_000, seed: int = 0) -> tuple[float, float]:
+    """Bootstrap (BCa, scipy.stats.bootstrap) confidence interval of the mean of ``a`` or, with ``b``,
+    of the mean paired difference a - b."""
+    x = np.asarray(a, dtype=float) if b is None else np.subtract(*_pair(a, b))
+    if len(x) < 2:
+        raise EvalError("bootstrap needs at least 2 queries")
+    if np.all(x == x[0]):
+        return float(x[0]), float(x[0])
+    res = stats.bootstrap((x,), np.mean, confidence_level=confidence, n_resamples=n_resamples, method="BCa",
+                          rng=np.random.default_rng(seed))
+    low, high = res.confidence_interval
+    if math.isnan(low) or math.isnan(high):  # BCa can fail on very skewed data; fall back to percentiles
+        res = stats.bootstrap((x,), np.mean, confidence_level=confidence, n_resamples=n_resamples,
+                              method="percentile", rng=np.random.default_rng(seed))
+        low, high = res.confidence_interval
+    return float(low), float(high)
+
+
+def tost(a: Sequence[float], b: Sequence[float], margin: float) -> float:
+    """p-value of the paired TOST equivalence test: H0 is |mean(a - b)| >= margin (an absolute margin
+    in the measure's units, e.g. 0.01 nDCG@10). p < alpha means a and b are equivalent within the margin.
+    Hand-written as the larger of two one-sided scipy.stats.ttest_1samp p-values."""
+    if margin <= 0:
+        raise EvalError(f"equivalence margin must be > 0, got {margin}")
+    d = np.subtract(*_pair(a, b))
+    if np.all(d == d[0]):  # no variance: decided by the mean alone
+        return 0.0 if abs(d[0]) < margin else 1.0
+    lower = stats.ttest_1samp(d, -margin, alternative="greater").pvalue
+    upper = stats.ttest_1samp(d, margin, alternative="less").pvalue
+    return float(max(lower, upper))
+
+
+def compare(scores: Mapping[str, Mapping[str, float]], baseline: str, test: str = "t", alpha: float = 0.05,
+            margin: float | None = None, n_resamples: int = 10_000, seed: int = 0) -> list[dict]:
+    """Compare every system with ``baseline`` on one measure.
+
+    scores: {system: {qid: value}}; every system must score the same queries (evaluate with
+    ``complete=True`` so missing queries count 0). test: "t" (paired t-test) or "perm" (randomization).
+    p-values are Holm-corrected across the comparisons. Returns one row per system (baseline first):
+    system, mean, delta, ci_low/ci_high (bootstrap CI of the delta), p, p_holm, significant, and with a
+    margin the TOST p-value and ``equivalent``.
+    """
+    if baseline not in scores:
+        raise EvalError(f"baseline {baseline!r} is not among the systems: {', '.join(scores)}")
+    if test not in ("t", "perm"):
+        raise EvalError(f"unknown test {test!r} (use 't' or 'perm')")
+    qids = sorted(scores[baseline])
+    for name, per_q in scores.items():
+        if sorted(per_q) != qids:
+            raise EvalError(f"system {name!r} scores other queries than the baseline {baseline!r}; "
+                            "evaluate with complete=True")
+    base = np.array([scores[baseline][q] for q in qids])
+    rows = [{"system": baseline, "mean": float(base.mean()) if len(base) else 0.0, "baseline": True}]
+    others = [name for name in scores if name != baseline]
+    for name in others:
+        x = np.array([scores[name][q] for q in qids])
+        p = paired_ttest(x, base) if test == "t" else randomization_test(x, base, n_resamples, seed)
+        low, high = bootstrap_ci(x, base, 1 - alpha, n_resamples, seed)
+        row = {"system": name, "mean": float(x.mean()), "delta": float((x - base).mean()),
+               "ci_low": low, "ci_high": high, "p": p}
+        if margin is not None:
+            row["tost_p"] = tost(x, base, margin)
+            row["equivalent"] = row["tost_p"] < alpha
+        rows.append(row)
+    for row, adjusted in zip(rows[1:], holm([r["p"] for r in rows[1:]])):
+        row["p_holm"] = adjusted
+        row["significant"] = adjusted < alpha
+    return rows
+
+
+def pairwise_conclusions(matrix: np.ndarray, alpha: float = 0.05, correction: str | None = None) -> np.ndarray:
+    """For systems x queries scores, the paired t-test conclusion for every pair i < j (in
+    itertools.combinations order): +1 (i significantly better), -1 (j better) or 0 (no difference)."""
+    m = np.asarray(matrix, dtype=float)
+    pairs = [(i, j) for i in range(len(m)) for j in range(i + 1, len(m))]
+    pvals = [paired_ttest(m[i], m[j]) for i, j in pairs]
+    if correction == "holm":
+        pvals = holm(pvals)
+    elif correction is not None:
+        raise EvalError(f"unknown correction {correction!r} (use 'holm' or none)")
+    sign = [np.sign(m[i].mean() - m[j].mean()) for i, j in pairs]
+    return np.array([int(s) if p < alpha else 0 for s, p in zip(sign, pvals)], dtype=int)
+
+
+def format_comparison(rows: list[dict], measure: str, alpha: float = 0.05) -> str:
+    """Aligned text table of ``compare`` rows; ``*`` marks a significant difference after Holm."""
+    head = ["system", measure, "delta", f"{100 * (1 - alpha):g}% CI", "p", "p(Holm)", "sig"]
+    if any("tost_p" in r for r in rows):
+        head += ["TOST p", "equiv"]
+    body = []
+    for r in rows:
+        if r.get("baseline"):
+            line = [r["system"] + " (baseline)", f"{r['mean']:.4f}", "", "", "", "", ""]
+            line += ["", ""] if len(head) > 7 else []
+        else:
+            line = [r["system"], f"{r['mean']:.4f}", f"{r['delta']:+.4f}",
+                    f"[{r['ci_low']:+.4f}, {r['ci_high']:+.4f}]", f"{r['p']:.4f}", f"{r['p_holm']:.4f}",
+                    "*" if r["significant"] else ""]
+            if len(head) > 7:
+                line += [f"{r['tost_p']:.4f}", "yes" if r["equivalent"] else "no"]
+        body.append(line)
+    return format_table(head, body) + f"\n* significant at alpha={alpha} after Holm correction"
