@@ -22,12 +22,17 @@ def _pair(a: Sequence[float], b: Sequence[float]) -> tuple[np.ndarray, np.ndarra
     return x, y
 
 
+def _constant(d: np.ndarray) -> bool:
+    """All values equal up to float rounding (a t statistic would be meaningless)."""
+    return bool(np.ptp(d) <= 1e-12 * max(1.0, float(np.abs(d).max())))
+
+
 def paired_ttest(a: Sequence[float], b: Sequence[float]) -> float:
     """Two-sided p-value of the paired t-test (scipy.stats.ttest_rel); 1.0 when all differences are 0."""
     x, y = _pair(a, b)
     d = x - y
-    if np.all(d == d[0]):  # no variance: identical (p = 1) or a constant non-zero shift (p = 0)
-        return 1.0 if d[0] == 0 else 0.0
+    if _constant(d):  # no variance: identical (p = 1) or a constant non-zero shift (p = 0)
+        return 1.0 if np.all(d == 0) else 0.0
     p = stats.ttest_rel(x, y).pvalue
     return 1.0 if math.isnan(p) else float(p)
 
@@ -82,8 +87,8 @@ def tost(a: Sequence[float], b: Sequence[float], margin: float) -> float:
     if margin <= 0:
         raise EvalError(f"equivalence margin must be > 0, got {margin}")
     d = np.subtract(*_pair(a, b))
-    if np.all(d == d[0]):  # no variance: decided by the mean alone
-        return 0.0 if abs(d[0]) < margin else 1.0
+    if _constant(d):  # no variance: decided by the mean alone
+        return 0.0 if abs(d.mean()) < margin else 1.0
     lower = stats.ttest_1samp(d, -margin, alternative="greater").pvalue
     upper = stats.ttest_1samp(d, margin, alternative="less").pvalue
     return float(max(lower, upper))

@@ -23,9 +23,9 @@ def markdown_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 def means_table(results: dict[str, dict[str, float]], digits: int = 4, markdown: bool = False) -> str:
     """{run: {measure: value}} as one row per run, one column per measure."""
     measures = list(next(iter(results.values()), {}))
-    rows = [[name] + [_fmt(results[name][m], digits) for m in measures] for name in results]
+    rows = [[name] + [fmt_value(results[name][m], digits) for m in measures] for name in results]
     return (markdown_table if markdown else format_table)(["run"] + measures, rows)
 
 
-def _fmt(value: float, digits: int) -> str:
+def fmt_value(value: float, digits: int) -> str:
     return str(int(value)) if float(value).is_integer() and abs(value) >= 2 else f"{value:.{digits}f}"

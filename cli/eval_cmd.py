@@ -1,0 +1,236 @@
+"""`retr eval`: trec_eval-exact evaluation of runs, plus subcommands (partial, significance, unjudged).
+
+`retr eval --qrels Q RUN...` evaluates; `retr eval SUBCOMMAND ...` runs a subcommand. Others may add
+subcommands with ``eval_cmd.add_command(cmd)``. Bad input raises eval.errors.EvalError, which the
+`retr` entry point prints as one line (exit code 2). This module only parses options and formats output.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+
+import click
+
+DEFAULT_NAME = "evaluate"
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+class _DefaultContext(click.Context):
+    @property
+    def command_path(self) -> str:  # `retr eval`, without the hidden command's name (usage lines, hints)
+        return self.parent.command_path if self.parent else super().command_path
+
+
+class _DefaultCommand(click.Command):
+    """The default form, shown to users as `retr eval [OPTIONS] --qrels FILE RUN...`."""
+    context_class = _DefaultContext
+
+
+class EvalGroup(click.Group):
+    """A group whose first argument is a subcommand name, or else the arguments of the default form
+    (the hidden command ``evaluate``)."""
+
+    def parse_args(self, ctx, args):
+        if args and args[0] not in self.commands and args[0] not in ctx.help_option_names:
+            args = [DEFAULT_NAME, *args]
+        return super().parse_args(ctx, args)
+
+    def format_usage(self, ctx, formatter):
+        formatter.write_usage(ctx.command_path, "[OPTIONS] --qrels FILE RUN...")
+        formatter.write_usage(ctx.command_path, "COMMAND [ARGS]...", prefix="   or: ")
+
+    def format_options(self, ctx, formatter):
+        default = self.commands[DEFAULT_NAME]
+        with click.Context(default, info_name=DEFAULT_NAME, parent=ctx) as sub:
+            records = [r for p in default.get_params(sub) if isinstance(p, click.Option) and (r := p.get_help_record(sub))]
+        if records:
+            with formatter.section("Options"):
+                formatter.write_dl(records)
+        self.format_commands(ctx, formatter)
+
+
+def _names(paths: Sequence[str]) -> list[str]:
+    """Run names for output: file names, or the paths as given when two file names collide."""
+    base = [os.path.basename(p) for p in paths]
+    return base if len(set(base)) == len(base) else list(paths)
+
+
+def _read_runs(paths: Sequence[str]) -> dict[str, dict]:
+    from eval.io import read_run
+
+    return {name: read_run(p) for name, p in zip(_names(paths), paths)}
+
+
+def _table(results: dict[str, dict[str, float]]) -> str:
+    from eval.tables import means_table
+
+    return means_table(results)
+
+
+@click.group("eval", cls=EvalGroup, context_settings=CONTEXT, invoke_without_command=False)
+def eval_cmd():
+    """Evaluate TREC runs against qrels (TREC or BEIR, .gz ok) with trec_eval-exact measures named
+    the ir_measures way: nDCG@10, RR@10, AP, AP@100, R@100, P@10, Success@k, Judged@10, Bpref, infAP,
+    Rprec. Add rel=N for one measure (AP(rel=2)) and a prime or judged_only=True for the condensed list
+    (nDCG'@10). Or run a subcommand."""
+
+
+@eval_cmd.command(DEFAULT_NAME, cls=_DefaultCommand, hidden=True, context_settings=CONTEXT)
+@click.option("--qrels", required=True, type=click.Path(exists=True, dir_okay=False), help="Relevance judgments.")
+@click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False), metavar="RUN...")
+@click.option("-m", "--measure", "measures", multiple=True,
+              help="Measure (repeatable) [default: nDCG@10 RR@10 AP R@100 P@10 Judged@10].")
+@click.option("--per-query", is_flag=True, help="Also print every query's values (then 'all').")
+@click.option("--json", "as_json", is_flag=True,
+              help="JSON: {measure: mean} for one run, {run file name: {measure: mean}} for several.")
+@click.option("--rel-threshold", "-l", type=int, default=None,
+              help="Minimum grade that binary measures count relevant (trec_eval -l; TREC DL: 2) [default: 1].")
+@click.option("--judged-only", "-J", is_flag=True, help="Condensed lists: drop unjudged documents (trec_eval -J).")
+@click.option("--complete", "-c", is_flag=True,
+              help="Average over all judged queries; a query missing from the run scores 0 (trec_eval -c).")
+@click.option("--max-docs", "-M", type=click.IntRange(min=1), default=None,
+              help="Evaluate only each query's top N documents (trec_eval -M).")
+def _evaluate_cmd(qrels, runs, measures, per_query, as_json, rel_threshold, judged_only, complete, max_docs):
+    """Evaluate RUN files against --qrels."""
+    from eval.io import read_qrels
+    from eval.measures import DEFAULT_MEASURES, Evaluator
+
+    evaluator = Evaluator(read_qrels(qrels), list(measures) or list(DEFAULT_MEASURES), rel_threshold=rel_threshold,
+                          judged_only=judged_only, complete=complete, max_docs=max_docs)
+    results = {}
+    for name, run in _read_runs(runs).items():
+        if per_query:
+            table = evaluator.evaluate(run, per_query=True)
+            from eval.measures import aggregate
+            results[name] = {**table, "all": aggregate(table, evaluator.measures)}
+        else:
+            results[name] = evaluator.evaluate(run)
+    if as_json:
+        click.echo(json.dumps(results[next(iter(results))] if len(results) == 1 else results, indent=1))
+    elif per_query:
+        from eval.tables import fmt_value, format_table
+        head = ["run", "query", *evaluator.measures]
+        rows = [[name, q] + [fmt_value(v, 4) for v in row.values()] for name, table in results.items()
+                for q, row in table.items()]
+        click.echo(format_table(head, rows))
+    else:
+        click.echo(_table(results))
+
+
+@eval_cmd.command("partial", context_settings=CONTEXT)
+@click.option("--qrels", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="Full (as complete as possible) relevance judgments.")
+@click.option("--run", "runs", multiple=True, required=True, type=click.Path(exists=True, dir_okay=False),
+              help="A system's run (repeat; at least 2).")
+@click.option("-m", "--measure", "measures", multiple=True, help="Measure (repeatable) [default: nDCG@10 AP@100].")
+@click.option("--budget", "budgets", multiple=True,
+              help="Relevant documents kept per query: a count (1, 5) or a fraction (0.25, 25%); repeatable "
+                   "[default: 1 2 3 5 10 20 and 10% 20% 30% 50% 70% 90%].")
+@click.option("--seeds", type=click.IntRange(min=1), default=10, show_default=True, help="Random subsamples per budget.")
+@click.option("--rel-threshold", "-l", type=int, default=None,
+              help="Grade from which a document counts relevant (and is subsampled) [default: 1].")
+@click.option("--drop-nonrel", is_flag=True,
+              help="Also forget the judged non-relevant documents (MS MARCO-like: only kept relevant are judged).")
+@click.option("--alpha", type=float, default=0.05, show_default=True, help="Significance level of the paired t-tests.")
+@click.option("--holm", is_flag=True, help="Holm-correct the pairwise tests within each scoring.")
+@click.option("--plot", type=click.Path(dir_okay=False), help="Write the curves over the budget to this PNG.")
+@click.option("--json", "as_json", is_flag=True, help="Print the full result as JSON.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def partial_cmd(qrels, runs, measures, budgets, seeds, rel_threshold, drop_nonrel, alpha, holm, plot, as_json, quiet):
+    """How system rankings and significance conclusions change when only part of the relevant documents
+    are judged (Kendall's tau vs the full qrels, swapped pairs, flipped conclusions), for the standard
+    measures and their condensed variants."""
+    from eval.errors import EvalError
+    from eval.io import read_qrels
+    from eval.partial import DEFAULT_BUDGETS, analyse_partial, parse_budget
+
+    if len(runs) < 2:
+        raise EvalError("partial needs at least 2 --run files")
+    result = analyse_partial(read_qrels(qrels), _read_runs(runs), measures=list(measures) or ["nDCG@10", "AP@100"],
+                             budgets=[parse_budget(b) for b in budgets] or DEFAULT_BUDGETS, seeds=seeds,
+                             rel_threshold=rel_threshold, keep_nonrel=not drop_nonrel, alpha=alpha,
+                             correction="holm" if holm else None, quiet=quiet)
+    if plot:
+        from eval.plots import plot_partial
+        plot_partial(result, plot, title=os.path.basename(qrels))
+    if as_json:
+        click.echo(json.dumps(result, indent=1))
+    else:
+        click.echo(format_partial(result))
+
+
+def format_partial(result: dict) -> str:
+    """Aligned table: one row per budget; Kendall's tau / swapped pairs / flipped share per measure."""
+    from eval.tables import format_table
+
+    variants = list(result["budgets"][0]["results"])
+    head = ["budget", "kept/q"] + [f"{v} {s}" for v in variants for s in ("tau", "swap", "flip")]
+    rows = [[b["label"], f"{b['kept_per_query']:.1f}"] +
+            [x for v in variants for x in (f"{b['results'][v]['tau_mean']:.3f}", f"{b['results'][v]['swapped_mean']:.1f}",
+                                           f"{b['results'][v]['flipped_mean']:.2f}")] for b in result["budgets"]]
+    note = (f"{len(result['systems'])} systems, {result['queries']} queries, {result['relevant_per_query']:.1f} "
+            f"relevant/query, {result['seeds']} seeds; tau/swap/flip vs the standard measure on the full qrels")
+    return format_table(head, rows) + "\n" + note
+
+
+@eval_cmd.command("significance", context_settings=CONTEXT)
+@click.option("--qrels", required=True, type=click.Path(exists=True, dir_okay=False), help="Relevance judgments.")
+@click.option("--baseline", required=True, type=click.Path(exists=True, dir_okay=False), help="The baseline run.")
+@click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False), metavar="RUN...")
+@click.option("-m", "--measure", "measures", multiple=True, help="Measure (repeatable) [default: nDCG@10].")
+@click.option("--test", type=click.Choice(["t", "perm"]), default="t", show_default=True,
+              help="Paired t-test or randomization (permutation) test.")
+@click.option("--alpha", type=float, default=0.05, show_default=True, help="Significance level (after Holm).")
+@click.option("--margin", type=float, default=None,
+              help="Also run a TOST equivalence test with this absolute margin (e.g. 0.01).")
+@click.option("--rel-threshold", "-l", type=int, default=None, help="As for retr eval [default: 1].")
+@click.option("--judged-only", "-J", is_flag=True, help="Condensed lists (trec_eval -J).")
+@click.option("--resamples", type=click.IntRange(min=100), default=10_000, show_default=True,
+              help="Bootstrap / permutation resamples.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Random seed.")
+@click.option("--json", "as_json", is_flag=True, help="JSON: {measure: [rows]}.")
+def significance_cmd(qrels, baseline, runs, measures, test, alpha, margin, rel_threshold, judged_only, resamples,
+                     seed, as_json):
+    """Paired tests of each RUN against --baseline (Holm-corrected), bootstrap CIs of the differences and,
+    with --margin, TOST equivalence. Queries missing from a run score 0."""
+    from eval.io import read_qrels
+    from eval.measures import Evaluator
+    from eval.significance import compare, format_comparison
+
+    paths = [baseline] + [r for r in runs if r != baseline]
+    all_runs = _read_runs(paths)
+    base_name = next(iter(all_runs))
+    evaluator = Evaluator(read_qrels(qrels), list(measures) or ["nDCG@10"], rel_threshold=rel_threshold,
+                          judged_only=judged_only, complete=True)
+    tables = {name: evaluator.evaluate(run, per_query=True) for name, run in all_runs.items()}
+    out = {}
+    for m in evaluator.measures:
+        scores = {name: {q: row[m] for q, row in t.items()} for name, t in tables.items()}
+        out[m] = compare(scores, base_name, test=test, alpha=alpha, margin=margin, n_resamples=resamples, seed=seed)
+    if as_json:
+        click.echo(json.dumps(out, indent=1))
+    else:
+        click.echo("\n\n".join(format_comparison(rows, m, alpha) for m, rows in out.items()))
+
+
+@eval_cmd.command("unjudged", context_settings=CONTEXT)
+@click.option("--qrels", required=True, type=click.Path(exists=True, dir_okay=False), help="Relevance judgments.")
+@click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False), metavar="RUN...")
+@click.option("-k", "k", type=click.IntRange(min=1), default=10, show_default=True, help="Depth of the top k.")
+@click.option("--json", "as_json", is_flag=True, help="JSON: {run: report}.")
+def unjudged_cmd(qrels, runs, k, as_json):
+    """Per run, how many of its top-k documents have no judgment (Judged@k, counts, affected queries)."""
+    from eval.io import read_qrels
+    from eval.measures import unjudged_report
+    from eval.tables import format_table
+
+    q = read_qrels(qrels)
+    out = {name: unjudged_report(q, run, k) for name, run in _read_runs(runs).items()}
+    if as_json:
+        click.echo(json.dumps(out, indent=1))
+        return
+    head = ["run", "queries", f"Judged@{k}", f"unjudged in top {k}", "of", "queries with unjudged"]
+    rows = [[n, r["queries"], f"{r[f'Judged@{k}']:.4f}", r[f"unjudged@{k}"], r[f"retrieved@{k}"],
+             r["queries_with_unjudged"]] for n, r in out.items()]
+    click.echo(format_table(head, rows))

@@ -1,0 +1,91 @@
+"""Shared pieces of the benchmark harness: the collections, result writing,
+paired tests. Benchmarks are the one place that imports both retrieval and eval."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Sequence
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+DATA = Path(os.environ.get("RETR_DATA", ROOT.parent / "shared" / "datasets")).resolve()
+RESULTS = ROOT / "eval" / "results"
+WORK = Path(os.environ.get("RETR_BENCH_WORK", ROOT / "work" / "bench"))
+
+
+@dataclass(frozen=True)
+class Collection:
+    name: str
+    folder: str
+    split: str = "test"
+
+    @property
+    def root(self) -> Path:
+        return DATA / self.folder
+
+    @property
+    def corpus(self) -> Path:
+        return self.root / "corpus.jsonl"
+
+    @property
+    def queries_path(self) -> Path:
+        return self.root / "queries.jsonl"
+
+    def qrels_path(self, split: str | None = None) -> Path:
+        return self.root / "qrels" / f"{split or self.split}.tsv"
+
+    def qrels(self, split: str | None = None) -> Dict[str, Dict[str, int]]:
+        from eval.io import read_qrels
+
+        return read_qrels(self.qrels_path(split))
+
+    def queries(self, split: str | None = None):
+        from retrieval.collections import read_queries
+
+        keep = self.qrels(split)
+        return [q for q in read_queries(self.queries_path) if q.qid in keep]
+
+
+COLLECTIONS: List[Collection] = [
+    Collection("scifact", "scifact"),
+    Collection("nfcorpus", "nfcorpus-preproc"),
+    Collection("cranfield", "cranfield"),
+    Collection("vaswani", "vaswani"),
+]
+
+
+def by_name(names: Sequence[str] | None) -> List[Collection]:
+    if not names:
+        return COLLECTIONS
+    return [c for c in COLLECTIONS if c.name in names]
+
+
+def machine() -> dict:
+    return {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+
+
+def write_results(stem: str, payload: dict, markdown: str) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{stem}.json").write_text(json.dumps(payload, indent=2) + "\n")
+    (RESULTS / f"{stem}.md").write_text(markdown.rstrip() + "\n")
+    print(f"wrote {RESULTS / (stem + '.json')} and .md")
+
+
+def md_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    def fmt(x):
+        if isinstance(x, float):
+            return f"{x:.4f}" if abs(x) < 10 else f"{x:.1f}"
+        return str(x)
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(fmt(x) for x in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def run_dict(results) -> Dict[str, Dict[str, float]]:
+    return {qid: {h.docid: h.score for h in hits} for qid, hits in results.items()}
