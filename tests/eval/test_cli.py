@@ -1,0 +1,90 @@
+"""`retr eval` through click's test runner (no dependence on the lead's cli/main.py)."""
+import json
+
+import click
+import pytest
+from click.testing import CliRunner
+
+import eval as E
+from cli.eval_cmd import eval_cmd
+from eval.errors import EvalError
+
+
+@pytest.fixture()
+def files(tmp_path):
+    (tmp_path / "qrels.txt").write_text("q1 0 a 2\nq1 0 b 1\nq1 0 c 0\nq2 0 d 1\nq3 0 e 1\n")
+    (tmp_path / "one.trec").write_text("q1 Q0 a 1 3 x\nq1 Q0 z 2 2 x\nq1 Q0 b 3 1 x\nq2 Q0 d 1 5 x\nq2 Q0 y 2 4 x\n")
+    (tmp_path / "two.trec").write_text("q1 Q0 c 1 3 x\nq1 Q0 b 2 2 x\nq2 Q0 y 1 5 x\nq2 Q0 d 2 4 x\nq3 Q0 e 1 1 x\n")
+    return tmp_path
+
+
+def invoke(args):
+    return CliRunner().invoke(eval_cmd, [str(a) for a in args], prog_name="retr eval")
+
+
+MEASURES = ["nDCG@10", "AP", "RR", "R@100", "P@10", "Bpref", "Judged@10"]
+
+
+def test_json_one_and_several_runs(files):
+    args = ["--qrels", files / "qrels.txt"]
+    for m in MEASURES:
+        args += ["-m", m]
+    res = invoke(args + [files / "one.trec", "--json"])
+    assert res.exit_code == 0, res.output
+    qrels, run = E.read_qrels(files / "qrels.txt"), E.read_run(files / "one.trec")
+    assert json.loads(res.output) == pytest.approx(E.evaluate(qrels, run, MEASURES))
+    res = invoke(args + [files / "one.trec", files / "two.trec", "--json", "-l", "2"])
+    out = json.loads(res.output)
+    assert set(out) == {"one.trec", "two.trec"}
+    assert out["two.trec"] == pytest.approx(E.evaluate(qrels, E.read_run(files / "two.trec"), MEASURES, rel_threshold=2))
+
+
+def test_table_and_per_query(files):
+    res = invoke(["--qrels", files / "qrels.txt", files / "one.trec", files / "two.trec", "-m", "AP", "-m", "P@2"])
+    lines = res.output.splitlines()
+    assert lines[0].split() == ["run", "AP", "P@2"]
+    assert lines[1].split()[0] == "one.trec" and len({len(line) for line in lines}) == 1  # aligned
+    res = invoke(["--qrels", files / "qrels.txt", files / "one.trec", "-m", "AP", "--per-query", "--json"])
+    out = json.loads(res.output)
+    assert set(out) == {"q1", "q2", "all"} and out["all"]["AP"] == pytest.approx((out["q1"]["AP"] + out["q2"]["AP"]) / 2)
+    res = invoke(["--qrels", files / "qrels.txt", files / "one.trec", "-m", "AP", "-c", "--json"])
+    assert json.loads(res.output)["AP"] == pytest.approx((out["q1"]["AP"] + out["q2"]["AP"]) / 3)
+
+
+def test_bad_input_raises_eval_error_with_location(files):
+    (files / "bad.trec").write_text("q1 Q0 a 1 3 x\nq1 Q0 b 2 two x\n")
+    res = invoke(["--qrels", files / "qrels.txt", files / "bad.trec"])
+    assert isinstance(res.exception, EvalError) and str(res.exception).endswith("bad.trec:2: score 'two' is not a number")
+    res = invoke(["--qrels", files / "qrels.txt", files / "one.trec", "-m", "nDCG@ten"])
+    assert isinstance(res.exception, EvalError) and "unknown measure 'nDCG@ten'" in str(res.exception)
+    res = invoke([files / "one.trec"])
+    assert res.exit_code == 2 and "Missing option '--qrels'" in res.output and "evaluate" not in res.output
+
+
+def test_help_and_added_subcommands(files):
+    res = invoke(["--help"])
+    assert res.exit_code == 0 and "--qrels" in res.output and "partial" in res.output and "evaluate" not in res.output
+
+    @click.command("hello")
+    def hello():
+        click.echo("hello from a subcommand")
+
+    eval_cmd.add_command(hello)
+    try:
+        assert invoke(["hello"]).output == "hello from a subcommand\n"
+        assert invoke(["--qrels", files / "qrels.txt", files / "one.trec", "-m", "AP"]).exit_code == 0
+    finally:
+        eval_cmd.commands.pop("hello")
+
+
+def test_subcommands(files, tmp_path):
+    res = invoke(["significance", "--qrels", files / "qrels.txt", "--baseline", files / "one.trec", files / "two.trec",
+                  "-m", "AP", "--margin", "0.1", "--json"])
+    rows = json.loads(res.output)["AP"]
+    assert rows[0]["system"] == "one.trec" and rows[1]["system"] == "two.trec" and "tost_p" in rows[1]
+    res = invoke(["unjudged", "--qrels", files / "qrels.txt", files / "one.trec", "-k", "2", "--json"])
+    assert json.loads(res.output)["one.trec"]["unjudged@2"] == 2
+    res = invoke(["partial", "--qrels", files / "qrels.txt", "--run", files / "one.trec", "--run", files / "two.trec",
+                  "--budget", "1", "--seeds", "2", "-q", "--plot", tmp_path / "p.png"])
+    assert res.exit_code == 0, res.output
+    assert "keep 1" in res.output and (tmp_path / "p.png").exists()
