@@ -39,14 +39,16 @@ def retr():
 @click.option("--b", type=float, default=0.4, show_default=True, help="Default BM25 b stored in the index.")
 @click.option("--threads", type=click.IntRange(1, 256), default=2, show_default=True, help="Indexing threads.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing index folder (atomically, on success).")
+@click.option("--empty", type=click.Choice(["error", "skip", "keep"]), default="error", show_default=True,
+              help="What a document without text does: fail the build, be skipped, or be indexed.")
 @click.option("--docvectors", is_flag=True, help="Also store Lucene document vectors (for feedback models).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
-def index_cmd(corpus, index_dir, k1, b, threads, overwrite, docvectors, quiet):
+def index_cmd(corpus, index_dir, k1, b, threads, overwrite, empty, docvectors, quiet):
     """Build an index folder (document store + Lucene BM25) from a corpus."""
     from retrieval.index import build_index
 
     idx = build_index(corpus, index_dir, k1=k1, b=b, threads=threads, overwrite=overwrite,
-                      store_docvectors=docvectors, quiet=quiet)
+                      store_docvectors=docvectors, empty=empty, quiet=quiet)
     if not quiet:
         subs = ", ".join(idx.retrievers)
         click.echo(f"indexed {len(idx):,} documents into {index_dir} ({subs})", err=True)

@@ -69,8 +69,18 @@ def _first(obj: dict, keys) -> Optional[object]:
     return None
 
 
-def read_corpus(path: Path | str, check_duplicates: bool = True) -> Iterator[Document]:
-    """Stream the documents of a corpus (BEIR folder, JSONL or TSV, optionally .gz)."""
+EMPTY_POLICIES = ("error", "skip", "keep")
+
+
+def read_corpus(path: Path | str, check_duplicates: bool = True, empty: str = "error",
+                skipped: Optional[List[str]] = None) -> Iterator[Document]:
+    """Stream the documents of a corpus (BEIR folder, JSONL or TSV, optionally .gz).
+
+    ``empty`` says what a document with neither title nor text does: ``error``
+    (the default), ``skip`` (its id is appended to ``skipped``) or ``keep``.
+    """
+    if empty not in EMPTY_POLICIES:
+        raise InputError(f"unknown empty-document policy {empty!r}; choose one of {', '.join(EMPTY_POLICIES)}")
     path = resolve_corpus(path)
     suffix = _base_suffix(path)
     seen: set = set()
@@ -107,8 +117,12 @@ def read_corpus(path: Path | str, check_duplicates: bool = True) -> Iterator[Doc
             raise InputError("empty document id", path, n)
         if any(c.isspace() for c in docid):
             raise InputError(f"document id {docid!r} contains whitespace (TREC runs cannot hold it)", path, n)
-        if not (text.strip() or title.strip()):
-            raise InputError(f"document {docid!r} has empty text", path, n)
+        if not (text.strip() or title.strip()) and empty != "keep":
+            if empty == "error":
+                raise InputError(f"document {docid!r} has empty text (--empty skip drops such documents)", path, n)
+            if skipped is not None:
+                skipped.append(docid)
+            continue
         if check_duplicates:
             if docid in seen:
                 raise InputError(f"duplicate document id {docid!r}", path, n)

@@ -32,18 +32,21 @@ def _fingerprint_update(h, doc: Document) -> None:
 
 def build_index(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[str, Path], *,
                 k1: float = 0.9, b: float = 0.4, threads: int = 2, overwrite: bool = False,
-                store_docvectors: bool = False, quiet: bool = False) -> "Index":
+                store_docvectors: bool = False, empty: str = "error", quiet: bool = False) -> "Index":
     """Build an index folder with a document store and a Lucene BM25 sub-index.
 
     ``corpus`` is a path (BEIR folder, JSONL, TSV, .gz) or an iterable of
-    :class:`Document`. The folder appears only when the build succeeds.
+    :class:`Document`. ``empty`` is the policy for documents without text
+    (``error``, ``skip`` or ``keep``). The folder appears only when the build succeeds.
     """
     from indexes.lucene import build_lucene
 
     index_dir = Path(index_dir)
     source = str(corpus) if isinstance(corpus, (str, Path)) else "<python iterable>"
     total = count_lines(corpus) if isinstance(corpus, (str, Path)) else None
-    docs = read_corpus(corpus) if isinstance(corpus, (str, Path)) else _checked(corpus)
+    skipped: List[str] = []
+    docs = (read_corpus(corpus, empty=empty, skipped=skipped) if isinstance(corpus, (str, Path))
+            else _checked(corpus))
     t0 = time.perf_counter()
     with mf.atomic_folder(index_dir, overwrite=overwrite) as tmp:
         store = DocStoreWriter(tmp / DOCSTORE)
@@ -63,8 +66,9 @@ def build_index(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[s
             n_docs = store.close()
         if n_docs == 0:
             raise InputError("corpus has no documents", source)
-        m = mf.new_manifest({"threads": threads})
-        m["corpus"] = {"source": source, "doc_count": n_docs, "fingerprint": "sha256:" + h.hexdigest()}
+        m = mf.new_manifest({"threads": threads, "empty": empty})
+        m["corpus"] = {"source": source, "doc_count": n_docs, "fingerprint": "sha256:" + h.hexdigest(),
+                       "skipped_empty": len(skipped)}
         m["docstore"] = {"path": DOCSTORE, "doc_count": n_docs}
         m["subindexes"]["bm25"] = {
             "kind": "bm25", "path": "bm25", "built_at": mf.now(), "doc_count": int(info["doc_count"]),
@@ -167,12 +171,16 @@ class Index:
 
     def batch_search(self, queries: Sequence[Union[Query, str]], k: int = 10, retriever: str = "bm25",
                      threads: int = 1, text: bool = False, quiet: bool = True,
-                     batch_size: int = 256) -> Dict[str, List[Hit]]:
+                     batch_size: Optional[int] = None) -> Dict[str, List[Hit]]:
         """Search many queries; returns ``{qid: hits}`` in the order of ``queries``.
-        Plain strings get ids "0", "1", ..."""
+        Plain strings get ids "0", "1", ... Queries go to the backend in
+        batches of ``batch_size`` (default: all at once when quiet, else
+        about 20 batches so the progress bar moves)."""
         _check_k(k)
         qs = [q if isinstance(q, Query) else Query(str(i), q) for i, q in enumerate(queries)]
         r = self.retriever(retriever)
+        if batch_size is None:
+            batch_size = max(len(qs), 1) if quiet else max(256, len(qs) // 20)
         out: Dict[str, List[Hit]] = {}
         with progress(total=len(qs), desc=f"searching ({retriever})", unit="q", quiet=quiet) as bar:
             for i in range(0, len(qs), batch_size):

@@ -24,7 +24,7 @@ class Query:
     text: str
 
 
-@dataclass
+@dataclass(slots=True)
 class Hit:
     """One ranked result. ``title``/``text`` are filled from the document store
     (empty when the caller asked for ids only); ``scores`` holds each
@@ -35,7 +35,7 @@ class Hit:
     rank: int
     title: str = ""
     text: str = ""
-    scores: Dict[str, float] = field(default_factory=dict)
+    scores: Optional[Dict[str, float]] = None
     qid: Optional[str] = None
 
     def to_dict(self) -> Dict[str, Any]:

@@ -64,3 +64,14 @@ def test_duplicate_query_id(tmp_path):
     (tmp_path / "q.tsv").write_text("1\ta\n1\tb\n")
     with pytest.raises(InputError, match=r"q.tsv:2: duplicate query id"):
         read_queries(tmp_path / "q.tsv")
+
+
+def test_empty_document_policy(tmp_path):
+    p = tmp_path / "c.jsonl"
+    p.write_text('{"_id": "a", "text": "ok"}\n{"_id": "b", "text": ""}\n{"_id": "c", "text": "fine"}\n')
+    with pytest.raises(InputError, match="c.jsonl:2: .*empty text"):
+        list(read_corpus(p))
+    skipped = []
+    assert [d.docid for d in read_corpus(p, empty="skip", skipped=skipped)] == ["a", "c"]
+    assert skipped == ["b"]
+    assert [d.docid for d in read_corpus(p, empty="keep")] == ["a", "b", "c"]
