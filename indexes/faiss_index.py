@@ -1,0 +1,358 @@
+"""faiss vector index with a docid map: build, add, save, open (memory-mapped), search.
+
+Model-free: it stores and searches vectors; the encoder lives in ``retrieval.encoders``.
+Scores are inner products (cosine when the vectors are L2-normalised, as DenseEncoder makes them).
+
+Usage::
+
+    idx = FaissIndex.build(vectors, docids, factory="HNSW32")   # or an iterable of (vectors, docids)
+    idx.save("IDX/dense")
+    idx = FaissIndex.open("IDX/dense")                          # memory-mapped where faiss allows
+    scores, ids = idx.search(query_vectors, k=10)                # ids: list of docid lists
+    idx.add(more_vectors, more_docids); idx.save("IDX/dense")
+
+Folder layout: ``index.faiss`` (faiss.write_index), ``docids.txt`` (one docid per line, in faiss id
+order) and ``faiss.json`` (:meth:`FaissIndex.describe`). Each file is written to a temporary name
+and moved into place with ``os.replace``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Iterable, Optional, Sequence
+
+import faiss
+import numpy as np
+
+from indexes.errors import IndexFormatError, InputError
+
+INDEX_FILE, DOCIDS_FILE, META_FILE = "index.faiss", "docids.txt", "faiss.json"
+
+
+class FaissFactoryError(InputError):
+    """faiss rejected the factory string."""
+
+
+class FaissTrainError(InputError):
+    """The index type needs training and the vectors could not train it (usually too few)."""
+
+
+class DimensionMismatchError(InputError):
+    """Vectors whose dimension differs from the index's."""
+
+
+def _first_line(e: Exception) -> str:
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    # faiss messages start with "Error in <C++ signature> at file:line: "; keep the human part.
+    return msg.rsplit(": ", 1)[-1] if msg.startswith("Error in") else msg
+
+
+def gpu_available() -> bool:
+    """True when this faiss build has GPU support and sees at least one GPU."""
+    return hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
+
+
+class FaissIndex:
+    """A faiss index (inner product) plus the docid of every vector.
+
+    Search parameters (``ef_search`` for HNSW, ``nprobe`` for IVF) are set with
+    :meth:`set_search_params` and saved with the index.
+    """
+
+    def __init__(self, index: "faiss.Index", docids: Sequence[str], factory: str, params: Optional[dict] = None,
+                 use_gpu: bool | str = "auto", mmapped_from: Optional[Path] = None):
+        self.index = index
+        self.factory = factory
+        self._docids = list(docids)
+        self._docid_arr: Optional[np.ndarray] = None
+        self._docid_set: Optional[set] = None
+        self._mmapped_from = mmapped_from
+        self.params: dict = {}
+        self._want_gpu = use_gpu
+        self._gpu_index = None
+        self._gpu_res = None
+        if len(self._docids) != self.index.ntotal:
+            raise IndexFormatError(f"faiss index holds {self.index.ntotal} vectors but {len(self._docids)} docids")
+        self.set_search_params(**(params or {}))
+
+    # -- construction ----------------------------------------------------------------------------
+    @classmethod
+    def create(cls, dim: int, factory: str = "Flat", use_gpu: bool | str = "auto") -> "FaissIndex":
+        """An empty index of dimension ``dim`` from a faiss factory string (``Flat``, ``HNSW32``, ``IVF1024,PQ32``...)."""
+        if int(dim) < 1:
+            raise InputError(f"vector dimension must be positive, got {dim}")
+        if not isinstance(factory, str) or not factory.strip():
+            raise FaissFactoryError("empty faiss factory string")
+        try:
+            index = faiss.index_factory(int(dim), factory, faiss.METRIC_INNER_PRODUCT)
+        except RuntimeError as e:
+            raise FaissFactoryError(f"faiss rejected the factory string {factory!r} for dimension {dim}: {_first_line(e)}")
+        return cls(index, [], factory, use_gpu=use_gpu)
+
+    @classmethod
+    def build(cls, vectors, docids: Optional[Sequence[str]] = None, factory: str = "Flat",
+              dim: Optional[int] = None, train_size: int = 100_000, seed: int = 0,
+              use_gpu: bool | str = "auto", quiet: bool = False) -> "FaissIndex":
+        """Build from an (N, d) array + ``docids``, or from an iterable of ``(vectors, docids)`` batches.
+
+        If the index type needs training (``index.is_trained`` is False) the first ``train_size``
+        vectors are buffered and a random sample of them (seeded) trains it before adding.
+        """
+        if isinstance(vectors, np.ndarray):
+            if docids is None:
+                raise InputError("docids are required with a vector array")
+            batches: Iterable = [(vectors, docids)]
+        else:
+            batches = vectors
+        it = iter(batches)
+        idx: Optional[FaissIndex] = None
+        buf_v: list = []
+        buf_d: list = []
+        nbuf = 0
+        for v, d in it:
+            v = _as_matrix(v)
+            if idx is None:
+                idx = cls.create(dim or v.shape[1], factory, use_gpu)
+            if idx.index.is_trained:
+                idx.add(v, d)
+                continue
+            buf_v.append(v)
+            buf_d.extend(d)
+            nbuf += len(v)
+            if nbuf >= train_size:
+                idx._train_and_flush(buf_v, buf_d, train_size, seed)
+                buf_v, buf_d = [], []
+        if idx is None:
+            if dim is None:
+                raise InputError("no vectors to index (and no dimension given)")
+            idx = cls.create(dim, factory, use_gpu)
+        if buf_v:
+            idx._train_and_flush(buf_v, buf_d, train_size, seed)
+        return idx
+
+    def _train_and_flush(self, buf_v: list, buf_d: list, train_size: int, seed: int) -> None:
+        allv = np.concatenate(buf_v)
+        sample = allv
+        if len(allv) > train_size:
+            sample = allv[np.sort(np.random.default_rng(seed).choice(len(allv), train_size, replace=False))]
+        self.train(sample)
+        self.add(allv, buf_d)
+
+    def train(self, sample: np.ndarray) -> None:
+        """Train the index (IVF centroids, PQ codebooks) on ``sample``; a no-op when already trained."""
+        if self.index.is_trained:
+            return
+        sample = self._check_dim(_as_matrix(sample))
+        try:
+            self.index.train(sample)
+        except RuntimeError as e:
+            raise FaissTrainError(f"faiss could not train {self.factory!r} on {len(sample)} vectors "
+                                  f"(too few for this index type?): {_first_line(e)}")
+
+    # -- adding ----------------------------------------------------------------------------------
+    def add(self, vectors: np.ndarray, docids: Sequence[str]) -> None:
+        """Append vectors with their docids. Raises on a dimension mismatch, a count mismatch, a
+        docid with a newline, or a docid already in the index."""
+        v = self._check_dim(_as_matrix(vectors))
+        docids = [str(d) for d in docids]
+        if len(docids) != len(v):
+            raise InputError(f"{len(v)} vectors but {len(docids)} docids")
+        if not docids:
+            return
+        if any("\n" in d or "\r" in d for d in docids):
+            raise InputError("docids must not contain line breaks")
+        if self._docid_set is None:
+            self._docid_set = set(self._docids)
+        new = set(docids)
+        if len(new) != len(docids) or not new.isdisjoint(self._docid_set):
+            dup = next(d for d in docids if d in self._docid_set or docids.count(d) > 1)
+            raise InputError(f"duplicate docid {dup!r}: already in the index or repeated in this batch")
+        if not self.index.is_trained:
+            raise FaissTrainError(f"index {self.factory!r} is not trained yet; call train() or use build()")
+        self._make_writable()
+        if hasattr(self.index, "id_map"):  # an "IDMap,..." factory string: ids are our positions
+            n0 = self.index.ntotal
+            self.index.add_with_ids(v, np.arange(n0, n0 + len(v), dtype=np.int64))
+        else:
+            self.index.add(v)
+        self._docids.extend(docids)
+        self._docid_set |= new
+        self._docid_arr = None
+        self._gpu_index = None  # rebuilt from the CPU index at the next search
+
+    def _make_writable(self) -> None:
+        # A memory-mapped faiss index must not grow (faiss aborts the process): load it fully first.
+        if self._mmapped_from is not None:
+            params = dict(self.params)
+            self.index = faiss.read_index(str(self._mmapped_from / INDEX_FILE))
+            self._mmapped_from = None
+            self.set_search_params(**params)
+
+    # -- searching -------------------------------------------------------------------------------
+    def set_search_params(self, ef_search: Optional[int] = None, nprobe: Optional[int] = None) -> None:
+        """HNSW ``efSearch`` / IVF ``nprobe``; an option the index type lacks raises InputError."""
+        for key, name, val in (("ef_search", "efSearch", ef_search), ("nprobe", "nprobe", nprobe)):
+            if val is None:
+                continue
+            if int(val) < 1:
+                raise InputError(f"{key} must be positive, got {val}")
+            try:
+                faiss.ParameterSpace().set_index_parameter(self.index, name, int(val))
+            except RuntimeError:
+                raise InputError(f"{key} does not apply to a {self.factory!r} index")
+            self.params[key] = int(val)
+            if self._gpu_index is not None:
+                faiss.GpuParameterSpace().set_index_parameter(self._gpu_index, name, int(val))
+
+    def _searcher(self):
+        if self._want_gpu is False or self._want_gpu == "no" or not gpu_available():
+            if self._want_gpu is True:
+                warnings.warn("faiss GPU requested but unavailable; searching on CPU")
+                self._want_gpu = "auto"
+            return self.index
+        if self._gpu_index is None:
+            try:
+                self._gpu_res = self._gpu_res or faiss.StandardGpuResources()
+                self._gpu_index = faiss.index_cpu_to_gpu(self._gpu_res, 0, self.index)
+                for key, name in (("ef_search", "efSearch"), ("nprobe", "nprobe")):
+                    if key in self.params:
+                        faiss.GpuParameterSpace().set_index_parameter(self._gpu_index, name, self.params[key])
+            except (RuntimeError, AttributeError) as e:  # e.g. HNSW has no GPU version
+                print(f"retr: faiss GPU not used for {self.factory!r} ({_first_line(e)}); searching on CPU",
+                      file=sys.stderr)
+                self._want_gpu = False
+                return self.index
+        return self._gpu_index
+
+    def search(self, queries: np.ndarray, k: int = 10) -> tuple[np.ndarray, list[list[str]]]:
+        """Top-``k`` by inner product for each query row: ``(scores (n, k) float32, docid lists)``.
+
+        Lists are shorter than ``k`` when the index holds fewer vectors (faiss's -1 slots are
+        dropped; their scores are -inf). A single query runs faiss on one thread, which was
+        several times faster than two threads here (eval/results/dense_speed.md).
+        """
+        q = self._check_dim(_as_matrix(queries))
+        if k < 1:
+            raise InputError(f"k must be positive, got {k}")
+        index = self._searcher()
+        if len(q) == 1 and index is self.index:
+            nt = faiss.omp_get_max_threads()
+            faiss.omp_set_num_threads(1)
+            try:
+                D, I = index.search(q, k)
+            finally:
+                faiss.omp_set_num_threads(nt)
+        else:
+            D, I = index.search(q, k)
+        if self._docid_arr is None:
+            self._docid_arr = np.array(self._docids + [""], dtype=object)  # slot -1 -> ""
+        names = self._docid_arr[I]
+        if (I < 0).any():
+            D = np.where(I < 0, -np.inf, D).astype(np.float32)
+            return D, [[n for n, i in zip(nr, ir) if i >= 0] for nr, ir in zip(names, I)]
+        return D, names.tolist()
+
+    # -- persistence -----------------------------------------------------------------------------
+    def save(self, folder: str | os.PathLike) -> Path:
+        """Write ``index.faiss``, ``docids.txt`` and ``faiss.json`` into ``folder`` (atomically per file)."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=INDEX_FILE, suffix=".tmp")
+        os.close(fd)
+        try:
+            faiss.write_index(self.index, tmp)
+            os.replace(tmp, folder / INDEX_FILE)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        _atomic_text(folder / DOCIDS_FILE, "".join(d + "\n" for d in self._docids))
+        _atomic_text(folder / META_FILE, json.dumps(self.describe(folder), indent=2))
+        return folder
+
+    @classmethod
+    def open(cls, folder: str | os.PathLike, mmap: bool = True, use_gpu: bool | str = "auto") -> "FaissIndex":
+        """Open a saved index; with ``mmap`` the vectors stay on disk (``IO_FLAG_MMAP_IFC``, then
+        ``IO_FLAG_MMAP``) where this faiss build can map the index type, else it is read into memory."""
+        folder = Path(folder)
+        for f in (INDEX_FILE, DOCIDS_FILE, META_FILE):
+            if not (folder / f).is_file():
+                raise IndexFormatError(f"{folder}: faiss index folder is missing {f}")
+        try:
+            meta = json.loads((folder / META_FILE).read_text())
+        except ValueError as e:
+            raise IndexFormatError(f"{folder / META_FILE}: not valid JSON ({e})")
+        index, mapped = None, None
+        if mmap:
+            for flag in ("IO_FLAG_MMAP_IFC", "IO_FLAG_MMAP"):
+                if hasattr(faiss, flag):
+                    try:
+                        index = faiss.read_index(str(folder / INDEX_FILE), getattr(faiss, flag))
+                        mapped = folder
+                        break
+                    except RuntimeError:
+                        continue
+        if index is None:
+            try:
+                index = faiss.read_index(str(folder / INDEX_FILE))
+            except RuntimeError as e:
+                raise IndexFormatError(f"{folder / INDEX_FILE}: faiss cannot read it ({_first_line(e)})")
+        docids = (folder / DOCIDS_FILE).read_text(encoding="utf-8").split("\n")[:-1]
+        return cls(index, docids, meta.get("factory", "?"), params=meta.get("params"), use_gpu=use_gpu,
+                   mmapped_from=mapped)
+
+    # -- info ------------------------------------------------------------------------------------
+    @property
+    def dim(self) -> int:
+        return int(self.index.d)
+
+    @property
+    def ntotal(self) -> int:
+        return int(self.index.ntotal)
+
+    def __len__(self) -> int:
+        return self.ntotal
+
+    @property
+    def docids(self) -> list[str]:
+        return list(self._docids)
+
+    @property
+    def on_gpu(self) -> bool:
+        return self._gpu_index is not None
+
+    def describe(self, folder: Optional[Path] = None) -> dict:
+        """Facts for a manifest: factory, dim, ntotal, metric, faiss version, search params, size."""
+        d = {"backend": "faiss", "factory": self.factory, "dim": self.dim, "ntotal": self.ntotal,
+             "metric": "inner_product", "index_class": type(faiss.downcast_index(self.index)).__name__,
+             "is_trained": bool(self.index.is_trained), "params": dict(self.params),
+             "faiss_version": faiss.__version__, "files": [INDEX_FILE, DOCIDS_FILE, META_FILE]}
+        if folder is not None and (Path(folder) / INDEX_FILE).is_file():
+            d["index_bytes"] = (Path(folder) / INDEX_FILE).stat().st_size
+        return d
+
+    def _check_dim(self, v: np.ndarray) -> np.ndarray:
+        if v.shape[1] != self.dim:
+            raise DimensionMismatchError(f"vectors have dimension {v.shape[1]} but the index has {self.dim}")
+        return v
+
+
+def _as_matrix(v) -> np.ndarray:
+    a = np.asarray(v)
+    if a.ndim == 1:
+        a = a.reshape(1, -1)
+    if a.ndim != 2:
+        raise InputError(f"expected a 2-d array of vectors, got shape {a.shape}")
+    if not np.issubdtype(a.dtype, np.number):
+        raise InputError(f"vectors must be numeric, got dtype {a.dtype}")
+    return np.ascontiguousarray(a, dtype=np.float32)
+
+
+def _atomic_text(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+        fh.write(text)
+    os.replace(tmp, path)

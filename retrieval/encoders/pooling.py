@@ -1,0 +1,108 @@
+"""Poolers: turn a transformer's token states into one sentence vector.
+
+Each pooler is a small callable ``pooler(outputs, mask) -> (B, d) tensor`` where ``outputs`` is the
+Hugging Face model output (``last_hidden_state``, and ``hidden_states`` / ``attentions`` when the
+pooler says it needs them) and ``mask`` the (B, T) attention mask. Choose one by name with
+:func:`get_pooler`:
+
+* ``mean``       masked mean of the last layer (what all-MiniLM-L6-v2 was trained with).
+* ``cls``        the last layer's first ([CLS]) token, before any pooler head.
+* ``first-last`` masked mean of ``(hidden_states[0] + hidden_states[-1]) / 2``. As in SimCSE's
+                 released ``avg_first_last`` and in Ditto's code, "first" is ``hidden_states[0]``,
+                 the *embedding layer output*, not the first transformer layer.
+* ``ditto``      Ditto (Chen et al., EMNLP 2023): token i weighted by ``attentions[layer][:, head, i, i]``,
+                 embedding ``sum_i w_i * mask_i * (hidden_states[0]_i + hidden_states[-1]_i) / 2``.
+                 Like the authors' code, the weights are *not* normalised (no division by
+                 ``sum_i w_i``); that only rescales each vector, so cosine scores are unchanged.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+
+from indexes.errors import InputError
+
+POOLERS = ("mean", "cls", "first-last", "ditto")
+_ALIASES = {"first_last": "first-last", "firstlast": "first-last", "avg": "mean", "avg_first_last": "first-last"}
+
+
+class UnknownPoolingError(InputError):
+    """A pooling name that is not one of :data:`POOLERS`, or Ditto without a valid (layer, head)."""
+
+
+def mean_pool(last: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Masked mean over tokens: ``sum_i mask_i h_i / sum_i mask_i``."""
+    m = mask.unsqueeze(-1).to(last.dtype)
+    return (last * m).sum(1) / m.sum(1).clamp(min=1e-9)
+
+
+def cls_pool(last: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The first token's state."""
+    return last[:, 0]
+
+
+def first_last_pool(first: torch.Tensor, last: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Masked mean of the average of the first and last hidden states."""
+    return mean_pool((first + last) / 2.0, mask)
+
+
+def ditto_weights(attentions: Any, layer: int, head: int) -> torch.Tensor:
+    """Token weights (B, T): the diagonal of attention head ``head`` in layer ``layer``."""
+    if not attentions:
+        raise RuntimeError("the model returned no attentions; load it with attn_implementation='eager'")
+    return torch.diagonal(attentions[layer][:, head], dim1=-2, dim2=-1)
+
+
+def ditto_pool(first: torch.Tensor, last: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """``sum_i w_i * mask_i * (first_i + last_i) / 2`` (unnormalised, as in the authors' code)."""
+    w = (weights * mask.to(weights.dtype)).unsqueeze(-1)
+    return (w * (first + last) / 2.0).sum(1)
+
+
+@dataclass(frozen=True)
+class Pooler:
+    """A named pooler; ``needs_*`` tell the encoder which extra model outputs to request."""
+
+    name: str
+    layer: Optional[int] = None
+    head: Optional[int] = None
+
+    @property
+    def needs_hidden_states(self) -> bool:
+        return self.name in ("first-last", "ditto")
+
+    @property
+    def needs_attentions(self) -> bool:
+        return self.name == "ditto"
+
+    def __call__(self, outputs: Any, mask: torch.Tensor) -> torch.Tensor:
+        if self.name == "mean":
+            return mean_pool(outputs.last_hidden_state, mask)
+        if self.name == "cls":
+            return cls_pool(outputs.last_hidden_state)
+        hs = outputs.hidden_states
+        if self.name == "first-last":
+            return first_last_pool(hs[0], hs[-1], mask)
+        return ditto_pool(hs[0], hs[-1], mask, ditto_weights(outputs.attentions, self.layer, self.head))
+
+
+def canonical_name(name: str) -> str:
+    """Normalise a pooling name (``first_last`` -> ``first-last``); unknown names raise."""
+    key = str(name).strip().lower()
+    key = _ALIASES.get(key, key)
+    if key not in POOLERS:
+        raise UnknownPoolingError(f"unknown pooling {name!r} (choose from: {', '.join(POOLERS)})")
+    return key
+
+
+def get_pooler(name: str, layer: Optional[int] = None, head: Optional[int] = None) -> Pooler:
+    """The pooler called ``name``; Ditto needs ``layer`` and ``head``."""
+    key = canonical_name(name)
+    if key == "ditto":
+        if layer is None or head is None:
+            raise UnknownPoolingError("ditto pooling needs a (layer, head) pair; run `retr ditto-select` "
+                                      "or pass ditto_layer_head=(layer, head)")
+        return Pooler(key, int(layer), int(head))
+    return Pooler(key)
