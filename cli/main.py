@@ -34,21 +34,53 @@ def retr():
 @retr.command("index")
 @click.option("--corpus", "corpus", required=True, type=click.Path(path_type=Path),
               help="BEIR folder, or a JSONL/TSV file (optionally .gz).")
-@click.option("--index", "index_dir", required=True, type=click.Path(path_type=Path), help="Index folder to create.")
+@click.option("--index", "index_dir", required=True, type=click.Path(path_type=Path),
+              help="Index folder to create, or an existing one to add sub-indexes to.")
 @click.option("--k1", type=float, default=0.9, show_default=True, help="Default BM25 k1 stored in the index.")
 @click.option("--b", type=float, default=0.4, show_default=True, help="Default BM25 b stored in the index.")
+@click.option("--dense", "dense_model", is_flag=False, flag_value="minilm", default=None, metavar="[MODEL]",
+              help="Add a dense sub-index: bundled all-MiniLM-L6-v2 by default, or 'splade-tiny', "
+                   "or a local Hugging Face folder.")
+@click.option("--pooling", default="mean", show_default=True, help="Dense pooling: mean, cls, first-last or ditto.")
+@click.option("--faiss", "factory", default="Flat", show_default=True,
+              help="faiss factory string for the dense index (Flat, HNSW32, IVF1024,PQ32, ...).")
+@click.option("--dtype", type=click.Choice(["float32", "float16"]), default="float32", show_default=True,
+              help="Precision of the stored dense vectors.")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+              help="Where the dense encoder runs.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True, help="Encoding batch size.")
 @click.option("--threads", type=click.IntRange(1, 256), default=2, show_default=True, help="Indexing threads.")
-@click.option("--overwrite", is_flag=True, help="Replace an existing index folder (atomically, on success).")
+@click.option("--overwrite", is_flag=True, help="Rebuild: replace the folder (or the named sub-index) on success.")
 @click.option("--empty", type=click.Choice(["error", "skip", "keep"]), default="error", show_default=True,
               help="What a document without text does: fail the build, be skipped, or be indexed.")
 @click.option("--docvectors", is_flag=True, help="Also store Lucene document vectors (for feedback models).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
-def index_cmd(corpus, index_dir, k1, b, threads, overwrite, empty, docvectors, quiet):
-    """Build an index folder (document store + Lucene BM25) from a corpus."""
-    from retrieval.index import build_index
+def index_cmd(corpus, index_dir, k1, b, dense_model, pooling, factory, dtype, device, batch_size, threads,
+              overwrite, empty, docvectors, quiet):
+    """Build an index folder (document store + Lucene BM25, and optional dense
+    sub-index) from a corpus. On an existing folder built from the same corpus,
+    add the requested sub-indexes to it."""
+    from retrieval.index import Index, add_dense, build_index, corpus_fingerprint
+    from retrieval.subindexes import DenseSpec
 
-    idx = build_index(corpus, index_dir, k1=k1, b=b, threads=threads, overwrite=overwrite,
-                      store_docvectors=docvectors, empty=empty, quiet=quiet)
+    spec = None
+    if dense_model is not None:
+        spec = DenseSpec(model=None if dense_model == "minilm" else dense_model, pooling=pooling, factory=factory,
+                         dtype=dtype, device=device, batch_size=batch_size).validate()
+    existing = (index_dir / "manifest.json").exists()
+    if existing and not (overwrite and spec is None):
+        if spec is None:
+            raise InputError("index folder already exists; pass --overwrite to rebuild it, or --dense to add "
+                             "a dense sub-index", index_dir)
+        idx = Index.open(index_dir)
+        fp, _ = corpus_fingerprint(corpus, empty=idx.manifest.get("config", {}).get("empty", "error"))
+        if fp != idx.manifest["corpus"]["fingerprint"]:
+            raise InputError("was built from a different corpus; pass a new --index or rebuild with --overwrite "
+                             "and without sub-index options first", index_dir)
+        idx = add_dense(idx, spec, overwrite=overwrite, quiet=quiet)
+    else:
+        idx = build_index(corpus, index_dir, k1=k1, b=b, threads=threads, overwrite=overwrite,
+                          store_docvectors=docvectors, empty=empty, dense=spec, quiet=quiet)
     if not quiet:
         subs = ", ".join(idx.retrievers)
         click.echo(f"indexed {len(idx):,} documents into {index_dir} ({subs})", err=True)

@@ -11,13 +11,14 @@ import hashlib
 import threading
 import time
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Union
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from indexes import manifest as mf
 from indexes.docstore import DocStore, DocStoreWriter
 from indexes.errors import IndexFormatError, InputError
 from retrieval.collections import count_lines, read_corpus
 from retrieval.progress import progress
+from retrieval.subindexes import DenseSpec, build_dense
 from retrieval.types import Document, Hit, Query
 
 DOCSTORE = "docs.sqlite"
@@ -32,16 +33,20 @@ def _fingerprint_update(h, doc: Document) -> None:
 
 def build_index(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[str, Path], *,
                 k1: float = 0.9, b: float = 0.4, threads: int = 2, overwrite: bool = False,
-                store_docvectors: bool = False, empty: str = "error", quiet: bool = False) -> "Index":
+                store_docvectors: bool = False, empty: str = "error", dense: Optional[DenseSpec] = None,
+                quiet: bool = False) -> "Index":
     """Build an index folder with a document store and a Lucene BM25 sub-index.
 
     ``corpus`` is a path (BEIR folder, JSONL, TSV, .gz) or an iterable of
     :class:`Document`. ``empty`` is the policy for documents without text
-    (``error``, ``skip`` or ``keep``). The folder appears only when the build succeeds.
+    (``error``, ``skip`` or ``keep``). With ``dense`` a dense sub-index is
+    built too. The folder appears only when every sub-index is built.
     """
     from indexes.lucene import build_lucene
 
     index_dir = Path(index_dir)
+    if dense is not None:
+        dense.validate()  # fail on a bad option before reading the corpus
     source = str(corpus) if isinstance(corpus, (str, Path)) else "<python iterable>"
     total = count_lines(corpus) if isinstance(corpus, (str, Path)) else None
     skipped: List[str] = []
@@ -75,8 +80,41 @@ def build_index(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[s
             "config": {"k1": k1, "b": b, "analyzer": "anserini-default-english", "store_docvectors": store_docvectors},
             "model": None, "build_seconds": round(time.perf_counter() - t0, 3),
         }
+        if dense is not None:
+            m["subindexes"]["dense"] = build_dense(tmp / "dense", "dense", tmp / DOCSTORE, dense,
+                                                   m["corpus"]["fingerprint"], _cache_base(index_dir), quiet)
         mf.write_manifest(tmp, m)
     return Index.open(index_dir)
+
+
+def _cache_base(index_dir: Path) -> Path:
+    return index_dir.parent / f".{index_dir.name}.encode"
+
+
+def corpus_fingerprint(corpus: Union[str, Path], empty: str = "error") -> Tuple[str, int]:
+    """The fingerprint ``build_index`` records, without building anything."""
+    h = hashlib.sha256()
+    n = 0
+    for doc in read_corpus(corpus, empty=empty):
+        _fingerprint_update(h, doc)
+        n += 1
+    return "sha256:" + h.hexdigest(), n
+
+
+def add_dense(index: "Index", spec: DenseSpec, name: str = "dense", overwrite: bool = False,
+              quiet: bool = False) -> "Index":
+    """Add a dense sub-index to an existing folder, from its document store.
+    It becomes visible only when the manifest that lists it is swapped in."""
+    spec.validate()
+    if name in index.manifest["subindexes"] and not overwrite:
+        raise InputError(f"index already has a {name!r} sub-index (pass --overwrite to rebuild it)", index.path)
+    with mf.staged_subindex(index.path, name) as tmp:
+        entry = build_dense(tmp, name, index.path / DOCSTORE, spec, index.manifest["corpus"]["fingerprint"],
+                            _cache_base(index.path), quiet)
+    m = dict(index.manifest)
+    m["subindexes"] = dict(m["subindexes"], **{name: entry})
+    mf.write_manifest(index.path, m)
+    return Index.open(index.path)
 
 
 def _checked(docs: Iterable[Document]) -> Iterable[Document]:

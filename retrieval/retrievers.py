@@ -37,3 +37,43 @@ class BM25Retriever:
 
 
 RETRIEVERS = {"bm25": BM25Retriever}
+
+
+class DenseRetriever:
+    """faiss search over vectors from the dense encoder recorded in the manifest.
+    The encoder (torch + transformers) loads on the first query."""
+
+    kind = "dense"
+
+    def __init__(self, path: Path, entry: dict):
+        from indexes.faiss_index import FaissIndex
+
+        self.path = Path(path)
+        self.entry = entry
+        self._index = FaissIndex.open(self.path)
+        self._encoder = None
+
+    @property
+    def encoder(self):
+        if self._encoder is None:
+            from retrieval.encoders.dense import DenseEncoder
+
+            self._encoder = DenseEncoder.from_config(self.entry["encoder"], quiet=True)
+        return self._encoder
+
+    def encode_queries(self, texts: Sequence[str]):
+        return self.encoder.encode(list(texts), quiet=True).astype("float32", copy=False)
+
+    def search_vectors(self, vectors, k: int) -> List[Scored]:
+        scores, names = self._index.search(vectors, k)
+        return [list(zip(n, map(float, s))) for n, s in zip(names, scores)]
+
+    def search(self, text: str, k: int) -> Scored:
+        return self.search_vectors(self.encode_queries([text]), k)[0]
+
+    def batch_search(self, queries: Sequence[Query], k: int, threads: int = 1) -> Dict[str, Scored]:
+        res = self.search_vectors(self.encode_queries([q.text for q in queries]), k)
+        return {q.qid: r for q, r in zip(queries, res)}
+
+
+RETRIEVERS["dense"] = DenseRetriever

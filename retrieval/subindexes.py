@@ -1,0 +1,105 @@
+"""Builders for the sub-indexes that hold model output (dense, ...). Each
+takes the documents of the folder's document store and writes one sub-index
+folder, returning its manifest entry. The BM25 sub-index is built in
+:func:`retrieval.index.build_index` while the corpus streams in."""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterator, List, Optional, Tuple
+
+from indexes import manifest as mf
+from indexes.errors import InputError
+
+
+@dataclass
+class DenseSpec:
+    """How to build a dense sub-index: encoder, pooling and faiss configuration."""
+
+    model: Optional[str] = None          # None or "minilm": bundled all-MiniLM-L6-v2; or a local HF folder
+    pooling: str = "mean"                 # mean | cls | first-last | ditto
+    factory: str = "Flat"                 # faiss factory string
+    dtype: str = "float32"                # stored vector precision (float32 | float16)
+    device: str = "auto"                  # cpu | cuda | auto
+    batch_size: int = 64
+    max_length: Optional[int] = None
+    shard_size: int = 50_000              # encoding shards (resumable)
+
+    def validate(self) -> "DenseSpec":
+        from retrieval.encoders.pooling import canonical_name
+
+        canonical_name(self.pooling)  # raises on an unknown pooling
+        if self.batch_size < 1 or self.shard_size < 1:
+            raise InputError("batch size and shard size must be positive")
+        return self
+
+
+def _docs(store_path: Path) -> Iterator[Tuple[str, str]]:
+    from indexes.docstore import DocStore
+
+    for docid, title, text, _meta in DocStore(store_path).iter_docs():
+        yield docid, (f"{title} {text}" if title else text)
+
+
+def build_dense(folder: Path, name: str, store_path: Path, spec: DenseSpec, fingerprint: str,
+                cache_base: Path, quiet: bool = False) -> dict:
+    """Encode every document of the store and write a faiss index into ``folder``
+    (which becomes sub-index ``name``); returns its manifest entry.
+
+    Encoded shards go to ``<cache_base>-<key>``, keyed by the encoder and the
+    corpus: a build that is interrupted resumes from the finished shards, and
+    the cache is removed once the sub-index is complete.
+    """
+    import numpy as np
+
+    from indexes.faiss_index import FaissIndex
+    from retrieval.encoders.dense import DenseEncoder
+
+    spec.validate()
+    t0 = time.perf_counter()
+    enc = DenseEncoder(spec.model, pooling=spec.pooling, device=spec.device, max_length=spec.max_length,
+                       dtype=spec.dtype, quiet=quiet)
+    FaissIndex.create(enc.dim, spec.factory, use_gpu=False)  # reject a bad factory string before encoding
+    cfg = enc.config()
+    key = hashlib.sha256(json.dumps([cfg, fingerprint, spec.shard_size], sort_keys=True,
+                                    default=str).encode()).hexdigest()[:16]
+    cache = cache_base.with_name(f"{cache_base.name}-{key}")
+    docids: List[str] = []
+
+    def texts():
+        for docid, text in _docs(store_path):
+            docids.append(docid)
+            yield text
+
+    shards = enc.encode_to_shards(texts(), cache, shard_size=spec.shard_size, batch_size=spec.batch_size,
+                                  quiet=quiet)
+    encode_s = time.perf_counter() - t0
+    if not docids:
+        raise InputError("no documents to encode")
+
+    def batches():
+        start = 0
+        for p in shards:
+            v = np.load(p).astype(np.float32, copy=False)
+            yield v, docids[start:start + len(v)]
+            start += len(v)
+
+    fi = FaissIndex.build(batches(), factory=spec.factory, dim=enc.dim, use_gpu=False, quiet=quiet)
+    fi.save(folder)
+    (folder / "encoder.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    shutil.rmtree(cache, ignore_errors=True)
+    return {
+        "kind": "dense", "path": name,
+        "built_at": mf.now(), "doc_count": fi.ntotal,
+        "config": {"factory": spec.factory, "pooling": enc.pooling, "dtype": spec.dtype,
+                   "max_length": enc.max_length, "dim": enc.dim, "normalize": enc.normalize,
+                   "ditto_layer_head": list(enc.ditto_layer_head) if enc.ditto_layer_head else None},
+        "model": {"path": cfg["model"], "sha256": cfg["model_sha256"], "architecture": cfg.get("architecture")},
+        "encoder": cfg, "faiss": fi.describe(folder),
+        "encode_seconds": round(encode_s, 2), "build_seconds": round(time.perf_counter() - t0, 2),
+        "spec": asdict(spec),
+    }
