@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import fcntl
 import json
 import os
 import platform
@@ -131,6 +132,27 @@ def staged_subindex(folder: Path | str, name: str) -> Iterator[Path]:
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(tmp, final)
+
+
+@contextlib.contextmanager
+def locked(folder: Path | str) -> Iterator[None]:
+    """An exclusive lock on an index folder (for read-modify-write of its manifest)."""
+    with open(Path(folder) / ".lock", "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def add_subindex_entry(folder: Path | str, name: str, entry: Dict[str, Any]) -> Dict[str, Any]:
+    """Record a built sub-index: re-read the manifest under the folder lock, so
+    two processes adding different sub-indexes do not lose each other's entry."""
+    with locked(folder):
+        m = read_manifest(folder)
+        m["subindexes"] = dict(m.get("subindexes", {}), **{name: entry})
+        write_manifest(folder, m)
+    return m
 
 
 def folder_size(path: Path | str) -> int:

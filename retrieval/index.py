@@ -111,9 +111,7 @@ def add_dense(index: "Index", spec: DenseSpec, name: str = "dense", overwrite: b
     with mf.staged_subindex(index.path, name) as tmp:
         entry = build_dense(tmp, name, index.path / DOCSTORE, spec, index.manifest["corpus"]["fingerprint"],
                             _cache_base(index.path), quiet)
-    m = dict(index.manifest)
-    m["subindexes"] = dict(m["subindexes"], **{name: entry})
-    mf.write_manifest(index.path, m)
+    mf.add_subindex_entry(index.path, name, entry)
     return Index.open(index.path)
 
 

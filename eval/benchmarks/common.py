@@ -89,3 +89,23 @@ def md_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 
 def run_dict(results) -> Dict[str, Dict[str, float]]:
     return {qid: {h.docid: h.score for h in hits} for qid, hits in results.items()}
+
+
+def bench_index(col: Collection, dense: Sequence[str] = ()):
+    """The shared benchmark index of a collection under WORK (built once, reused
+    by every benchmark): BM25 plus the requested dense sub-indexes, named
+    ``dense`` (MiniLM, mean pooling) or ``dense-<pooling>`` (MiniLM)."""
+    import retrieval
+    from retrieval.index import add_dense
+    from retrieval.subindexes import DenseSpec
+
+    path = WORK / col.name
+    if not (path / "manifest.json").exists():
+        retrieval.build_index(col.corpus, path, empty="skip", overwrite=True, quiet=True)
+    idx = retrieval.open_index(path)
+    for pooling in dense:
+        name = "dense" if pooling == "mean" else f"dense-{pooling}"
+        if name not in idx.retrievers:
+            print(f"[{col.name}] encoding for {name} ...", flush=True)
+            idx = add_dense(idx, DenseSpec(pooling=pooling), name=name, quiet=True)
+    return idx
