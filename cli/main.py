@@ -96,15 +96,23 @@ def index_cmd(corpus, index_dir, k1, b, dense_model, pooling, factory, dtype, de
               help="Output format: TREC run (default for --output) or JSONL hits with text.")
 @click.option("--qrels", type=click.Path(path_type=Path), help="Search only the queries that appear in these qrels.")
 @click.option("--split", help="Search only the queries of this BEIR split (qrels/SPLIT.tsv beside the queries).")
-@click.option("--retriever", default="bm25", show_default=True, help="Which sub-index to search.")
+@click.option("--retriever", default="bm25", show_default=True,
+              help="A sub-index (bm25, dense, ...) or a fused pipeline: bm25+dense, bm25+dense:rrf(k=60), "
+                   "bm25+dense:weighted(bm25=0.3,dense=0.7,norm=zscore).")
+@click.option("--fusion", default=None,
+              help="Fusion for a+b retrievers: rrf[(k=60)], combsum|combmnz[(norm=minmax|zscore)], "
+                   "weighted(a=w,b=w[,norm=...]) [default: the index's tuned fusion, else rrf(k=60)].")
+@click.option("--depth", type=click.IntRange(min=1), default=None,
+              help="Candidates per fused retriever [default: max(k, 100)].")
 @click.option("--k", "k", type=click.IntRange(min=1), default=None,
               help="Hits per query [default: 1000 with --queries, 10 for free text].")
 @click.option("--k1", type=float, default=None, help="Override BM25 k1 for this search.")
 @click.option("--b", type=float, default=None, help="Override BM25 b for this search.")
 @click.option("--threads", type=click.IntRange(1, 256), default=2, show_default=True, help="Search threads.")
-@click.option("--tag", default=None, help="Run tag (last TREC column) [default: the retriever].")
+@click.option("--tag", default=None, help="Run tag (last TREC column) [default: the pipeline spec].")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
-def search_cmd(text, index_dir, queries, output, fmt, qrels, split, retriever, k, k1, b, threads, tag, quiet):
+def search_cmd(text, index_dir, queries, output, fmt, qrels, split, retriever, fusion, depth, k, k1, b, threads,
+               tag, quiet):
     """Search an index: free TEXT prints the top hits; --queries FILE writes a run."""
     from retrieval.index import open_index
 
@@ -113,14 +121,17 @@ def search_cmd(text, index_dir, queries, output, fmt, qrels, split, retriever, k
     if qrels and split:
         raise click.UsageError("--qrels and --split are alternatives; give one")
     idx = open_index(index_dir)
-    r = idx.retriever(retriever)
+    pipeline = idx.pipeline(retriever, fusion)
     if k1 is not None or b is not None:
-        if not hasattr(r, "configure"):
-            raise InputError(f"--k1/--b apply to BM25 retrievers, not {retriever!r}")
-        r.configure(k1=k1, b=b)
+        bm25 = [n for n in pipeline.retrievers if hasattr(idx.retriever(n), "configure")]
+        if not bm25:
+            raise InputError(f"--k1/--b apply to BM25 retrievers, and {pipeline} has none")
+        for n in bm25:
+            idx.retriever(n).configure(k1=k1, b=b)
+    spec = str(pipeline)
 
     if text is not None:
-        hits = idx.search(text, k=k or 10, retriever=retriever)
+        hits = idx.search(text, k=k or 10, retriever=spec, depth=depth)
         if fmt == "jsonl":
             for h in hits:
                 click.echo(json.dumps(h.to_dict(), ensure_ascii=False))
@@ -146,19 +157,19 @@ def search_cmd(text, index_dir, queries, output, fmt, qrels, split, retriever, k
         if not qs:
             raise InputError("no query of the queries file appears in the qrels", qrels)
     fmt = fmt or "trec"
-    results = idx.batch_search(qs, k=k or 1000, retriever=retriever, threads=threads,
+    results = idx.batch_search(qs, k=k or 1000, retriever=spec, threads=threads, depth=depth,
                                text=(fmt == "jsonl"), quiet=quiet)
     if output is None:
         if fmt == "trec":
             for qid, hits in results.items():
                 for h in hits:
-                    click.echo(f"{qid} Q0 {h.docid} {h.rank} {h.score:.6f} {tag or retriever}")
+                    click.echo(f"{qid} Q0 {h.docid} {h.rank} {h.score:.6f} {tag or spec}")
         else:
             for qid, hits in results.items():
                 for h in hits:
                     click.echo(json.dumps(h.to_dict(), ensure_ascii=False))
         return
-    n = write_run(results, output, fmt=fmt, tag=tag or retriever)
+    n = write_run(results, output, fmt=fmt, tag=tag or spec)
     if not quiet:
         click.echo(f"wrote {n:,} hits for {len(results):,} queries to {output}", err=True)
 
@@ -166,6 +177,37 @@ def search_cmd(text, index_dir, queries, output, fmt, qrels, split, retriever, k
 def _clip(s: str, n: int) -> str:
     s = " ".join(s.split())
     return s if len(s) <= n else s[: n - 1] + "…"
+
+
+# ---------------------------------------------------------------------- tune
+@retr.command("tune")
+@click.option("--index", "index_dir", required=True, type=click.Path(path_type=Path), help="Index folder.")
+@click.option("--queries", required=True, type=click.Path(path_type=Path), help="Training queries.")
+@click.option("--qrels", required=True, type=click.Path(path_type=Path), help="Training (or dev) qrels, never test.")
+@click.option("--retriever", default="bm25+dense", show_default=True, help="Retrievers to fuse, joined by '+'.")
+@click.option("--metric", default="nDCG@10", show_default=True, help="Measure to maximise.")
+@click.option("--depth", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="Candidates per retriever while tuning (use the depth you will search with).")
+@click.option("--threads", type=click.IntRange(1, 256), default=2, show_default=True)
+@click.option("--dry-run", is_flag=True, help="Report the best fusion without storing it in the index.")
+@click.option("--allow-test-qrels", is_flag=True, hidden=True)
+@click.option("--quiet", "-q", is_flag=True)
+def tune_cmd(index_dir, queries, qrels, retriever, metric, depth, threads, dry_run, allow_test_qrels, quiet):
+    """Choose the fusion of RETRIEVERS on training queries and store it as the
+    index's default for that combination."""
+    from eval.io import read_qrels
+    from retrieval.collections import read_queries
+    from retrieval.index import open_index
+    from retrieval.tune import tune
+
+    idx = open_index(index_dir)
+    rep = tune(idx, read_queries(queries), read_qrels(qrels), retriever=retriever, metric=metric, depth=depth,
+               threads=threads, qrels_path=str(qrels), allow_test=allow_test_qrels, save=not dry_run, quiet=quiet)
+    singles = ", ".join(f"{n} {v:.4f}" for n, v in rep["single"].items())
+    click.echo(f"best {rep['spec']}  {metric} {rep['value']:.4f} on {rep['queries']} training queries "
+               f"(single: {singles})")
+    if not dry_run:
+        click.echo(f"stored as the default for {rep['spec'].split(':')[0]} in {index_dir}/manifest.json", err=True)
 
 
 # ---------------------------------------------------------------------- info

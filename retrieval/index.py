@@ -17,11 +17,18 @@ from indexes import manifest as mf
 from indexes.docstore import DocStore, DocStoreWriter
 from indexes.errors import IndexFormatError, InputError
 from retrieval.collections import count_lines, read_corpus
+from retrieval.fusion import Pipeline, fuse, parse_pipeline
 from retrieval.progress import progress
 from retrieval.subindexes import DenseSpec, build_dense
 from retrieval.types import Document, Hit, Query
 
 DOCSTORE = "docs.sqlite"
+DEPTH = 100  # candidates each fused retriever returns, at least (more when k is larger)
+
+
+def _tick(timings: Optional[Dict[str, float]], stage: str, t0: float) -> None:
+    if timings is not None:
+        timings[stage] = timings.get(stage, 0.0) + time.perf_counter() - t0
 
 
 def _fingerprint_update(h, doc: Document) -> None:
@@ -197,44 +204,83 @@ class Index:
             return r
 
     # -- search --------------------------------------------------------
-    def search(self, query: str, k: int = 10, retriever: str = "bm25", text: bool = True) -> List[Hit]:
-        """Top-``k`` hits for one query, with title and text unless ``text=False``."""
+    def pipeline(self, retriever: str = "bm25", fusion: Optional[str] = None) -> Pipeline:
+        """Parse a retriever spec; a bare ``a+b`` takes the folder's tuned fusion (``retr tune``), else rrf."""
+        base = retriever.split(":", 1)[0].strip()
+        tuned = self.manifest.get("pipelines", {}).get(base, {}).get("spec")
+        p = parse_pipeline(retriever, fusion, default=tuned)
+        entries = self.manifest.get("subindexes", {})
+        for name in p.retrievers:
+            if name not in entries:
+                raise InputError(f"index has no {name!r} sub-index (it has: {', '.join(entries) or 'none'})",
+                                 self.path)
+        return p
+
+    def search(self, query: str, k: int = 10, retriever: str = "bm25", fusion: Optional[str] = None,
+               text: bool = True, depth: Optional[int] = None, timings: Optional[Dict[str, float]] = None
+               ) -> List[Hit]:
+        """Top-``k`` hits for one query, with title and text unless ``text=False``.
+
+        ``retriever`` is a sub-index name or a fused pipeline spec such as
+        ``bm25+dense`` or ``bm25+dense:rrf(k=60)`` (see :mod:`retrieval.fusion`);
+        fused retrievers each return ``max(k, depth or 100)`` candidates.
+        ``timings``, when given, accumulates seconds per stage."""
         if not isinstance(query, str) or not query.strip():
             raise InputError("query text is empty")
         _check_k(k)
-        scored = self.retriever(retriever).search(query, k)
-        return self._hits(scored, text)
+        p = self.pipeline(retriever, fusion)
+        lists = {}
+        for name in p.retrievers:
+            t0 = time.perf_counter()
+            lists[name] = self.retriever(name).search(query, k if not p.fused else max(k, depth or DEPTH))
+            _tick(timings, name, t0)
+        return self._result(p, lists, k, text, None, timings)
 
     def batch_search(self, queries: Sequence[Union[Query, str]], k: int = 10, retriever: str = "bm25",
-                     threads: int = 1, text: bool = False, quiet: bool = True,
-                     batch_size: Optional[int] = None) -> Dict[str, List[Hit]]:
+                     fusion: Optional[str] = None, threads: int = 1, text: bool = False, quiet: bool = True,
+                     depth: Optional[int] = None, batch_size: Optional[int] = None,
+                     timings: Optional[Dict[str, float]] = None) -> Dict[str, List[Hit]]:
         """Search many queries; returns ``{qid: hits}`` in the order of ``queries``.
-        Plain strings get ids "0", "1", ... Queries go to the backend in
+        Plain strings get ids "0", "1", ... Queries go to the backends in
         batches of ``batch_size`` (default: all at once when quiet, else
         about 20 batches so the progress bar moves)."""
         _check_k(k)
         qs = [q if isinstance(q, Query) else Query(str(i), q) for i, q in enumerate(queries)]
-        r = self.retriever(retriever)
+        p = self.pipeline(retriever, fusion)
+        rs = {name: self.retriever(name) for name in p.retrievers}
+        kk = k if not p.fused else max(k, depth or DEPTH)
         if batch_size is None:
             batch_size = max(len(qs), 1) if quiet else max(256, len(qs) // 20)
         out: Dict[str, List[Hit]] = {}
-        with progress(total=len(qs), desc=f"searching ({retriever})", unit="q", quiet=quiet) as bar:
+        with progress(total=len(qs), desc=f"searching ({p})", unit="q", quiet=quiet) as bar:
             for i in range(0, len(qs), batch_size):
                 chunk = qs[i:i + batch_size]
-                res = r.batch_search(chunk, k, threads)
+                res = {}
+                for name, r in rs.items():
+                    t0 = time.perf_counter()
+                    res[name] = r.batch_search(chunk, kk, threads)
+                    _tick(timings, name, t0)
                 for q in chunk:
-                    out[q.qid] = self._hits(res.get(q.qid, []), text, qid=q.qid)
+                    out[q.qid] = self._result(p, {n: res[n].get(q.qid, []) for n in rs}, k, text, q.qid, timings)
                 bar.update(len(chunk))
         return out
 
-    def _hits(self, scored, text: bool, qid: Optional[str] = None) -> List[Hit]:
-        hits = [Hit(docid=d, score=s, rank=i, qid=qid) for i, (d, s) in enumerate(scored, 1)]
+    def _result(self, p: Pipeline, lists, k, text, qid, timings) -> List[Hit]:
+        if not p.fused:
+            hits = [Hit(docid=d, score=s, rank=i, qid=qid) for i, (d, s) in enumerate(lists[p.retrievers[0]], 1)]
+        else:
+            t0 = time.perf_counter()
+            hits = [Hit(docid=d, score=s, rank=i, qid=qid, scores=raw)
+                    for i, (d, s, raw) in enumerate(fuse(lists, p.fusion)[:k], 1)]
+            _tick(timings, "fusion", t0)
         if text and hits:
+            t0 = time.perf_counter()
             rows = self.docstore.get_many(h.docid for h in hits)
             for h in hits:
                 row = rows.get(h.docid)
                 if row is not None:
                     h.title, h.text = row[1], row[2]
+            _tick(timings, "text", t0)
         return hits
 
     def get(self, docid: str) -> Optional[Document]:

@@ -58,6 +58,19 @@ def small_index(tmp_path_factory, small_corpus):
     return retrieval.build_index(small_corpus, path, quiet=True)
 
 
+@pytest.fixture(scope="session")
+def small_dense_index(tmp_path_factory, small_corpus):
+    """BM25 + MiniLM dense (mean pooling) over the 400 passages; the dense
+    sub-index is added to the existing folder, as `retr index --dense` does."""
+    import retrieval
+    from retrieval.index import add_dense
+    from retrieval.subindexes import DenseSpec
+
+    path = tmp_path_factory.mktemp("dense") / "IDX"
+    idx = retrieval.build_index(small_corpus, path, quiet=True)
+    return add_dense(idx, DenseSpec(), quiet=True)
+
+
 def run_retr(*args, cwd=None, input=None, timeout=600):
     """Run the real `retr` console entry point in a child process."""
     return subprocess.run([sys.executable, "-m", "cli.main", *map(str, args)], cwd=cwd or ROOT,

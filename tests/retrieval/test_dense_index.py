@@ -10,13 +10,8 @@ from retrieval.subindexes import DenseSpec
 
 
 @pytest.fixture(scope="module")
-def dense_index(tmp_path_factory, small_corpus):
-    path = tmp_path_factory.mktemp("dense") / "IDX"
-    retrieval.build_index(small_corpus, path, quiet=True)
-    idx = retrieval.open_index(path)
-    from retrieval.index import add_dense
-
-    return add_dense(idx, DenseSpec(), quiet=True)
+def dense_index(small_dense_index):
+    return small_dense_index
 
 
 def test_folder_answers_through_bm25_and_dense(dense_index, small_corpus):

@@ -1,0 +1,201 @@
+"""Fusion of ranked lists, and the pipeline spec that names a fused search.
+
+A pipeline spec is one short string, used alike by the CLI (``--retriever``),
+the Python API (``retriever=``) and the run tag::
+
+    bm25                                    one retriever
+    bm25+dense                              fused with the folder's tuned default (else rrf(k=60))
+    bm25+dense:rrf(k=60)                    reciprocal rank fusion
+    bm25+dense:combsum(norm=minmax)         CombSUM over normalised scores
+    bm25+dense:combmnz(norm=zscore)         CombMNZ
+    bm25+dense:weighted(bm25=0.3,dense=0.7,norm=minmax)   convex combination
+
+Documents missing from a list (not retrieved by that retriever within the
+fusion depth) are handled the same way by every method, explicitly:
+- rrf: the missing list contributes nothing (its rank is taken as infinite);
+- combsum / weighted: the missing list contributes the lowest normalised
+  score it returned for that query (0 under min-max), i.e. the document is
+  treated as no better than the worst document that list retrieved;
+- combmnz: as combsum, and the multiplier counts only the lists that
+  actually retrieved the document.
+``Hit.scores`` keeps each retriever's raw score, with ``None`` where missing.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+from indexes.errors import InputError
+
+Scored = List[Tuple[str, float]]
+METHODS = ("rrf", "combsum", "combmnz", "weighted")
+NORMS = ("minmax", "zscore", "none")
+_SPEC = re.compile(r"^\s*([A-Za-z0-9_\-+]+)\s*(?::\s*([a-z]+)\s*(?:\((.*)\))?\s*)?$")
+_NAME = re.compile(r"^[A-Za-z0-9_\-]+$")
+
+
+@dataclass(frozen=True)
+class Fusion:
+    method: str = "rrf"
+    k: int = 60                               # rrf constant
+    norm: str = "minmax"                      # combsum / combmnz / weighted
+    weights: Tuple[Tuple[str, float], ...] = ()   # weighted (and optional for the others)
+
+    def __post_init__(self):
+        if self.method not in METHODS:
+            raise InputError(f"unknown fusion {self.method!r}; choose one of {', '.join(METHODS)}")
+        if self.norm not in NORMS:
+            raise InputError(f"unknown normalisation {self.norm!r}; choose one of {', '.join(NORMS)}")
+        if self.k < 1:
+            raise InputError(f"rrf k must be >= 1, got {self.k}")
+        if any(w < 0 or not math.isfinite(w) for _, w in self.weights):
+            raise InputError("fusion weights must be finite and >= 0")
+
+    def params(self) -> str:
+        if self.method == "rrf":
+            ps = [f"k={self.k}"] + [f"{n}={_num(w)}" for n, w in self.weights]
+        else:
+            ps = [f"{n}={_num(w)}" for n, w in self.weights] + [f"norm={self.norm}"]
+        return ",".join(ps)
+
+    def __str__(self) -> str:
+        return f"{self.method}({self.params()})"
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    retrievers: Tuple[str, ...]
+    fusion: Optional[Fusion] = None
+
+    def __str__(self) -> str:
+        base = "+".join(self.retrievers)
+        return base if self.fusion is None else f"{base}:{self.fusion}"
+
+    @property
+    def fused(self) -> bool:
+        return len(self.retrievers) > 1
+
+    @property
+    def base(self) -> str:
+        return "+".join(self.retrievers)
+
+
+def _num(x: float) -> str:
+    return f"{x:g}"
+
+
+def parse_fusion(text: str, retrievers: Sequence[str] = ()) -> Fusion:
+    """``rrf``, ``rrf(k=20)``, ``weighted(bm25=0.3,dense=0.7,norm=zscore)``, ..."""
+    m = re.match(r"^\s*([a-z]+)\s*(?:\((.*)\))?\s*$", text or "")
+    if not m:
+        raise InputError(f"cannot parse fusion {text!r} (e.g. rrf(k=60), weighted(bm25=0.3,dense=0.7))")
+    return _make_fusion(m.group(1), m.group(2) or "", retrievers)
+
+
+def _make_fusion(method: str, params: str, retrievers: Sequence[str]) -> Fusion:
+    kw: Dict[str, object] = {"method": method}
+    weights: Dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in params.split(","))):
+        if "=" not in part:
+            raise InputError(f"fusion parameter {part!r} must look like name=value")
+        key, val = (s.strip() for s in part.split("=", 1))
+        if key == "k":
+            try:
+                kw["k"] = int(val)
+            except ValueError:
+                raise InputError(f"rrf k must be an integer, got {val!r}") from None
+        elif key == "norm":
+            kw["norm"] = val
+        else:
+            if retrievers and key not in retrievers:
+                raise InputError(f"fusion weight for {key!r}, which is not one of the fused retrievers "
+                                 f"({', '.join(retrievers)})")
+            try:
+                weights[key] = float(val)
+            except ValueError:
+                raise InputError(f"weight {key}={val!r} is not a number") from None
+    if method == "weighted":
+        missing = [r for r in retrievers if r not in weights]
+        if missing:
+            raise InputError(f"weighted fusion needs a weight for every retriever (missing: {', '.join(missing)})")
+    if weights:
+        kw["weights"] = tuple((r, weights[r]) for r in (retrievers or sorted(weights)) if r in weights)
+    return Fusion(**kw)  # type: ignore[arg-type]
+
+
+def parse_pipeline(spec: str, fusion: Optional[str] = None, default: Optional[str] = None) -> Pipeline:
+    """Parse ``--retriever`` (+ optional ``--fusion``). ``default`` is the
+    fusion used for a bare ``a+b`` (the folder's tuned one, else rrf)."""
+    m = _SPEC.match(spec or "")
+    if not m:
+        raise InputError(f"cannot parse retriever spec {spec!r} (e.g. bm25, dense, bm25+dense:rrf(k=60))")
+    names = tuple(n for n in m.group(1).split("+"))
+    if any(not _NAME.match(n) for n in names) or len(set(names)) != len(names):
+        raise InputError(f"invalid retriever list {m.group(1)!r}: names joined by '+', each once")
+    inline = m.group(2)
+    if inline and fusion:
+        raise InputError("give the fusion either inside --retriever (a+b:rrf) or with --fusion, not both")
+    if len(names) == 1:
+        if inline or fusion:
+            raise InputError("fusion needs at least two retrievers (e.g. bm25+dense)")
+        return Pipeline(names)
+    if inline:
+        f = _make_fusion(inline, m.group(3) or "", names)
+    elif fusion:
+        f = parse_fusion(fusion, names)
+    elif default:
+        f = parse_pipeline(default).fusion
+    else:
+        f = Fusion("rrf", 60)
+    return Pipeline(names, f)
+
+
+# ---------------------------------------------------------------- the methods
+def _normalise(scores: List[float], norm: str) -> List[float]:
+    if norm == "none" or not scores:
+        return list(scores)
+    if norm == "minmax":
+        lo, hi = min(scores), max(scores)
+        return [1.0 if hi == lo else (s - lo) / (hi - lo) for s in scores]
+    mean = sum(scores) / len(scores)
+    sd = math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores))
+    return [0.0 if sd == 0 else (s - mean) / sd for s in scores]
+
+
+def fuse(lists: Mapping[str, Scored], fusion: Fusion) -> List[Tuple[str, float, Dict[str, Optional[float]]]]:
+    """Fuse ``{retriever: [(docid, score), ...]}`` (each list best first) into
+    one list of ``(docid, fused score, {retriever: raw score or None})``, best first;
+    ties are broken by docid for a deterministic order."""
+    names = list(lists)
+    w = dict(fusion.weights)
+    weight = {n: w.get(n, 1.0) for n in names}
+    raw: Dict[str, Dict[str, Optional[float]]] = {}
+    fused: Dict[str, float] = {}
+    present: Dict[str, int] = {}
+    for n in names:
+        for d, s in lists[n]:
+            raw.setdefault(d, dict.fromkeys(names))[n] = s
+    if fusion.method == "rrf":
+        for n in names:
+            for rank, (d, _s) in enumerate(lists[n], 1):
+                fused[d] = fused.get(d, 0.0) + weight[n] / (fusion.k + rank)
+    else:
+        floor = {}
+        norm_scores: Dict[str, Dict[str, float]] = {}
+        for n in names:
+            docs = [d for d, _ in lists[n]]
+            ns = _normalise([s for _, s in lists[n]], fusion.norm)
+            norm_scores[n] = dict(zip(docs, ns))
+            floor[n] = min(ns) if ns else 0.0
+        for d in raw:
+            total = 0.0
+            for n in names:
+                s = norm_scores[n].get(d)
+                if s is not None:
+                    present[d] = present.get(d, 0) + 1
+                total += weight[n] * (floor[n] if s is None else s)
+            fused[d] = total * present.get(d, 0) if fusion.method == "combmnz" else total
+    order = sorted(fused.items(), key=lambda x: (-x[1], x[0]))
+    return [(d, s, raw[d]) for d, s in order]
