@@ -99,13 +99,20 @@ def bench_index(col: Collection, dense: Sequence[str] = ()):
     from retrieval.index import add_dense
     from retrieval.subindexes import DenseSpec
 
+    import fcntl
+
     path = WORK / col.name
-    if not (path / "manifest.json").exists():
-        retrieval.build_index(col.corpus, path, empty="skip", overwrite=True, quiet=True)
-    idx = retrieval.open_index(path)
-    for pooling in dense:
-        name = "dense" if pooling == "mean" else f"dense-{pooling}"
-        if name not in idx.retrievers:
-            print(f"[{col.name}] encoding for {name} ...", flush=True)
-            idx = add_dense(idx, DenseSpec(pooling=pooling), name=name, quiet=True)
+    WORK.mkdir(parents=True, exist_ok=True)
+    # One builder at a time per collection: a second benchmark process waits
+    # here and then finds the sub-index built instead of encoding it again.
+    with open(WORK / f".{col.name}.build-lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (path / "manifest.json").exists():
+            retrieval.build_index(col.corpus, path, empty="skip", overwrite=True, quiet=True)
+        idx = retrieval.open_index(path)
+        for pooling in dense:
+            name = "dense" if pooling == "mean" else f"dense-{pooling}"
+            if name not in idx.retrievers:
+                print(f"[{col.name}] encoding for {name} ...", flush=True)
+                idx = add_dense(idx, DenseSpec(pooling=pooling), name=name, quiet=True)
     return idx
