@@ -239,13 +239,24 @@ def _mb(n: int) -> str:
 
 # ------------------------------------------------------------------ plug-ins
 def _register_optional():
-    """Commands implemented in sibling modules of cli/."""
-    try:
-        from cli.eval_cmd import eval_cmd
-    except ImportError:
-        eval_cmd = None
-    if eval_cmd is not None:
-        retr.add_command(eval_cmd, name="eval")
+    """Commands implemented in sibling modules of cli/ (each module stays thin too)."""
+    import importlib
+
+    for module, attr, parent, name in [
+        ("cli.eval_cmd", "eval_cmd", None, "eval"),
+        ("cli.dense_cmds", "ditto_select", None, "ditto-select"),
+        ("cli.dense_cmds", "sts", "eval", "sts"),
+        ("cli.train_cmd", "train", None, "train"),
+    ]:
+        try:
+            cmd = getattr(importlib.import_module(module), attr)
+        except ModuleNotFoundError as e:  # a module that a later change adds
+            if e.name != module:
+                raise
+            continue
+        group = retr if parent is None else retr.commands.get(parent)
+        if group is not None and name not in getattr(group, "commands", {}):
+            group.add_command(cmd, name=name)
 
 
 _register_optional()
