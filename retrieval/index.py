@@ -11,7 +11,7 @@ import hashlib
 import threading
 import time
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import AbstractSet, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from indexes import manifest as mf
 from indexes.docstore import DocStore, DocStoreWriter
@@ -41,13 +41,20 @@ def _fingerprint_update(h, doc: Document) -> None:
 def build_index(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[str, Path], *,
                 k1: float = 0.9, b: float = 0.4, threads: int = 2, overwrite: bool = False,
                 store_docvectors: bool = False, empty: str = "error", dense: Optional[DenseSpec] = None,
-                quiet: bool = False) -> "Index":
+                quiet: bool = False, keep: Union[AbstractSet[str], Callable[[Document], bool], None] = None,
+                pruning: Optional[dict] = None) -> "Index":
     """Build an index folder with a document store and a Lucene BM25 sub-index.
 
     ``corpus`` is a path (BEIR folder, JSONL, TSV, .gz) or an iterable of
     :class:`Document`. ``empty`` is the policy for documents without text
     (``error``, ``skip`` or ``keep``). With ``dense`` a dense sub-index is
     built too. The folder appears only when every sub-index is built.
+
+    ``keep`` (a set of docids or a predicate on :class:`Document`) filters the
+    document stream: other documents enter no sub-index and no document store,
+    so they are never encoded (static pruning, see :mod:`retrieval.quality`).
+    The corpus fingerprint still covers every document. ``pruning`` is recorded
+    in the manifest as-is, with the number of documents dropped added.
     """
     from indexes.lucene import build_lucene
 
@@ -63,11 +70,16 @@ def build_index(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[s
     with mf.atomic_folder(index_dir, overwrite=overwrite) as tmp:
         store = DocStoreWriter(tmp / DOCSTORE)
         h = hashlib.sha256()
+        kept = keep if keep is None or callable(keep) else (lambda d, ids=keep: d.docid in ids)
+        dropped = [0]
 
         def stream():
             for doc in progress(docs, total=total, desc="reading corpus", unit="doc", quiet=quiet):
-                store.add(doc.docid, doc.title, doc.text, doc.metadata or None)
                 _fingerprint_update(h, doc)
+                if kept is not None and not kept(doc):
+                    dropped[0] += 1
+                    continue
+                store.add(doc.docid, doc.title, doc.text, doc.metadata or None)
                 yield doc.docid, doc.contents
 
         (tmp / "bm25").mkdir()
@@ -82,6 +94,8 @@ def build_index(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[s
         m["corpus"] = {"source": source, "doc_count": n_docs, "fingerprint": "sha256:" + h.hexdigest(),
                        "skipped_empty": len(skipped)}
         m["docstore"] = {"path": DOCSTORE, "doc_count": n_docs}
+        if keep is not None or pruning is not None:
+            m["pruning"] = {**(pruning or {}), "dropped": dropped[0], "kept": n_docs}
         m["subindexes"]["bm25"] = {
             "kind": "bm25", "path": "bm25", "built_at": mf.now(), "doc_count": int(info["doc_count"]),
             "config": {"k1": k1, "b": b, "analyzer": "anserini-default-english", "store_docvectors": store_docvectors},
