@@ -41,6 +41,8 @@ def retr():
 @click.option("--dense", "dense_model", is_flag=False, flag_value="minilm", default=None, metavar="[MODEL]",
               help="Add a dense sub-index: bundled all-MiniLM-L6-v2 by default, or 'splade-tiny', "
                    "or a local Hugging Face folder.")
+@click.option("--deepct", "deepct_model", type=click.Path(path_type=Path), default=None, metavar="MODEL_DIR",
+              help="Add a DeepCT sub-index (and deepct-query) with a model from `retr train deepct`.")
 @click.option("--pooling", default="mean", show_default=True, help="Dense pooling: mean, cls, first-last or ditto.")
 @click.option("--faiss", "factory", default="Flat", show_default=True,
               help="faiss factory string for the dense index (Flat, HNSW32, IVF1024,PQ32, ...).")
@@ -55,7 +57,7 @@ def retr():
               help="What a document without text does: fail the build, be skipped, or be indexed.")
 @click.option("--docvectors", is_flag=True, help="Also store Lucene document vectors (for feedback models).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
-def index_cmd(corpus, index_dir, k1, b, dense_model, pooling, factory, dtype, device, batch_size, threads,
+def index_cmd(corpus, index_dir, k1, b, dense_model, deepct_model, pooling, factory, dtype, device, batch_size, threads,
               overwrite, empty, docvectors, quiet):
     """Build an index folder (document store + Lucene BM25, and optional dense
     sub-index) from a corpus. On an existing folder built from the same corpus,
@@ -67,20 +69,29 @@ def index_cmd(corpus, index_dir, k1, b, dense_model, pooling, factory, dtype, de
     if dense_model is not None:
         spec = DenseSpec(model=None if dense_model == "minilm" else dense_model, pooling=pooling, factory=factory,
                          dtype=dtype, device=device, batch_size=batch_size).validate()
+    dspec = None
+    if deepct_model is not None:
+        from retrieval.deepct_index import DeepCTSpec, add_deepct
+        dspec = DeepCTSpec(model=str(deepct_model), device=device, batch_size=batch_size).validate()
     existing = (index_dir / "manifest.json").exists()
-    if existing and not (overwrite and spec is None):
-        if spec is None:
-            raise InputError("index folder already exists; pass --overwrite to rebuild it, or --dense to add "
-                             "a dense sub-index", index_dir)
+    if existing and not (overwrite and spec is None and dspec is None):
+        if spec is None and dspec is None:
+            raise InputError("index folder already exists; pass --overwrite to rebuild it, or --dense / --deepct "
+                             "to add a sub-index", index_dir)
         idx = Index.open(index_dir)
         fp, _ = corpus_fingerprint(corpus, empty=idx.manifest.get("config", {}).get("empty", "error"))
         if fp != idx.manifest["corpus"]["fingerprint"]:
             raise InputError("was built from a different corpus; pass a new --index or rebuild with --overwrite "
                              "and without sub-index options first", index_dir)
-        idx = add_dense(idx, spec, overwrite=overwrite, quiet=quiet)
+        if spec is not None:
+            idx = add_dense(idx, spec, overwrite=overwrite, quiet=quiet)
+        if dspec is not None:
+            idx = add_deepct(idx, dspec, overwrite=overwrite, quiet=quiet)
     else:
         idx = build_index(corpus, index_dir, k1=k1, b=b, threads=threads, overwrite=overwrite,
                           store_docvectors=docvectors, empty=empty, dense=spec, quiet=quiet)
+        if dspec is not None:
+            idx = add_deepct(idx, dspec, quiet=quiet)
     if not quiet:
         subs = ", ".join(idx.retrievers)
         click.echo(f"indexed {len(idx):,} documents into {index_dir} ({subs})", err=True)
