@@ -77,3 +77,5 @@ class DenseRetriever:
 
 
 RETRIEVERS["dense"] = DenseRetriever
+
+from retrieval import deepct_index as _deepct_index  # noqa: E402,F401  (registers RETRIEVERS["deepct"])

@@ -1,0 +1,60 @@
+"""`retr train deepct`: train a DeepCT term-weight model (added to the ``train`` group
+in cli/train_cmd.py). Indexing with it is `retr index --deepct MODEL_DIR` (cli/main.py)."""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import click
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+@click.command("deepct", context_settings=CONTEXT)
+@click.option("--corpus", required=True, type=click.Path(path_type=Path), help="BEIR folder or JSONL/TSV corpus.")
+@click.option("--queries", type=click.Path(path_type=Path), default=None, help="Training queries (BEIR JSONL, TSV, TREC).")
+@click.option("--qrels", type=click.Path(path_type=Path), default=None,
+              help="Training qrels (never the test split); graded qrels count from --min-rel up.")
+@click.option("--output", "-o", required=True, type=click.Path(path_type=Path), help="Model folder to write.")
+@click.option("--base", default=None, help="Base encoder: a local HF folder, 'minilm' or 'splade-tiny' [default: minilm].")
+@click.option("--epochs", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=5e-5, show_default=True)
+@click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True)
+@click.option("--max-length", type=click.IntRange(min=16, max=4096), default=128, show_default=True,
+              help="Window size in word-pieces; longer passages become several windows.")
+@click.option("--seed", type=int, default=13, show_default=True)
+@click.option("--warmup", type=click.FloatRange(0, 1), default=0.1, show_default=True, help="Warmup share of steps.")
+@click.option("--min-rel", type=int, default=1, show_default=True, help="Lowest grade that counts as relevant.")
+@click.option("--dev-fraction", type=click.FloatRange(0, 1, max_open=True), default=0.1, show_default=True,
+              help="Share of training queries held out (recorded in the model card) for tuning k1/b and fusion.")
+@click.option("--title", type=click.Choice(["off", "extra", "only"]), default="off", show_default=True,
+              help="HDCT title weak supervision: 'only' (no queries needed) or 'extra' (passages without qrels).")
+@click.option("--title-limit", type=click.IntRange(min=1), default=None, help="At most this many title-supervised passages.")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--threads", type=click.IntRange(min=1, max=256), default=1, show_default=True,
+              help="torch threads (1 is fastest on busy shared cores and keeps runs repeatable).")
+@click.option("--overwrite", is_flag=True, help="Replace a model already in --output.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+def deepct(corpus, queries, qrels, output, base, epochs, lr, batch_size, max_length, seed, warmup, min_rel,
+           dev_fraction, title, title_limit, device, threads, overwrite, quiet):
+    """Train a DeepCT model on query term recall targets (or titles, HDCT-style).
+
+    Resumable: if interrupted, run the same command again and it continues from
+    OUTPUT/.checkpoint. Writes OUTPUT/deepct.json and README.md (the model card)."""
+    from retrieval.deepct_targets import QrelsWarning
+    from retrieval.train_deepct import TrainConfig, train_deepct
+
+    if (queries is None) != (qrels is None):
+        raise click.UsageError("give both --queries and --qrels, or neither (with --title only)")
+    cfg = TrainConfig(base=base, epochs=epochs, lr=lr, batch_size=batch_size, max_length=max_length, seed=seed,
+                      warmup=warmup, min_rel=min_rel, dev_fraction=dev_fraction, title=title,
+                      title_limit=title_limit, device=device, threads=threads)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", QrelsWarning)
+        card = train_deepct(corpus, output, queries, qrels, cfg, overwrite=overwrite, quiet=quiet)
+    for w in caught:
+        if issubclass(w.category, QrelsWarning):
+            click.echo(f"retr: warning: {w.message}", err=True)
+    t = card["training"]
+    click.echo(f"trained DeepCT on {card['data'].get('training_passages')} passages ({t['windows']} windows, "
+               f"{t['steps']} steps) in {t['seconds']:.0f} s; final loss {t['final_loss']}; saved to {output}")

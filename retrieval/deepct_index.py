@@ -1,0 +1,411 @@
+"""The DeepCT sub-index (Dai & Callan 2019): passage term weights from a DeepCT
+model, written into real Lucene indexes through Anserini, and its retriever.
+
+    INDEX/deepct/weights.jsonl.gz     raw term weights per passage (to derive variants without re-encoding)
+    INDEX/deepct/impact-linear/       JsonVectorCollection -impact -pretokenized, tf = round(w*100)
+    INDEX/deepct/impact-sqrt/         the same with round(sqrt(w)*100)
+    INDEX/deepct/bm25-linear/         JsonVectorCollection -pretokenized (no -impact): the weights become
+    INDEX/deepct/bm25-sqrt/           pseudo term frequencies under BM25 (k1/b tuned)
+
+Terms are BERT words passed through Anserini's English analyzer (see
+:mod:`retrieval.deepct_targets`); queries go through the same function, and are
+then matched with a whitespace analyzer (the index is pre-tokenised), so stems
+are never stemmed twice. With DeepCT-Query the model weights the query terms too.
+
+The manifest gets two entries over the same folder: ``deepct`` (plain query
+terms) and ``deepct-query`` (DeepCT-Query weights), both ``kind: "deepct"``.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from indexes import jvm
+from indexes import manifest as mf
+from indexes.errors import InputError, RetrError
+from indexes.lucene import ShardWriter
+from retrieval.progress import progress
+from retrieval.retrievers import RETRIEVERS
+from retrieval.types import Query
+
+Scored = List[Tuple[str, float]]
+MODES = ("impact", "bm25")
+SCALES = ("linear", "sqrt")
+QUERY_MODES = ("plain", "deepct")
+DEFAULT_MODE = "impact"          # chosen by eval/benchmarks/bench_deepct.py (see eval/results/deepct.md)
+DEFAULT_K1, DEFAULT_B = 20.0, 0.9  # BM25 over pseudo-tf when no dev queries are at hand to tune on
+K1_GRID = (0.9, 2.0, 5.0, 10.0, 20.0, 30.0, 50.0)
+B_GRID = (0.4, 0.6, 0.75, 0.9, 1.0)
+QUERY_FACTOR = 10.0              # DeepCT-Query: query term weight = max(1, round(w * 10))
+WEIGHTS_FILE = "weights.jsonl.gz"
+
+
+@dataclass
+class DeepCTSpec:
+    """How to build a DeepCT sub-index."""
+
+    model: str                       # folder written by `retr train deepct`
+    mode: str = DEFAULT_MODE         # default retrieval mode recorded in the manifest: impact | bm25
+    scale: str = "linear"            # default impact scale: linear | sqrt
+    k1: Optional[float] = None       # BM25-over-pseudo-tf k1/b; None: tuned on the model's dev queries
+    b: Optional[float] = None
+    tune: bool = True                # grid-search k1/b on the model card's held-out training queries
+    batch_size: int = 32
+    max_length: Optional[int] = None  # window size [default: the training max length]
+    stride: Optional[int] = None     # window step [default: 3/4 of the window]
+    device: str = "auto"
+    threads: Optional[int] = 1
+    index_threads: int = 2
+
+    def validate(self) -> "DeepCTSpec":
+        if self.mode not in MODES:
+            raise InputError(f"unknown DeepCT mode {self.mode!r} (choose from: {', '.join(MODES)})")
+        if self.scale not in SCALES:
+            raise InputError(f"unknown DeepCT scale {self.scale!r} (choose from: {', '.join(SCALES)})")
+        if self.batch_size < 1:
+            raise InputError("batch size must be positive")
+        from retrieval.encoders.deepct import load_model  # noqa: F401  (fail early on a bad folder below)
+        from retrieval.encoders.deepct import is_deepct_dir
+        from retrieval.encoders.models import ModelDirError, resolve_model_path
+
+        p = Path(self.model).expanduser()
+        if not p.exists():
+            raise ModelDirError(f"DeepCT model folder not found: {p}")
+        resolve_model_path(p)  # config, weights, tokenizer
+        if not is_deepct_dir(p):
+            raise ModelDirError(f"{p}: not a DeepCT model (no deepct_head.safetensors); train one with "
+                                "`retr train deepct`")
+        return self
+
+
+# ----------------------------------------------------------------------------------- Lucene
+def _index_vectors(vectors, folder: Path, impact: bool, threads: int) -> float:
+    """JsonVectorCollection -> Lucene; with ``impact`` an impact index, else a BM25
+    index whose term frequencies are the weights (whitespace-analysed, pre-tokenised)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="retr-deepct-", dir=folder.parent) as tmp:
+        w = ShardWriter(Path(tmp), threads)
+        try:
+            for docid, vec in vectors:
+                w.add_vector(docid, vec)
+        finally:
+            w.close()
+        cmd = [jvm.java_executable(), f"-Xmx{jvm.java_heap()}", "-cp", jvm.anserini_jar(),
+               "io.anserini.index.IndexCollection", "-collection", "JsonVectorCollection",
+               "-input", tmp, "-index", str(folder), "-generator", "DefaultLuceneDocumentGenerator",
+               "-threads", str(max(1, threads)), "-pretokenized"] + (["-impact"] if impact else [])
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+                              env=dict(os.environ, JAVA_HOME=jvm.java_home()))
+        if proc.returncode != 0 or not any(folder.glob("segments_*")):
+            tail = "\n".join(proc.stdout.strip().splitlines()[-15:])
+            raise RetrError(f"Anserini indexing of DeepCT weights failed (exit {proc.returncode}):\n{tail}")
+        return time.perf_counter() - t0
+
+
+class _Searcher:
+    """One Lucene variant of the DeepCT folder: impact (SimpleImpactSearcher, integer
+    query weights) or BM25 (SimpleSearcher, whitespace analyser, repeated query terms)."""
+
+    def __init__(self, path: Path, impact: bool, k1: float, b: float):
+        self.impact = impact
+        self._JList = jvm.autoclass("java.util.ArrayList")
+        if impact:
+            self._s = jvm.autoclass("io.anserini.search.SimpleImpactSearcher")(str(path))
+            self._JMap = jvm.autoclass("java.util.HashMap")
+            self._JInt = jvm.autoclass("java.lang.Integer")
+        else:
+            self._s = jvm.autoclass("io.anserini.search.SimpleSearcher")(str(path))
+            self._s.set_analyzer(jvm.autoclass("org.apache.lucene.analysis.core.WhitespaceAnalyzer")())
+            self.set_bm25(k1, b)
+        self._lock = threading.Lock()
+
+    def set_bm25(self, k1: float, b: float) -> None:
+        if not self.impact:
+            self._s.set_bm25(float(k1), float(b))
+
+    def _query(self, weights: Dict[str, int]):
+        if self.impact:
+            m = self._JMap()
+            for t, w in weights.items():
+                m.put(t, self._JInt(int(w)))
+            return m
+        # BM25: Anserini's bag-of-words query boosts a term by its count in the query text
+        return " ".join(t for t, w in weights.items() for _ in range(int(w)))
+
+    def batch(self, weights: Sequence[Dict[str, int]], qids: Sequence[str], k: int, threads: int
+              ) -> Dict[str, Scored]:
+        jq, jid = self._JList(), self._JList()
+        todo = [(q, w) for q, w in zip(qids, weights) if w]
+        if not todo:
+            return {q: [] for q in qids}
+        for q, w in todo:
+            jq.add(self._query(w))
+            jid.add(str(q))
+        with self._lock:
+            res = self._s.batch_search(jq, jid, int(k), int(threads))
+        out: Dict[str, Scored] = {q: [] for q in qids}
+        for entry in res.entrySet().toArray():
+            out[entry.getKey()] = [(h.docid, float(h.score)) for h in entry.getValue()]
+        return out
+
+
+def variant_name(mode: str, scale: str) -> str:
+    return f"{mode}-{scale}"
+
+
+# ----------------------------------------------------------------------------------- build
+def _store_docs(store_path: Path):
+    from indexes.docstore import DocStore
+
+    for docid, title, text, _meta in DocStore(store_path).iter_docs():
+        yield docid, (f"{title} {text}" if title else text)
+
+
+def build_deepct(folder: Path, name: str, store_path: Path, spec: DeepCTSpec, fingerprint: str,
+                 quiet: bool = False) -> dict:
+    """Encode every document of the store with the DeepCT model and write the
+    Lucene variants into ``folder``; returns the manifest entry."""
+    from retrieval.encoders.deepct import DeepCTEncoder, to_impacts
+
+    spec.validate()
+    t0 = time.perf_counter()
+    enc = DeepCTEncoder(spec.model, device=spec.device, max_length=spec.max_length, batch_size=spec.batch_size,
+                        stride=spec.stride, threads=spec.threads)
+    docs = list(_store_docs(store_path))
+    if not docs:
+        raise InputError("no documents to encode")
+    ids = [d for d, _t in docs]
+    weights = enc.encode([t for _d, t in docs], quiet=quiet)
+    encode_s = time.perf_counter() - t0
+    with gzip.open(folder / WEIGHTS_FILE, "wt", encoding="utf-8") as f:
+        for d, w in zip(ids, weights):
+            f.write(json.dumps({"id": d, "w": {t: round(v, 5) for t, v in w.items()}}) + "\n")
+    sizes, index_s, empty = {}, {}, 0
+    for scale in SCALES:
+        imps = [to_impacts(w, scale) for w in weights]
+        if scale == "linear":
+            empty = sum(1 for x in imps if not x)
+        for mode in MODES:
+            v = variant_name(mode, scale)
+            # an empty vector would make Anserini skip the document; keep it findable by id only
+            index_s[v] = round(_index_vectors(((d, x) for d, x in zip(ids, imps)), folder / v,
+                                              impact=(mode == "impact"), threads=spec.index_threads), 2)
+            sizes[v] = mf.folder_size(folder / v)
+    entry = {
+        "kind": "deepct", "path": name, "built_at": mf.now(), "doc_count": len(ids),
+        "config": {"mode": spec.mode, "scale": spec.scale, "query": "plain",
+                   "k1": spec.k1 if spec.k1 is not None else DEFAULT_K1,
+                   "b": spec.b if spec.b is not None else DEFAULT_B,
+                   "analyzer": "bert-words+anserini-english (query side: same, whitespace-matched)",
+                   "impact_factor": 100, "query_factor": QUERY_FACTOR, "variants": sorted(sizes)},
+        "model": {"path": str(enc.model_dir), "sha256": enc.model_hash, "base": enc.card.get("base_model"),
+                  "training": enc.card.get("training", {}).get("settings")},
+        "encoder": enc.config(), "corpus_fingerprint": fingerprint,
+        "documents_without_terms": empty, "variant_bytes": sizes, "index_seconds": index_s,
+        "encode_seconds": round(encode_s, 2), "spec": asdict(spec),
+    }
+    tuning = None
+    if spec.tune and (spec.k1 is None or spec.b is None):
+        tuning = tune_bm25(folder, entry, enc.card, ids, quiet=quiet)
+    if tuning:
+        entry["tuning"] = tuning
+        entry["config"]["k1"], entry["config"]["b"] = tuning["best"]["k1"], tuning["best"]["b"]
+    entry["build_seconds"] = round(time.perf_counter() - t0, 2)
+    return entry
+
+
+def dev_queries_of(card: dict, docids: Sequence[str]) -> Optional[Tuple[List[Query], Dict[str, Dict[str, int]]]]:
+    """The held-out training queries recorded in a model card, with their qrels,
+    when the files are still there and the qrels point into this corpus."""
+    from retrieval.collections import read_queries
+    from retrieval.deepct_targets import read_qrels_pairs
+
+    data = card.get("data", {})
+    dev = data.get("dev_queries") or []
+    qp, rp = data.get("queries"), data.get("qrels")
+    if not dev or not qp or not rp or not Path(qp).exists() or not Path(rp).exists():
+        return None
+    qrels = {q: j for q, j in read_qrels_pairs(rp).items() if q in set(dev)}
+    known = set(docids)
+    judged = sum(1 for j in qrels.values() for d in j if d in known)
+    total = sum(len(j) for j in qrels.values())
+    if not total or judged < 0.9 * total:
+        return None  # the model was trained for another corpus
+    qs = [q for q in read_queries(qp) if q.qid in qrels]
+    return (qs, qrels) if qs else None
+
+
+def tune_bm25(folder: Path, entry: dict, card: dict, docids: Sequence[str], quiet: bool = True,
+              measure: str = "nDCG@10") -> Optional[dict]:
+    """Grid-search k1/b of BM25-over-pseudo-tf on the model's held-out training
+    queries (never test queries); also scores the impact variants for reference."""
+    from eval import evaluate
+
+    got = dev_queries_of(card, docids)
+    if got is None:
+        return None
+    qs, qrels = got
+    r = DeepCTRetriever(folder, entry)
+    plain = r.query_terms([q.text for q in qs])
+    qids = [q.qid for q in qs]
+    out = {"queries": len(qs), "measure": measure, "source": card.get("data", {}).get("qrels"), "grid": {}}
+    for scale in SCALES:
+        run = r._searcher("impact", scale).batch(plain, qids, 1000, 2)
+        out[f"impact-{scale}"] = round(evaluate(qrels, _run(run), [measure])[measure], 4)
+    best = None
+    s = r._searcher("bm25", "linear")
+    for k1 in progress(K1_GRID, desc="tuning k1/b on dev queries", quiet=quiet):
+        for b in B_GRID:
+            s.set_bm25(k1, b)
+            v = evaluate(qrels, _run(s.batch(plain, qids, 1000, 2)), [measure])[measure]
+            out["grid"][f"{k1}/{b}"] = round(v, 4)
+            if best is None or v > best[0] + 1e-12:
+                best = (v, k1, b)
+    out["best"] = {"k1": best[1], "b": best[2], measure: round(best[0], 4)}
+    return out
+
+
+def _run(res: Dict[str, Scored]) -> Dict[str, Dict[str, float]]:
+    return {q: {d: s for d, s in hits} for q, hits in res.items()}
+
+
+def add_deepct(index, spec: DeepCTSpec, name: str = "deepct", overwrite: bool = False, quiet: bool = False,
+               tune_fusion: bool = True):
+    """Add a DeepCT sub-index to an existing index folder (from its document store).
+    Also records ``<name>-query``: the same sub-index searched with DeepCT-Query.
+    With ``tune_fusion`` the default fusion of ``bm25+<name>`` is tuned on the
+    model's held-out training queries (when the model card names them)."""
+    from retrieval.index import DOCSTORE, Index
+
+    spec.validate()
+    if name in index.manifest["subindexes"] and not overwrite:
+        raise InputError(f"index already has a {name!r} sub-index (pass --overwrite to rebuild it)", index.path)
+    with mf.staged_subindex(index.path, name) as tmp:
+        entry = build_deepct(tmp, name, index.path / DOCSTORE, spec, index.manifest["corpus"]["fingerprint"],
+                             quiet=quiet)
+    mf.add_subindex_entry(index.path, name, entry)
+    q_entry = dict(entry, config=dict(entry["config"], query="deepct"), alias_of=name)
+    q_entry.pop("tuning", None)
+    mf.add_subindex_entry(index.path, f"{name}-query", q_entry)
+    idx = Index.open(index.path)
+    if tune_fusion and "bm25" in idx.retrievers:
+        tune_default_fusion(idx, name, quiet=quiet)
+    return Index.open(index.path)
+
+
+def tune_default_fusion(idx, name: str = "deepct", quiet: bool = True) -> Optional[dict]:
+    """Tune ``bm25+<name>`` (retrieval.tune) on the model card's held-out training
+    queries and store it as the folder's default fusion; None without such queries."""
+    from retrieval.encoders.deepct import CARD_FILE
+    from retrieval.tune import tune
+
+    entry = idx.manifest["subindexes"][name]
+    card_path = Path(entry["model"]["path"]) / CARD_FILE
+    if not card_path.is_file():
+        return None
+    got = dev_queries_of(json.loads(card_path.read_text()), [d for d, *_ in idx.docstore.iter_docs()])
+    if got is None:
+        return None
+    qs, qrels = got
+    return tune(idx, qs, qrels, retriever=f"bm25+{name}", qrels_path=entry["model"]["path"] + " (dev split)",
+                save=True, quiet=quiet)
+
+
+# ----------------------------------------------------------------------------------- search
+class DeepCTRetriever:
+    """Searches a DeepCT sub-index. ``configure`` switches mode (impact | bm25),
+    scale (linear | sqrt), query weighting (plain | deepct) and BM25 k1/b."""
+
+    kind = "deepct"
+
+    def __init__(self, path: Path, entry: dict):
+        self.path = Path(path)
+        self.entry = entry
+        cfg = entry.get("config", {})
+        self.mode = cfg.get("mode", DEFAULT_MODE)
+        self.scale = cfg.get("scale", "linear")
+        self.query = cfg.get("query", "plain")
+        self.k1 = float(cfg.get("k1", DEFAULT_K1))
+        self.b = float(cfg.get("b", DEFAULT_B))
+        self._searchers: Dict[str, _Searcher] = {}
+        self._encoder = None
+        self._lock = threading.Lock()
+
+    def configure(self, k1: Optional[float] = None, b: Optional[float] = None, mode: Optional[str] = None,
+                  scale: Optional[str] = None, query: Optional[str] = None) -> "DeepCTRetriever":
+        if mode is not None and mode not in MODES:
+            raise InputError(f"unknown DeepCT mode {mode!r} (choose from: {', '.join(MODES)})")
+        if scale is not None and scale not in SCALES:
+            raise InputError(f"unknown DeepCT scale {scale!r} (choose from: {', '.join(SCALES)})")
+        if query is not None and query not in QUERY_MODES:
+            raise InputError(f"unknown query weighting {query!r} (choose from: {', '.join(QUERY_MODES)})")
+        if (k1 is not None or b is not None) and (mode or self.mode) != "bm25":
+            raise InputError("--k1/--b apply to the DeepCT sub-index only in bm25 mode (its default mode is "
+                             f"{self.mode!r})")
+        self.mode, self.scale, self.query = mode or self.mode, scale or self.scale, query or self.query
+        self.k1 = self.k1 if k1 is None else float(k1)
+        self.b = self.b if b is None else float(b)
+        return self
+
+    def _searcher(self, mode: str, scale: str) -> _Searcher:
+        v = variant_name(mode, scale)
+        with self._lock:
+            s = self._searchers.get(v)
+            if s is None:
+                if not (self.path / v).exists():
+                    raise RetrError(f"{self.path}: DeepCT variant {v!r} is missing")
+                s = self._searchers[v] = _Searcher(self.path / v, mode == "impact", self.k1, self.b)
+        return s
+
+    @property
+    def encoder(self):
+        if self._encoder is None:
+            from retrieval.encoders.deepct import DeepCTEncoder
+            from retrieval.encoders.models import ModelDirError
+
+            m = self.entry.get("model", {})
+            enc_cfg = self.entry.get("encoder", {})
+            if not m.get("path") or not Path(m["path"]).exists():
+                raise ModelDirError(f"DeepCT-Query needs the model this index was built with; not found: "
+                                    f"{m.get('path')}")
+            enc = DeepCTEncoder(m["path"], max_length=enc_cfg.get("max_length"), threads=1)
+            if m.get("sha256") and enc.model_hash != m["sha256"]:
+                raise ModelDirError(f"model at {m['path']} (sha256 {enc.model_hash}) differs from the one this "
+                                    f"index was built with ({m['sha256']})")
+            self._encoder = enc
+        return self._encoder
+
+    def query_terms(self, texts: Sequence[str], query: Optional[str] = None) -> List[Dict[str, int]]:
+        """Integer query term weights: counts (plain) or DeepCT-Query weights."""
+        from retrieval.deepct_targets import analyzer
+
+        if (query or self.query) == "deepct":
+            out = []
+            for w, text in zip(self.encoder.query_weights(list(texts)), texts):
+                q = {t: max(1, round(v * QUERY_FACTOR)) for t, v in w.items()}
+                out.append(q)
+            return out
+        an = analyzer()
+        return [dict(Counter(an.terms(t))) for t in texts]
+
+    def search(self, text: str, k: int) -> Scored:
+        return self.batch_search([Query("q", text)], k)["q"]
+
+    def batch_search(self, queries: Sequence[Query], k: int, threads: int = 1) -> Dict[str, Scored]:
+        s = self._searcher(self.mode, self.scale)
+        s.set_bm25(self.k1, self.b)
+        weights = self.query_terms([q.text for q in queries])
+        return s.batch(weights, [q.qid for q in queries], k, threads)
+
+
+RETRIEVERS["deepct"] = DeepCTRetriever

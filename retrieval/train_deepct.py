@@ -1,0 +1,273 @@
+"""Train a DeepCT term-weight model (Dai & Callan 2019) on query term recall
+targets, or on HDCT-style title weak supervision.
+
+Loss: MSE between the head's output and the target, taken only over each word's
+first word-piece (mask 0 on special tokens, padding and continuation pieces).
+AdamW with linear warmup/decay. Passages longer than the window are split into
+consecutive windows, each a training example (nothing is dropped).
+
+Determinism: with the same seed, data, settings, torch version and thread count
+the run is repeatable bit for bit on CPU (seeded torch/python RNGs, seeded
+shuffles, deterministic algorithms requested). A different ``threads`` value can
+change floating-point summation order in matrix kernels, hence tiny differences;
+use ``threads=1`` for runs that must match across machines with different core
+counts. Resuming from a checkpoint restores the RNG state, so a resumed run
+equals an uninterrupted one.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import torch
+
+from indexes import manifest as mf
+from indexes.errors import InputError
+from retrieval.encoders import deepct as dc
+from retrieval.encoders.models import model_hash
+from retrieval.progress import progress
+
+CHECKPOINT = ".checkpoint"
+
+
+@dataclass
+class TrainConfig:
+    """Training settings (defaults sized for ~10 min on 2 CPU cores for SciFact's train split)."""
+
+    base: Optional[str] = None        # None: bundled all-MiniLM-L6-v2; "splade-tiny"; or a local HF folder
+    epochs: int = 2
+    lr: float = 5e-5
+    batch_size: int = 16
+    max_length: int = 128
+    seed: int = 13
+    warmup: float = 0.1
+    weight_decay: float = 0.01
+    dropout: float = 0.1
+    min_rel: int = 1                  # a qrel is relevant when grade >= min_rel
+    dev_fraction: float = 0.1         # training queries held out (recorded) for tuning BM25/fusion
+    title: str = "off"                # off | extra (titles for docs without qrels) | only
+    title_limit: Optional[int] = None  # at most this many title-supervised passages
+    max_windows: Optional[int] = None  # at most this many training windows per passage (None: all)
+    checkpoint_every: int = 50        # steps
+    device: str = "auto"
+    threads: Optional[int] = 1        # torch threads; 1 is fastest on shared cores (OpenMP spin-waits)
+
+    def validate(self) -> "TrainConfig":
+        if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
+            raise InputError("epochs, batch size and learning rate must be positive")
+        if not 0 <= self.dev_fraction < 1:
+            raise InputError("dev fraction must be in [0, 1)")
+        if self.title not in ("off", "extra", "only"):
+            raise InputError(f"title supervision must be off, extra or only (got {self.title!r})")
+        if self.max_length < 16:
+            raise InputError("max length must be at least 16")
+        return self
+
+    def key(self) -> str:
+        d = asdict(self)
+        for k in ("checkpoint_every", "device", "threads"):
+            d.pop(k)
+        return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+@dataclass
+class TrainData:
+    texts: Dict[str, str] = field(default_factory=dict)
+    targets: Dict[str, Dict[str, float]] = field(default_factory=dict)
+    info: Dict[str, object] = field(default_factory=dict)
+
+
+def build_training_data(corpus, queries=None, qrels=None, cfg: TrainConfig = TrainConfig()) -> TrainData:
+    """Read the corpus (and queries/qrels) and compute the targets."""
+    from retrieval.collections import read_corpus, read_queries
+    from retrieval.deepct_targets import query_term_recall, read_qrels_pairs, split_queries, title_targets
+
+    if (queries is None) != (qrels is None):
+        raise InputError("give both queries and qrels, or neither (title weak supervision)")
+    if queries is None and cfg.title == "off":
+        raise InputError("no training data: give --queries and --qrels, or use title weak supervision (--title only)")
+    docs = {d.docid: d for d in read_corpus(corpus, empty="skip")}
+    data = TrainData(info={"corpus": str(corpus), "documents": len(docs)})
+    if queries is not None and cfg.title != "only":
+        qs = {q.qid: q.text for q in read_queries(queries)}
+        qr = read_qrels_pairs(qrels)
+        judged = [q for q, j in qr.items() if any(g >= cfg.min_rel for g in j.values()) and q in qs]
+        train_q, dev_q = split_queries(judged, cfg.dev_fraction, cfg.seed)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            tg = query_term_recall({d: doc.contents for d, doc in docs.items()}, qs, qr, cfg.min_rel,
+                                   exclude_queries=dev_q)
+        for w in caught:
+            warnings.warn(w.message, w.category, stacklevel=2)
+        for d, t in tg.by_doc.items():
+            data.texts[d], data.targets[d] = docs[d].contents, t
+        data.info.update({"queries": str(queries), "qrels": str(qrels), "train_queries": len(train_q),
+                          "dev_queries": dev_q, "query_targets": tg.stats})
+    if cfg.title != "off":
+        pool = [d for d in docs.values() if d.docid not in data.targets]
+        tt, bodies = title_targets(pool, limit=cfg.title_limit, seed=cfg.seed)
+        for d, t in tt.by_doc.items():
+            data.texts[d], data.targets[d] = bodies[d], t
+        data.info["title_targets"] = tt.stats
+    if not data.targets:
+        raise InputError("no training passages: no relevant qrels matched the corpus and no titles were usable")
+    data.info["training_passages"] = len(data.targets)
+    return data
+
+
+def _loss(pred: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return (((pred - labels) ** 2) * mask).sum() / mask.sum().clamp(min=1)
+
+
+def _batch(windows, pad_id):
+    ids, att = dc.pad_batch(windows, pad_id)
+    labels = torch.zeros(ids.shape, dtype=torch.float32)
+    mask = torch.zeros(ids.shape, dtype=torch.float32)
+    for r, w in enumerate(windows):
+        labels[r, w.positions] = torch.tensor(w.labels, dtype=torch.float32)
+        mask[r, w.positions] = 1.0
+    return ids, att, labels, mask
+
+
+def _save_checkpoint(path: Path, state: dict) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    tmp = path / f"state.pt.tmp-{os.getpid()}"
+    torch.save(state, tmp)
+    os.replace(tmp, path / "state.pt")
+
+
+def train_deepct(corpus, output, queries=None, qrels=None, cfg: Optional[TrainConfig] = None,
+                 overwrite: bool = False, quiet: bool = False, stop_after_steps: Optional[int] = None) -> dict:
+    """Train and save a DeepCT model into ``output``; returns its model card.
+
+    An interrupted run leaves ``output/.checkpoint``; running again with the same
+    settings resumes from it. ``stop_after_steps`` stops early (after writing a
+    checkpoint) — for tests of resuming.
+    """
+    from transformers import get_linear_schedule_with_warmup
+
+    from retrieval.encoders.dense import pick_device
+
+    cfg = (cfg or TrainConfig()).validate()
+    out = Path(output)
+    if dc.is_deepct_dir(out) and not overwrite:
+        raise InputError("already holds a trained DeepCT model (pass --overwrite to replace it)", out)
+    if out.exists() and not out.is_dir():
+        raise InputError("exists and is not a folder", out)
+    ck_dir = out / CHECKPOINT
+    state = None
+    if (ck_dir / "state.pt").is_file():
+        state = torch.load(ck_dir / "state.pt", weights_only=False)
+        if state.get("config_key") != cfg.key():
+            raise InputError(f"holds a checkpoint made with other settings ({ck_dir}); train with the same "
+                             "settings to resume, or remove it", out)
+    if cfg.threads:
+        torch.set_num_threads(int(cfg.threads))
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+
+    t_start = time.perf_counter()
+    data = build_training_data(corpus, queries, qrels, cfg)
+    model, tok, base_path = dc.init_model(cfg.base, cfg.dropout)
+    device = pick_device(cfg.device)
+    model.to(device)
+    prep = dc.Preparer(tok, cfg.max_length, stride=None)
+    prep.stride = prep.width  # training: consecutive windows, no overlap
+    docids = sorted(data.texts)
+    prepared = prep.prepare([data.texts[d] for d in docids], [data.targets[d] for d in docids])
+    windows = []
+    for p in prepared:
+        ws = [w for w in p.windows if w.positions]
+        windows.extend(ws[:cfg.max_windows] if cfg.max_windows else ws)
+    if not windows:
+        raise InputError("no training windows (all passages empty after tokenisation)")
+    steps_per_epoch = (len(windows) + cfg.batch_size - 1) // cfg.batch_size
+    total = steps_per_epoch * cfg.epochs
+    no_decay = ("bias", "LayerNorm.weight", "norm.weight")
+    groups = [{"params": [p for n, p in model.named_parameters() if not any(x in n for x in no_decay)],
+               "weight_decay": cfg.weight_decay},
+              {"params": [p for n, p in model.named_parameters() if any(x in n for x in no_decay)],
+               "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=cfg.lr)
+    sched = get_linear_schedule_with_warmup(opt, int(cfg.warmup * total), total)
+    step, epoch_losses, elapsed_before = 0, [], 0.0
+    if state is not None:
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        step, epoch_losses, elapsed_before = state["step"], state["epoch_losses"], state["elapsed"]
+        torch.set_rng_state(state["torch_rng"])
+        random.setstate(state["py_rng"])
+    pad = tok.pad_token_id or 0
+    t_train = time.perf_counter()
+    model.train()
+    running: List[float] = list(state["running"]) if state is not None else []
+    stopped = False
+    with progress(total=total, desc="training DeepCT", unit="step", quiet=quiet) as bar:
+        bar.update(step)
+        for epoch in range(step // steps_per_epoch, cfg.epochs):
+            g = torch.Generator().manual_seed(cfg.seed * 1000 + epoch)
+            order = torch.randperm(len(windows), generator=g).tolist()
+            for b in range(step - epoch * steps_per_epoch, steps_per_epoch):
+                batch = [windows[i] for i in order[b * cfg.batch_size:(b + 1) * cfg.batch_size]]
+                ids, att, labels, mask = _batch(batch, pad)
+                pred = model(ids.to(device), att.to(device))
+                loss = _loss(pred, labels.to(device), mask.to(device))
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                sched.step()
+                step += 1
+                running.append(float(loss.detach()))
+                bar.update(1)
+                bar.set_postfix(epoch=epoch + 1, loss=f"{sum(running[-20:]) / len(running[-20:]):.4f}")
+                end_of_epoch = b == steps_per_epoch - 1
+                if end_of_epoch:
+                    epoch_losses.append(sum(running) / len(running))
+                    running = []
+                stop_now = stop_after_steps is not None and step >= stop_after_steps
+                if end_of_epoch or step % cfg.checkpoint_every == 0 or stop_now:
+                    _save_checkpoint(ck_dir, {
+                        "config_key": cfg.key(), "model": model.state_dict(), "optimizer": opt.state_dict(),
+                        "scheduler": sched.state_dict(), "step": step, "epoch_losses": epoch_losses,
+                        "running": running, "torch_rng": torch.get_rng_state(), "py_rng": random.getstate(),
+                        "elapsed": elapsed_before + time.perf_counter() - t_train})
+                if stop_now and step < total:
+                    stopped = True
+                    break
+            if stopped:
+                break
+    train_s = elapsed_before + time.perf_counter() - t_train
+    if stopped:
+        return {"stopped_at_step": step, "total_steps": total, "checkpoint": str(ck_dir)}
+    model.eval()
+    card = {
+        "created_at": mf.now(), "base_model": str(base_path), "base_sha256": model_hash(base_path),
+        "architecture": getattr(model.body.config, "model_type", None), "max_length": cfg.max_length,
+        "data": {k: v for k, v in data.info.items() if k not in ("query_targets", "title_targets")},
+        "targets": {"kind": ("query term recall" if cfg.title != "only" and queries is not None else "")
+                    + (" + " if cfg.title != "off" and queries is not None else "")
+                    + ("title weak supervision (HDCT)" if cfg.title != "off" else ""),
+                    "terms": "BERT words -> Anserini DefaultEnglishAnalyzer (Porter, stopwords)",
+                    "stats": {k: data.info[k] for k in ("query_targets", "title_targets") if k in data.info}},
+        "training": {"settings": asdict(cfg), "windows": len(windows), "steps": step, "epochs": cfg.epochs,
+                     "epoch_losses": [round(x, 6) for x in epoch_losses],
+                     "final_loss": round(epoch_losses[-1], 6) if epoch_losses else None,
+                     "seconds": round(train_s, 1),
+                     "seconds_with_data_prep": round(train_s + (t_train - t_start), 1),
+                     "device": device, "threads": torch.get_num_threads(),
+                     "torch": torch.__version__},
+    }
+    dc.save_model(model, tok, out, card)
+    shutil.rmtree(ck_dir, ignore_errors=True)
+    return json.loads((out / dc.CARD_FILE).read_text())
