@@ -1,0 +1,221 @@
+"""Query-agnostic passage-quality estimators (METHODS.md §4). Each has
+``score(passages, batch_size=..., quiet=...) -> np.ndarray`` of one finite float
+per passage, higher = more worth indexing. Model-based ones load lazily."""
+from __future__ import annotations
+
+import math
+import re
+import sys
+from typing import Optional, Sequence
+
+import numpy as np
+from tqdm import tqdm
+
+from indexes.errors import InputError
+
+
+class QualityError(InputError):
+    """A quality estimator or a scores file that cannot be used."""
+
+
+def _texts(passages: Sequence[str]) -> list:
+    passages = list(passages)
+    bad = next((i for i, t in enumerate(passages) if not isinstance(t, str)), None)
+    if bad is not None:
+        raise QualityError(f"passage {bad} is not a string: {type(passages[bad]).__name__}")
+    return passages
+
+
+def _bar(n: int, desc: str, quiet: bool) -> tqdm:
+    return tqdm(total=n, desc=desc, unit="passage", disable=quiet, file=sys.stderr, dynamic_ncols=True,
+                mininterval=0.5, leave=False)
+
+
+class Estimator:
+    """Base class: subclasses implement :meth:`_score` on a list of strings."""
+
+    name = "base"
+    needs_training = False
+
+    def score(self, passages: Sequence[str], batch_size: int = 64, quiet: bool = False) -> np.ndarray:
+        texts = _texts(passages)
+        if not texts:
+            return np.zeros(0, dtype=np.float64)
+        out = np.asarray(self._score(texts, batch_size, quiet), dtype=np.float64)
+        if out.shape != (len(texts),) or not np.isfinite(out).all():
+            raise QualityError(f"estimator {self.name!r} returned {out.shape} scores with non-finite values "
+                               f"for {len(texts)} passages")
+        return out
+
+    def _score(self, texts: list, batch_size: int, quiet: bool) -> np.ndarray:  # pragma: no cover
+        raise NotImplementedError
+
+    def describe(self) -> dict:
+        return {"estimator": self.name}
+
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+# Common English function words (our own short list: articles, pronouns, auxiliaries, prepositions,
+# conjunctions). Fluent prose has roughly 40-55% of them; lists, tables and keyword dumps far fewer.
+STOPWORDS = frozenset("""
+a an the this that these those there here it its it's he she they them their his her we us our you your i me my
+is are was were be been being am do does did doing have has had having will would shall should can could may might
+must of in on at by for with about against between into through during before after above below to from up down
+out off over under again further then once and but or nor not no so than too very as if because while until when
+where why how what which who whom whose all any both each few more most other some such only own same just also
+""".split())
+
+
+class Length(Estimator):
+    """log(1 + number of word tokens): very short passages rarely answer anything."""
+
+    name = "length"
+
+    def _score(self, texts, batch_size, quiet):
+        return np.log1p([len(_WORD.findall(t)) for t in texts])
+
+
+class StopwordShare(Estimator):
+    """Closeness of the stopword share to that of fluent prose (``target``); keyword dumps,
+    tables and boilerplate score low. Ties (e.g. empty) fall back to length."""
+
+    name = "stopwords"
+
+    def __init__(self, target: float = 0.45):
+        self.target = float(target)
+
+    def _score(self, texts, batch_size, quiet):
+        out = np.empty(len(texts))
+        for i, t in enumerate(texts):
+            toks = [w.lower() for w in _WORD.findall(t)]
+            share = sum(w in STOPWORDS for w in toks) / len(toks) if toks else 0.0
+            out[i] = -abs(share - self.target) + 1e-3 * math.log1p(len(toks))
+        return out
+
+    def describe(self):
+        return {"estimator": self.name, "target": self.target}
+
+
+class RandomQuality(Estimator):
+    """Seeded uniform scores: the baseline every estimator must beat."""
+
+    name = "random"
+
+    def __init__(self, seed: int = 0):
+        self.seed = int(seed)
+
+    def _score(self, texts, batch_size, quiet):
+        return np.random.default_rng(self.seed).random(len(texts))
+
+    def describe(self):
+        return {"estimator": self.name, "seed": self.seed}
+
+
+class DenseNorm(Estimator):
+    """L2 norm of the dense vector before normalisation (the paper's TAS-B magnitude; here the
+    bundled MiniLM with mean pooling, or any local model). Costs one full encoding pass."""
+
+    name = "dense-norm"
+
+    def __init__(self, model: Optional[str] = None, pooling: str = "mean", device: str = "auto"):
+        self.model, self.pooling, self.device = model, pooling, device
+        self._enc = None
+
+    def _score(self, texts, batch_size, quiet):
+        from retrieval.encoders.dense import DenseEncoder
+
+        if self._enc is None:
+            self._enc = DenseEncoder(self.model, pooling=self.pooling, device=self.device, normalize=False,
+                                     quiet=quiet)
+        out = np.zeros(len(texts))
+        with _bar(len(texts), "quality (dense-norm)", quiet) as bar:
+            for s in range(0, len(texts), 4096):
+                v = self._enc.encode(texts[s:s + 4096], batch_size=batch_size, quiet=True)
+                out[s:s + len(v)] = np.linalg.norm(v.astype(np.float64), axis=1)
+                bar.update(len(v))
+        return out
+
+    def describe(self):
+        enc = self._enc
+        return {"estimator": self.name, "model": str(enc.model_path) if enc else self.model,
+                "model_sha256": enc.model_hash if enc else None, "pooling": self.pooling}
+
+
+class PseudoPerplexity(Estimator):
+    """Negative masked-LM pseudo-perplexity (mean NLL of masked tokens) under SPLADE-tiny's MLM
+    head. Affordable variant: ``positions`` token positions per passage (seeded sample) are
+    masked, ``groups`` of them at a time, so each passage costs ``positions / per_copy`` forward
+    passes instead of one per token."""
+
+    name = "pseudo-ppl"
+
+    def __init__(self, model: Optional[str] = None, positions: int = 16, per_copy: int = 4, max_length: int = 128,
+                 seed: int = 0, device: str = "auto"):
+        if positions < 1 or per_copy < 1:
+            raise QualityError("pseudo-ppl: positions and per_copy must be positive")
+        self.model, self.positions, self.per_copy = model, int(positions), int(per_copy)
+        self.max_length, self.seed, self.device = int(max_length), int(seed), device
+        self._m = None
+
+    def _load(self):
+        from retrieval.encoders.dense import _quiet_transformers, pick_device
+        from retrieval.encoders.models import resolve_model_path
+
+        _quiet_transformers()
+        from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+        self.path = resolve_model_path(self.model or "splade-tiny")
+        self.tok = AutoTokenizer.from_pretrained(self.path)
+        self.dev = pick_device(self.device)
+        self._m = AutoModelForMaskedLM.from_pretrained(self.path).eval().to(self.dev)
+
+    def _score(self, texts, batch_size, quiet):
+        import torch
+
+        if self._m is None:
+            self._load()
+        ids = self.tok(texts, truncation=True, max_length=self.max_length, padding=False,
+                       return_attention_mask=False, return_token_type_ids=False)["input_ids"]
+        mask_id, pad_id = self.tok.mask_token_id, self.tok.pad_token_id or 0
+        rng = np.random.default_rng(self.seed)
+        copies = []  # (passage index, token ids, masked positions)
+        for i, x in enumerate(ids):
+            inner = np.arange(1, len(x) - 1)  # skip [CLS] / [SEP]
+            if len(inner) == 0:
+                continue
+            pos = rng.permutation(inner)[: self.positions]
+            for s in range(0, len(pos), self.per_copy):
+                copies.append((i, x, np.sort(pos[s:s + self.per_copy])))
+        nll = np.zeros(len(texts))
+        cnt = np.zeros(len(texts))
+        order = sorted(range(len(copies)), key=lambda c: -len(copies[c][1]))
+        with _bar(len(texts), "quality (pseudo-ppl)", quiet) as bar, torch.inference_mode():
+            done = set()
+            for s in range(0, len(order), batch_size):
+                chunk = [copies[c] for c in order[s:s + batch_size]]
+                t = max(len(x) for _, x, _ in chunk)
+                arr = np.full((len(chunk), t), pad_id, dtype=np.int64)
+                att = np.zeros((len(chunk), t), dtype=np.int64)
+                for r, (_, x, pos) in enumerate(chunk):
+                    arr[r, :len(x)] = x
+                    att[r, :len(x)] = 1
+                    arr[r, pos] = mask_id
+                logits = self._m(input_ids=torch.from_numpy(arr).to(self.dev),
+                                 attention_mask=torch.from_numpy(att).to(self.dev)).logits
+                logp = torch.log_softmax(logits.float(), dim=-1).cpu().numpy()
+                for r, (i, x, pos) in enumerate(chunk):
+                    nll[i] -= logp[r, pos, np.asarray(x)[pos]].sum()
+                    cnt[i] += len(pos)
+                    if i not in done:
+                        done.add(i)
+                        bar.update(1)
+        # Passages without any maskable token get the worst observed score.
+        out = np.where(cnt > 0, -nll / np.maximum(cnt, 1), np.nan)
+        worst = np.nanmin(out) if np.isfinite(out).any() else 0.0
+        return np.where(np.isfinite(out), out, worst - 1.0)
+
+    def describe(self):
+        return {"estimator": self.name, "model": str(getattr(self, "path", self.model or "splade-tiny")),
+                "positions": self.positions, "per_copy": self.per_copy, "max_length": self.max_length,
+                "seed": self.seed}

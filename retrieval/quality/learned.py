@@ -1,0 +1,173 @@
+"""Learned passage quality: a logistic-regression head on a frozen BERT-family body
+(the bundled MiniLM by default, SPLADE-tiny optional), trained query-agnostically from training
+qrels. Passages with a relevant training query are positives, a seeded sample of the
+other passages are negatives (as QualT5 was trained, METHODS.md §4).
+
+Features: mean-pooled last hidden state (L2-normalised) and log token count.
+The head is a few hundred floats, so it is stored as JSON (with its model card) and
+the default one ships inside the package (:mod:`retrieval.quality.heads`).
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from retrieval.quality.estimators import Estimator, QualityError, _bar
+
+
+class _Features:
+    """Mean-pooled body vector (L2-normalised when ``normalize``: then it equals the vector of a
+    default dense sub-index, so a benchmark can reuse stored vectors) and log token count."""
+
+    def __init__(self, body: str = "minilm", device: str = "auto", max_length: Optional[int] = None,
+                 normalize: bool = True):
+        from retrieval.encoders.dense import DenseEncoder
+
+        self.enc = DenseEncoder(body, pooling="mean", normalize=normalize, device=device, max_length=max_length,
+                                quiet=True)
+
+    def __call__(self, texts: List[str], batch_size: int, quiet: bool) -> np.ndarray:
+        out = np.zeros((len(texts), self.enc.dim + 1), dtype=np.float32)
+        with _bar(len(texts), "quality (features)", quiet) as bar:
+            for s in range(0, len(texts), 4096):
+                chunk = texts[s:s + 4096]
+                out[s:s + len(chunk), :-1] = self.enc.encode(chunk, batch_size=batch_size, quiet=True)
+                out[s:s + len(chunk), -1] = np.log1p([len(x) for x in self.enc.tokenize(chunk)])
+                bar.update(len(chunk))
+        return out
+
+
+class LearnedQuality(Estimator):
+    """Score = logit of the trained head on frozen body features. ``head`` is a head dict,
+    a JSON file written by :func:`train_head`, or None for the shipped default head."""
+
+    name = "learned"
+
+    def __init__(self, head=None, device: str = "auto"):
+        if head is None:
+            from retrieval.quality.heads import DEFAULT_HEAD
+            head = DEFAULT_HEAD
+        elif isinstance(head, (str, Path)):
+            p = Path(head)
+            if not p.is_file():
+                raise QualityError(f"quality head file not found: {p}")
+            try:
+                head = json.loads(p.read_text())
+            except json.JSONDecodeError as e:
+                raise QualityError(f"{p}: not a quality head (bad JSON: {e.msg})")
+        for k in ("body", "mean", "scale", "weights", "bias"):
+            if k not in head:
+                raise QualityError(f"quality head lacks {k!r}")
+        self.head = head
+        self.device = device
+        self._feat = None
+
+    def _score(self, texts, batch_size, quiet):
+        if self._feat is None:
+            self._feat = _Features(self.head["body"], self.device, self.head.get("max_length"),
+                                   self.head.get("normalize", True))
+        X = self._feat(texts, batch_size, quiet)
+        return _apply(self.head, X)
+
+    def describe(self):
+        h = self.head
+        return {"estimator": self.name, "head": h.get("name"), "body": h["body"],
+                "trained_on": h.get("card", {}).get("training_data")}
+
+
+def _apply(head: dict, X: np.ndarray) -> np.ndarray:
+    Z = (X.astype(np.float64) - np.asarray(head["mean"])) / np.asarray(head["scale"])
+    return Z @ np.asarray(head["weights"]) + float(head["bias"])
+
+
+def training_pairs(sources: Sequence[Tuple[Iterable, Dict[str, Dict[str, int]]]], neg_ratio: float = 4.0,
+                   seed: int = 0) -> Tuple[List[str], np.ndarray, dict]:
+    """Texts and 0/1 labels from ``[(documents, training qrels), ...]``: positives are the
+    documents with a relevant (grade > 0) training query, negatives a seeded sample of
+    ``neg_ratio`` x as many of the others (all of them if fewer)."""
+    rng = np.random.default_rng(seed)
+    texts: List[str] = []
+    labels: List[int] = []
+    stats = []
+    for docs, qrels in sources:
+        rel = {d for q in qrels.values() for d, g in q.items() if g > 0}
+        pos, neg = [], []
+        for doc in docs:
+            (pos if doc.docid in rel else neg).append(doc.contents)
+        if not pos:
+            raise QualityError("training qrels name no document of the corpus as relevant")
+        n_neg = min(len(neg), int(round(neg_ratio * len(pos))))
+        pick = rng.choice(len(neg), size=n_neg, replace=False) if n_neg else []
+        texts += pos + [neg[i] for i in sorted(pick)]
+        labels += [1] * len(pos) + [0] * n_neg
+        stats.append({"positives": len(pos), "negatives": n_neg, "unlabelled_pool": len(neg)})
+    return texts, np.asarray(labels, dtype=np.float64), {"sources": stats}
+
+
+def fit_logistic(X: np.ndarray, y: np.ndarray, l2: float = 1.0, seed: int = 0) -> dict:
+    """L2-regularised, class-balanced logistic regression on standardised features
+    (full-batch L-BFGS in torch: deterministic, and torch is already a dependency)."""
+    import torch
+
+    torch.manual_seed(seed)
+    mean = X.mean(0)
+    scale = X.std(0) + 1e-6
+    Z = torch.from_numpy((X - mean) / scale)
+    t = torch.from_numpy(y)
+    w_pos = 0.5 / max(y.mean(), 1e-9)
+    w_neg = 0.5 / max(1 - y.mean(), 1e-9)
+    sw = torch.where(t > 0, torch.tensor(w_pos, dtype=Z.dtype), torch.tensor(w_neg, dtype=Z.dtype))
+    w = torch.zeros(Z.shape[1], dtype=Z.dtype, requires_grad=True)
+    b = torch.zeros(1, dtype=Z.dtype, requires_grad=True)
+    opt = torch.optim.LBFGS([w, b], lr=1.0, max_iter=500, tolerance_grad=1e-9, line_search_fn="strong_wolfe")
+
+    def closure():
+        opt.zero_grad()
+        logit = Z @ w + b
+        loss = (sw * torch.nn.functional.binary_cross_entropy_with_logits(logit, t, reduction="none")).mean()
+        loss = loss + l2 * (w @ w) / (2 * len(y))
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    return {"mean": mean.tolist(), "scale": scale.tolist(), "weights": w.detach().numpy().tolist(),
+            "bias": float(b.detach()[0])}
+
+
+def train_head(sources: Sequence[Tuple[Iterable, Dict[str, Dict[str, int]]]], body: str = "minilm",
+               neg_ratio: float = 4.0, l2: float = 1.0, seed: int = 0, name: str = "learned",
+               describe_data: Optional[List[str]] = None, max_length: Optional[int] = None, normalize: bool = True,
+               device: str = "auto", batch_size: int = 64, output: Optional[Path] = None, quiet: bool = False,
+               features: Optional[Callable[[List[str]], np.ndarray]] = None) -> dict:
+    """Train a quality head; returns it (with a model card) and writes it to ``output`` as JSON.
+    ``features`` may supply precomputed body features (texts -> matrix) identical to the body's."""
+    t0 = time.perf_counter()
+    texts, y, stats = training_pairs(sources, neg_ratio=neg_ratio, seed=seed)
+    feat = _Features(body, device, max_length, normalize)
+    X = (features(texts) if features is not None else feat(texts, batch_size, quiet)).astype(np.float64)
+    head = fit_logistic(X, y, l2=l2, seed=seed)
+    s = _apply(head, X)
+    acc = float(((s > 0) == (y > 0)).mean())
+    head.update({
+        "name": name, "body": body, "max_length": feat.enc.max_length, "normalize": normalize,
+        "format": "retr-quality-head/1",
+        "card": {
+            "model": f"logistic regression on frozen {body} features (mean-pooled last layer"
+                     f"{', L2-normalised' if normalize else ''}, plus log token count), standardised",
+            "body_sha256": feat.enc.model_hash, "training_data": describe_data or [],
+            "labels": "positive: passage has >= 1 relevant training query; negative: seeded sample of the rest",
+            "examples": stats, "neg_ratio": neg_ratio, "l2": l2, "seed": seed,
+            "class_weighting": "balanced", "train_accuracy_at_0": round(acc, 4),
+            "train_seconds": round(time.perf_counter() - t0, 1),
+            "intended_use": "query-agnostic static pruning (drop the lowest-scoring share before indexing)",
+            "limits": "trained on few, small collections; test-set relevant passages of the same corpus can "
+                      "also be training positives (as with QualT5 on MS MARCO), which flatters in-domain results",
+        },
+    })
+    if output is not None:
+        Path(output).write_text(json.dumps(head, indent=1) + "\n")
+    return head

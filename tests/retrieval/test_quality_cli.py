@@ -1,0 +1,40 @@
+"""`retr quality score` and `retr index --prune/--quality` through the real entry point."""
+from __future__ import annotations
+
+import json
+
+from retrieval.collections import read_corpus
+
+
+def _one_error_line(r):
+    err = r.stderr.strip().splitlines()
+    return r.returncode == 2 and len(err) == 1 and err[0].startswith("retr: error: ") and "Traceback" not in r.stderr
+
+
+def test_score_then_prune_with_scores_file(retr, small_corpus, tmp_path):
+    out = tmp_path / "scores.tsv"
+    r = retr("quality", "score", "--corpus", small_corpus, "--estimator", "length", "--output", out, "--quiet")
+    assert r.returncode == 0, r.stderr
+    ids = [d.docid for d in read_corpus(small_corpus)]
+    lines = [l.split("\t") for l in out.read_text().splitlines()]
+    assert [l[0] for l in lines] == ids
+    r = retr("index", "--corpus", small_corpus, "--index", tmp_path / "IDX", "--prune", "0.25", "--quality", out,
+             "--quiet")
+    assert r.returncode == 0, r.stderr
+    m = json.loads((tmp_path / "IDX" / "manifest.json").read_text())
+    assert m["pruning"]["dropped"] == int(0.25 * len(ids)) and m["pruning"]["estimator"] == "scores-file"
+    assert m["docstore"]["doc_count"] == len(ids) - int(0.25 * len(ids))
+
+
+def test_bad_prune_share_and_missing_ids_fail_clearly(retr, small_corpus, tmp_path):
+    for bad in ("1", "1.2", "-0.1"):
+        r = retr("index", "--corpus", small_corpus, "--index", tmp_path / "X", "--prune", bad, "--quality", "length")
+        assert _one_error_line(r) and "[0, 1)" in r.stderr, r.stderr
+    short = tmp_path / "short.tsv"
+    ids = [d.docid for d in read_corpus(small_corpus)]
+    short.write_text("".join(f"{d}\t1.0\n" for d in ids[5:]))
+    r = retr("index", "--corpus", small_corpus, "--index", tmp_path / "X", "--prune", "0.3", "--quality", short)
+    assert _one_error_line(r) and "lacks 5 of the corpus's" in r.stderr and ids[0] in r.stderr, r.stderr
+    r = retr("index", "--corpus", small_corpus, "--index", tmp_path / "X", "--prune", "0.3", "--quality", "bogus")
+    assert _one_error_line(r) and "unknown quality estimator" in r.stderr, r.stderr
+    assert not (tmp_path / "X").exists()
