@@ -56,9 +56,14 @@ def retr():
 @click.option("--empty", type=click.Choice(["error", "skip", "keep"]), default="error", show_default=True,
               help="What a document without text does: fail the build, be skipped, or be indexed.")
 @click.option("--docvectors", is_flag=True, help="Also store Lucene document vectors (for feedback models).")
+@click.option("--prune", type=float, default=None, metavar="P",
+              help="Static pruning: drop the lowest-quality share P in [0, 1) before anything is encoded or indexed.")
+@click.option("--quality", default=None, metavar="E|FILE",
+              help="With --prune: a quality estimator (see retr quality score) or a docid<TAB>score file "
+                   "[default: the best measured estimator].")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def index_cmd(corpus, index_dir, k1, b, dense_model, deepct_model, pooling, factory, dtype, device, batch_size, threads,
-              overwrite, empty, docvectors, quiet):
+              overwrite, empty, docvectors, prune, quality, quiet):
     """Build an index folder (document store + Lucene BM25, and optional dense
     sub-index) from a corpus. On an existing folder built from the same corpus,
     add the requested sub-indexes to it."""
@@ -74,6 +79,14 @@ def index_cmd(corpus, index_dir, k1, b, dense_model, deepct_model, pooling, fact
         from retrieval.deepct_index import DeepCTSpec, add_deepct
         dspec = DeepCTSpec(model=str(deepct_model), device=device, batch_size=batch_size).validate()
     existing = (index_dir / "manifest.json").exists()
+    if quality is not None and prune is None:
+        raise click.UsageError("--quality needs --prune P")
+    if prune is not None:
+        from retrieval.quality import check_share
+        check_share(prune)
+        if existing and not overwrite:
+            raise InputError("index folder already exists; pass --overwrite to rebuild it pruned", index_dir)
+        existing = False
     if existing and not (overwrite and spec is None and dspec is None):
         if spec is None and dspec is None:
             raise InputError("index folder already exists; pass --overwrite to rebuild it, or --dense / --deepct "
@@ -87,6 +100,16 @@ def index_cmd(corpus, index_dir, k1, b, dense_model, deepct_model, pooling, fact
             idx = add_dense(idx, spec, overwrite=overwrite, quiet=quiet)
         if dspec is not None:
             idx = add_deepct(idx, dspec, overwrite=overwrite, quiet=quiet)
+    elif prune is not None:
+        from retrieval.quality import build_pruned_index
+        idx = build_pruned_index(corpus, index_dir, prune, quality, empty=empty, quiet=quiet, k1=k1, b=b,
+                                 threads=threads, overwrite=overwrite, store_docvectors=docvectors, dense=spec)
+        if dspec is not None:
+            idx = add_deepct(idx, dspec, quiet=quiet)
+        if not quiet:
+            pr = idx.manifest["pruning"]
+            click.echo(f"pruned {pr['dropped']:,} of {pr['considered']:,} documents (share {pr['share']}, "
+                       f"estimator {pr['estimator']})", err=True)
     else:
         idx = build_index(corpus, index_dir, k1=k1, b=b, threads=threads, overwrite=overwrite,
                           store_docvectors=docvectors, empty=empty, dense=spec, quiet=quiet)
@@ -258,6 +281,7 @@ def _register_optional():
         ("cli.dense_cmds", "ditto_select", None, "ditto-select"),
         ("cli.dense_cmds", "sts", "eval", "sts"),
         ("cli.train_cmd", "train", None, "train"),
+        ("cli.quality_cmds", "quality", None, "quality"),
     ]:
         try:
             cmd = getattr(importlib.import_module(module), attr)
