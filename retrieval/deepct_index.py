@@ -239,7 +239,7 @@ def dev_queries_of(card: dict, docids: Sequence[str]) -> Optional[Tuple[List[Que
     known = set(docids)
     judged = sum(1 for j in qrels.values() for d in j if d in known)
     total = sum(len(j) for j in qrels.values())
-    if not total or judged < 0.9 * total:
+    if not total or judged < 0.5 * total:
         return None  # the model was trained for another corpus
     qs = [q for q in read_queries(qp) if q.qid in qrels]
     return (qs, qrels) if qs else None

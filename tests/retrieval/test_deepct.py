@@ -1,0 +1,231 @@
+"""DeepCT: targets, impacts, training, the Lucene sub-index, CLI and API, bad input.
+
+Real SPLADE-tiny body (2 layers, 128 hidden), real Lucene via Anserini, tiny data."""
+from __future__ import annotations
+
+import json
+import shutil
+import warnings
+
+import pytest
+import torch
+
+from tests.conftest import run_retr
+
+
+# ------------------------------------------------------------------------------------------ data
+@pytest.fixture(scope="module")
+def tiny_beir(tmp_path_factory, scifact_dir):
+    """90 SciFact passages: those judged for 25 training queries plus others; qrels/train.tsv
+    has one extra line pointing to a document that is not in the corpus."""
+    out = tmp_path_factory.mktemp("deepct-data")
+    pairs = [l.split("\t") for l in (scifact_dir / "qrels" / "train.tsv").read_text().splitlines()[1:]][:25]
+    wanted = {d for _q, d, _r in pairs}
+    docs, rest = [], []
+    for line in open(scifact_dir / "corpus.jsonl", encoding="utf-8"):
+        (docs if json.loads(line)["_id"] in wanted else rest).append(line)
+    (out / "corpus.jsonl").write_text("".join(docs + rest[:90 - len(docs)]), encoding="utf-8")
+    qids = {q for q, _d, _r in pairs}
+    (out / "queries.jsonl").write_text("".join(l for l in open(scifact_dir / "queries.jsonl", encoding="utf-8")
+                                               if json.loads(l)["_id"] in qids), encoding="utf-8")
+    (out / "qrels").mkdir()
+    body = "".join(f"{q}\t{d}\t{r}\n" for q, d, r in pairs)
+    (out / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\n" + body + f"{pairs[0][0]}\tNO-SUCH-DOC\t1\n")
+    (out / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + body)
+    return out
+
+
+def _cfg(**kw):
+    from retrieval.train_deepct import TrainConfig
+
+    base = dict(base="splade-tiny", epochs=3, lr=1e-3, batch_size=8, max_length=64, dev_fraction=0.0,
+                max_windows=1, checkpoint_every=1000)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, tiny_beir):
+    """Trained through the CLI (which must warn about, count and skip the unknown document)."""
+    out = tmp_path_factory.mktemp("deepct-model") / "M"
+    r = run_retr("train", "deepct", "--corpus", tiny_beir, "--queries", tiny_beir / "queries.jsonl",
+                 "--qrels", tiny_beir / "qrels" / "train.tsv", "--output", out, "--base", "splade-tiny",
+                 "--epochs", "2", "--lr", "1e-3", "--max-length", "64", "--dev-fraction", "0.2", "--quiet")
+    assert r.returncode == 0, r.stderr
+    assert "retr: warning:" in r.stderr and "1 unknown documents" in r.stderr
+    assert "Traceback" not in r.stderr
+    return out
+
+
+# ------------------------------------------------------------------------------------- targets
+def test_query_term_recall_on_hand_made_example():
+    from retrieval.deepct_targets import QrelsWarning, query_term_recall
+
+    docs = {"d1": "Cats chase the mice quickly.", "d2": "The dog barks."}
+    queries = {"q1": "cat chasing", "q2": "Mice!", "q3": "dog", "q4": "unknown doc"}
+    qrels = {"q1": {"d1": 1}, "q2": {"d1": 2}, "q3": {"d2": 0}, "q4": {"dX": 1}, "q5": {"d1": 1}}
+    with pytest.warns(QrelsWarning, match="2 relevant qrels skipped: 1 unknown documents"):
+        t = query_term_recall(docs, queries, qrels, min_rel=1)
+    # d1 has two relevant queries: q1 matches cat+chase (stemmed), q2 matches mice; "the" is a stopword
+    assert t.by_doc == {"d1": {"cat": 0.5, "chase": 0.5, "mice": 0.5, "quickli": 0.0}}
+    assert t.stats["unknown_documents"] == 1 and t.stats["unknown_queries"] == 1 and t.stats["skipped_pairs"] == 2
+    # with min_rel=2 only q2 counts, and grade 0 never does
+    t2 = query_term_recall(docs, queries, {"q1": {"d1": 1}, "q2": {"d1": 2}}, min_rel=2)
+    assert t2.by_doc["d1"] == {"cat": 0.0, "chase": 0.0, "mice": 1.0, "quickli": 0.0}
+
+
+def test_title_weak_supervision_uses_title_as_pseudo_query():
+    from retrieval.deepct_targets import title_targets
+    from retrieval.types import Document
+
+    docs = [Document("a", "wing flutter . the flutter of wings at high speed", "Wing flutter ."),
+            Document("b", "no title here")]
+    t, bodies = title_targets(docs)
+    assert set(t.by_doc) == {"a"}
+    assert bodies["a"] == "the flutter of wings at high speed"  # leading copy of the title removed
+    assert t.by_doc["a"] == {"flutter": 1.0, "wing": 1.0, "high": 0.0, "speed": 0.0}
+
+
+def test_terms_match_the_bm25_analyzer_on_words():
+    from retrieval.deepct_targets import analyzer
+
+    an = analyzer()
+    assert an.terms("The Diffusion-weighted MRIs, café!") == ["diffus", "weight", "mri", "cafe"]
+
+
+# ------------------------------------------------------------------------------------- impacts
+def test_impacts_are_integers_and_follow_the_rules():
+    from retrieval.encoders.deepct import to_impacts
+
+    w = {"a": 0.004, "b": 0.5, "c": -0.2, "d": 1.234, "e": 0.00499}
+    lin = to_impacts(w)
+    assert lin == {"b": 50, "d": 123}  # round(w*100); under 1 dropped (a -> 0.4, e -> 0.499, c negative)
+    assert all(type(v) is int for v in lin.values())
+    sq = to_impacts(w, "sqrt")
+    assert sq == {"a": 6, "b": 71, "d": 111, "e": 7}
+    with pytest.raises(ValueError):
+        to_impacts(w, "log")
+
+
+def test_encoder_takes_first_piece_max_over_repeats_and_windows(model_dir):
+    from retrieval.encoders.deepct import DeepCTEncoder
+
+    enc = DeepCTEncoder(model_dir, max_length=24, threads=1)  # 22 pieces per window
+    words = [f"zz{i}x" for i in range(60)]  # several pieces each: many windows
+    text = " ".join(words) + " amoxicillin"
+    [w] = enc.encode([text])
+    assert "amoxicillin" in w  # the last word is scored: no truncation
+    assert len(w) == 61
+    assert len(enc.prep.prepare([text])[0].windows) > 5
+    # a repeated term keeps the max of its occurrences' weights
+    [a, b, both] = enc.encode(["fever in children", "fever", "fever in children fever"])
+    assert both["fever"] >= max(a["fever"], 0) - 1e-6
+
+
+# ------------------------------------------------------------------------------------ training
+def test_training_lowers_loss_is_deterministic_and_resumes(tmp_path, tiny_beir):
+    from safetensors.torch import load_file
+
+    from retrieval.train_deepct import train_deepct
+
+    args = (tiny_beir, )
+    kw = dict(queries=tiny_beir / "queries.jsonl", qrels=tiny_beir / "qrels" / "train.tsv", quiet=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        card = train_deepct(*args, tmp_path / "a", cfg=_cfg(), **kw)
+        losses = card["training"]["epoch_losses"]
+        assert len(losses) == 3 and losses[-1] < losses[0]
+        assert card["training"]["final_loss"] == losses[-1]
+        # interrupted after 2 steps, then resumed: same weights as one uninterrupted run
+        part = train_deepct(*args, tmp_path / "b", cfg=_cfg(), stop_after_steps=2, **kw)
+        assert part["stopped_at_step"] == 2 and (tmp_path / "b" / ".checkpoint" / "state.pt").exists()
+        card_b = train_deepct(*args, tmp_path / "b", cfg=_cfg(), **kw)
+    assert not (tmp_path / "b" / ".checkpoint").exists()
+    ha, hb = (load_file(str(tmp_path / x / "deepct_head.safetensors")) for x in "ab")
+    assert all(torch.equal(ha[k], hb[k]) for k in ha)
+    wa, wb = (load_file(str(tmp_path / x / "model.safetensors")) for x in "ab")
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert card_b["training"]["epoch_losses"] == losses
+    for key in ("base_model", "data", "targets", "training"):
+        assert key in card
+    assert (tmp_path / "a" / "README.md").read_text().startswith("# DeepCT")
+
+
+# ------------------------------------------------------------------------------- sub-index
+def test_heavily_weighted_term_is_returned_first(tmp_path):
+    from retrieval.deepct_index import DeepCTRetriever, _index_vectors
+    from retrieval.types import Query
+
+    vecs = {"d1": {"zebra": 5, "cat": 90}, "d2": {"zebra": 80, "dog": 3}, "d3": {"zebra": 30}, "d4": {"cat": 7}}
+    for v in ("impact-linear", "bm25-linear"):
+        _index_vectors(vecs.items(), tmp_path / v, impact=v.startswith("impact"), threads=1)
+    entry = {"kind": "deepct", "config": {"mode": "impact", "scale": "linear", "k1": 10.0, "b": 0.9}}
+    r = DeepCTRetriever(tmp_path, entry)
+    hits = r.search("Zebras?", 10)  # analysed like the passages: zebras -> zebra
+    assert [d for d, _ in hits] == ["d2", "d3", "d1"]
+    assert [s for _, s in hits] == [80.0, 30.0, 5.0]  # impact score = query count x impact
+    r.configure(mode="bm25")
+    assert [d for d, _ in r.search("zebra", 10)] == ["d2", "d3", "d1"]
+    res = r.batch_search([Query("q1", "cat"), Query("q2", "the of")], 10)
+    assert [d for d, _ in res["q1"]] == ["d1", "d4"] and res["q2"] == []
+
+
+def test_index_with_deepct_answers_through_cli_and_api(tmp_path, tiny_beir, model_dir):
+    import retrieval
+
+    idx_dir = tmp_path / "IDX"
+    r = run_retr("index", "--corpus", tiny_beir, "--index", idx_dir, "--deepct", model_dir, "--quiet")
+    assert r.returncode == 0, r.stderr
+    idx = retrieval.open_index(idx_dir)
+    assert {"bm25", "deepct", "deepct-query"} <= set(idx.retrievers)
+    e = idx.manifest["subindexes"]["deepct"]
+    assert e["kind"] == "deepct" and e["doc_count"] == 90 and e["model"]["sha256"]
+    assert "tuning" in e and e["config"]["k1"] == e["tuning"]["best"]["k1"]  # tuned on the dev split
+    run = tmp_path / "run.trec"
+    r = run_retr("search", "--index", idx_dir, "--queries", tiny_beir / "queries.jsonl", "--retriever", "deepct",
+                 "--output", run, "--k", "5", "--quiet")
+    assert r.returncode == 0, r.stderr
+    lines = [l.split() for l in run.read_text().splitlines()]
+    qs = retrieval.read_queries(tiny_beir / "queries.jsonl")
+    assert {p[0] for p in lines} == {q.qid for q in qs}
+    api = idx.batch_search(qs, k=5, retriever="deepct")
+    cli_top = {p[0]: p[2] for p in lines if p[3] == "1"}
+    assert cli_top == {q: hits[0].docid for q, hits in api.items() if hits}
+    # a query made of one passage's title finds that passage first (API, with text)
+    doc = next(iter(retrieval.read_corpus(tiny_beir)))
+    assert idx.search(doc.title, k=3, retriever="deepct")[0].docid == doc.docid
+    assert idx.search(doc.title, k=3, retriever="deepct-query")[0].docid == doc.docid
+    r = run_retr("search", "--index", idx_dir, "--retriever", "bm25+deepct", doc.title, "--k", "3")
+    assert r.returncode == 0, r.stderr
+    assert doc.docid in r.stdout.splitlines()[0]
+
+
+# ------------------------------------------------------------------------------------ bad input
+def test_missing_model_dir_fails_clearly(tmp_path, tiny_beir):
+    r = run_retr("index", "--corpus", tiny_beir, "--index", tmp_path / "I", "--deepct", tmp_path / "nope")
+    assert r.returncode == 2 and r.stderr.startswith("retr: error:") and "not found" in r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "I").exists()
+
+
+def test_model_without_tokenizer_or_head_fails_clearly(tmp_path, model_dir):
+    from retrieval.deepct_index import DeepCTSpec
+    from retrieval.encoders.deepct import load_model
+    from retrieval.encoders.models import ModelDirError, bundled_model_path
+
+    broken = tmp_path / "M"
+    shutil.copytree(model_dir, broken)
+    for f in ("tokenizer.json", "vocab.txt", "tokenizer_config.json"):
+        (broken / f).unlink(missing_ok=True)
+    with pytest.raises(ModelDirError, match="tokenizer"):
+        DeepCTSpec(model=str(broken)).validate()
+    with pytest.raises(ModelDirError, match="tokenizer"):
+        load_model(broken)
+    with pytest.raises(ModelDirError, match="not a DeepCT model"):
+        load_model(bundled_model_path("splade-tiny"))
+
+
+def test_training_without_any_usable_qrels_fails_clearly(tmp_path, tiny_beir):
+    (tmp_path / "q.tsv").write_text("query-id\tcorpus-id\tscore\nX\tNO-SUCH-DOC\t1\n")
+    r = run_retr("train", "deepct", "--corpus", tiny_beir, "--queries", tiny_beir / "queries.jsonl",
+                 "--qrels", tmp_path / "q.tsv", "--output", tmp_path / "M", "--base", "splade-tiny", "--quiet")
+    assert r.returncode == 2 and "no training passages" in r.stderr and "Traceback" not in r.stderr
