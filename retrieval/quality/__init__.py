@@ -9,7 +9,7 @@ lowest-scoring share BEFORE anything is encoded or indexed::
 
 Estimators (registry :data:`ESTIMATORS`): ``learned`` (shipped logistic head on frozen
 MiniLM features), ``dense-norm``, ``pseudo-ppl``, ``length``, ``stopwords``,
-``random``; ``deepct-mass``/``deepct-max`` once DeepCT is available.
+``random``, ``deepct-mass``/``deepct-max`` (with a model from ``retr train deepct``).
 """
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 import numpy as np
 
-from retrieval.quality.estimators import (DenseNorm, Estimator, Length, PseudoPerplexity, QualityError,
-                                          RandomQuality, StopwordShare)
+from retrieval.quality.estimators import (DeepCTWeight, DenseNorm, Estimator, Length, PseudoPerplexity,
+                                          QualityError, RandomQuality, StopwordShare)
 
 #: Estimator used when ``--prune`` is given without ``--quality``: the one that kept
 #: effectiveness best in eval/results/quality.md among those that need no training data
@@ -40,11 +40,20 @@ ESTIMATORS: Dict[str, Callable[..., Estimator]] = {
     "length": Length,
     "stopwords": StopwordShare,
     "random": RandomQuality,
+    "deepct-mass": lambda **kw: DeepCTWeight(stat="mass", **kw),
+    "deepct-max": lambda **kw: DeepCTWeight(stat="max", **kw),
 }
+#: For ``NAME:ARG`` specs (CLI ``--quality learned:head.json``): the keyword ARG fills.
+_ARG = {"learned": "head", "dense-norm": "model", "pseudo-ppl": "model", "deepct-mass": "model",
+        "deepct-max": "model", "random": "seed"}
 
 
 def get_estimator(name: str, **kwargs) -> Estimator:
-    """An estimator by registry name (keyword arguments go to its constructor)."""
+    """An estimator by registry name, optionally ``name:arg`` (a head file, model folder or
+    seed); keyword arguments go to its constructor."""
+    if ":" in name and name.split(":", 1)[0] in _ARG:
+        name, arg = name.split(":", 1)
+        kwargs[_ARG[name]] = int(arg) if name == "random" and arg.isdigit() else arg
     if name not in ESTIMATORS:
         raise QualityError(f"unknown quality estimator {name!r} (choose from: {', '.join(ESTIMATORS)})")
     return ESTIMATORS[name](**kwargs)
@@ -118,7 +127,7 @@ def select_keep(docids: List[str], scores: np.ndarray, prune: float) -> set:
 
 
 def is_scores_file(quality: str) -> bool:
-    return quality not in ESTIMATORS and (Path(quality).is_file() or quality.endswith((".tsv", ".txt")))
+    return quality.split(":", 1)[0] not in ESTIMATORS and (Path(quality).is_file() or quality.endswith((".tsv", ".txt")))
 
 
 def prune_keep_set(corpus, prune: float, quality: Optional[str] = None, empty: str = "error",

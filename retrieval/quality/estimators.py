@@ -219,3 +219,32 @@ class PseudoPerplexity(Estimator):
         return {"estimator": self.name, "model": str(getattr(self, "path", self.model or "splade-tiny")),
                 "positions": self.positions, "per_copy": self.per_copy, "max_length": self.max_length,
                 "seed": self.seed}
+
+
+class DeepCTWeight(Estimator):
+    """Mass (sum) or maximum of a DeepCT model's term weights over the passage: passages
+    whose terms the model finds central to no query score low. Needs a model folder from
+    ``retr train deepct`` (``--quality deepct-mass:MODEL_DIR``)."""
+
+    def __init__(self, model: Optional[str] = None, stat: str = "mass", device: str = "auto"):
+        if stat not in ("mass", "max"):
+            raise QualityError(f"deepct statistic must be mass or max, got {stat!r}")
+        if not model:
+            raise QualityError(f"the deepct-{stat} estimator needs a DeepCT model folder "
+                               f"(deepct-{stat}:MODEL_DIR; train one with `retr train deepct`)")
+        self.model, self.stat, self.device = str(model), stat, device
+        self.name = f"deepct-{stat}"
+        self._enc = None
+
+    def _score(self, texts, batch_size, quiet):
+        from retrieval.encoders.deepct import DeepCTEncoder
+
+        if self._enc is None:
+            self._enc = DeepCTEncoder(self.model, device=self.device, batch_size=batch_size)
+        weights = self._enc.encode(texts, quiet=quiet, desc=f"quality ({self.name})")
+        pos = [[max(v, 0.0) for v in w.values()] for w in weights]
+        return np.array([(sum(p) if self.stat == "mass" else max(p)) if p else 0.0 for p in pos])
+
+    def describe(self):
+        return {"estimator": self.name, "model": self.model,
+                "model_sha256": self._enc.model_hash if self._enc else None}

@@ -23,13 +23,25 @@ def texts(docs):
     return [d.contents for d in docs[:24]] + ["fever", "1 2 3 4 5", " ".join(["cell"] * 600)]
 
 
-@pytest.mark.parametrize("name", [n for n in ESTIMATORS if n not in ("learned",)])
+@pytest.mark.parametrize("name", [n for n in ESTIMATORS if n != "learned" and not n.startswith("deepct")])
 def test_each_estimator_gives_one_finite_score_per_passage(name, texts):
     kw = {"positions": 4, "per_copy": 2} if name == "pseudo-ppl" else {}
     s = get_estimator(name, **kw).score(texts, batch_size=16, quiet=True)
     assert s.shape == (len(texts),) and np.isfinite(s).all()
     assert np.ptp(s) > 0  # it discriminates
     assert get_estimator(name).score([], quiet=True).shape == (0,)
+
+
+def test_deepct_estimators_score_with_a_model_folder(texts, tmp_path):
+    from retrieval.encoders.deepct import init_model, save_model
+
+    model, tok, base = init_model("splade-tiny")  # untrained head: enough to exercise the path
+    save_model(model, tok, tmp_path / "dct", {"base_model": str(base), "max_length": 128})
+    for stat in ("mass", "max"):
+        s = get_estimator(f"deepct-{stat}:{tmp_path / 'dct'}").score(texts, batch_size=16, quiet=True)
+        assert s.shape == (len(texts),) and np.isfinite(s).all() and np.ptp(s) > 0
+    with pytest.raises(QualityError, match="needs a DeepCT model folder"):
+        get_estimator("deepct-mass")
 
 
 def test_length_and_random_behave(texts):
