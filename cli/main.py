@@ -120,6 +120,27 @@ def index_cmd(corpus, index_dir, k1, b, dense_model, deepct_model, pooling, fact
         click.echo(f"indexed {len(idx):,} documents into {index_dir} ({subs})", err=True)
 
 
+@retr.command("add")
+@click.option("--index", "index_dir", required=True, type=click.Path(path_type=Path), help="Existing index folder.")
+@click.option("--corpus", "corpus", required=True, type=click.Path(path_type=Path),
+              help="New documents: BEIR folder, JSONL or TSV (optionally .gz).")
+@click.option("--threads", type=click.IntRange(1, 256), default=2, show_default=True, help="Indexing threads.")
+@click.option("--empty", type=click.Choice(["error", "skip", "keep"]), default="error", show_default=True,
+              help="What a document without text does.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+def add_cmd(index_dir, corpus, threads, empty, quiet):
+    """Add documents to every sub-index of an existing folder (all or nothing)."""
+    from retrieval.append import add_documents
+    from retrieval.index import open_index
+
+    idx = open_index(index_dir)
+    before = len(idx)
+    idx = add_documents(idx, corpus, threads=threads, empty=empty, quiet=quiet)
+    if not quiet:
+        click.echo(f"added {len(idx) - before:,} documents to {index_dir} ({', '.join(idx.retrievers)}); "
+                   f"now {len(idx):,}", err=True)
+
+
 # -------------------------------------------------------------------- search
 @retr.command("search")
 @click.argument("text", required=False)

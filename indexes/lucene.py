@@ -52,13 +52,16 @@ class ShardWriter:
 
 
 def run_indexer(input_dir: Path, index_dir: Path, threads: int = 2, impact: bool = False,
-                store_docvectors: bool = False, quiet: bool = True) -> float:
-    """Run Anserini IndexCollection in a child JVM; returns wall seconds."""
+                store_docvectors: bool = False, quiet: bool = True, append: bool = False) -> float:
+    """Run Anserini IndexCollection in a child JVM; returns wall seconds.
+    With ``append`` the documents are added to the existing index."""
     cmd = [jvm.java_executable(), f"-Xmx{jvm.java_heap()}", "-cp", jvm.anserini_jar(),
            "io.anserini.index.IndexCollection",
            "-collection", "JsonVectorCollection" if impact else "JsonCollection",
            "-input", str(input_dir), "-index", str(index_dir),
            "-generator", "DefaultLuceneDocumentGenerator", "-threads", str(max(1, threads))]
+    if append:
+        cmd += ["-append"]
     if impact:
         cmd += ["-impact", "-pretokenized"]
     else:
@@ -81,8 +84,9 @@ def run_indexer(input_dir: Path, index_dir: Path, threads: int = 2, impact: bool
 
 
 def build_lucene(docs: Iterable[Tuple[str, object]], index_dir: Path, threads: int = 2, impact: bool = False,
-                 store_docvectors: bool = False, quiet: bool = True) -> Dict[str, object]:
-    """Index ``(docid, contents)`` pairs (or ``(docid, {term: int})`` with ``impact``)."""
+                 store_docvectors: bool = False, quiet: bool = True, append: bool = False) -> Dict[str, object]:
+    """Index ``(docid, contents)`` pairs (or ``(docid, {term: int})`` with ``impact``);
+    ``append`` adds them to an existing index."""
     with tempfile.TemporaryDirectory(prefix="retr-lucene-", dir=Path(index_dir).parent) as tmp:
         w = ShardWriter(Path(tmp), threads)
         try:
@@ -93,7 +97,7 @@ def build_lucene(docs: Iterable[Tuple[str, object]], index_dir: Path, threads: i
                     w.add_text(docid, payload)  # type: ignore[arg-type]
         finally:
             w.close()
-        seconds = run_indexer(Path(tmp), Path(index_dir), threads, impact, store_docvectors, quiet)
+        seconds = run_indexer(Path(tmp), Path(index_dir), threads, impact, store_docvectors, quiet, append)
     return {"doc_count": w.count, "seconds": seconds}
 
 

@@ -86,8 +86,10 @@ def read_manifest(folder: Path | str) -> Dict[str, Any]:
 
 
 @contextlib.contextmanager
-def atomic_folder(target: Path | str, overwrite: bool = False) -> Iterator[Path]:
-    """Yield a temporary folder that replaces ``target`` only if the block succeeds."""
+def atomic_folder(target: Path | str, overwrite: bool = False, copy_from: Path | str | None = None
+                  ) -> Iterator[Path]:
+    """Yield a temporary folder (empty, or a copy of ``copy_from``) that
+    replaces ``target`` only if the block succeeds."""
     target = Path(target)
     if target.exists() and not overwrite:
         raise InputError("already exists (pass --overwrite to replace it, or add to it)", target)
@@ -95,7 +97,10 @@ def atomic_folder(target: Path | str, overwrite: bool = False) -> Iterator[Path]
     tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
     if tmp.exists():
         shutil.rmtree(tmp)
-    tmp.mkdir()
+    if copy_from is not None:
+        shutil.copytree(copy_from, tmp, ignore=shutil.ignore_patterns(".lock", ".*.tmp-*"))
+    else:
+        tmp.mkdir()
     try:
         yield tmp
     except BaseException:
