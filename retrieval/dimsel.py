@@ -189,7 +189,7 @@ class SelectorConfig:
     beta: float = 1.0           # oracle: weight of the non-relevant mean
     neg_k: int = 10             # oracle: unjudged top-ranked docs counted as non-relevant
     cand_k: int = 100           # ranking loss: first-stage candidates per query
-    epochs: int = 60
+    epochs: int = 100
     lr: float = 1e-3
     weight_decay: float = 1e-4
     dropout: float = 0.1
@@ -464,13 +464,12 @@ def _cand_labels(data: TrainData) -> Tuple[np.ndarray, np.ndarray]:
     end when missing; labels = grade > 0."""
     cand = data.cand.copy()
     lab = np.zeros(cand.shape, dtype=np.float32)
+    width = cand.shape[1]
     for i, grades in enumerate(data.rel):
-        R = [r for r, g in grades.items() if g > 0]
-        missing = [r for r in R if r not in set(cand[i])]
-        if missing:
-            keep = [r for r in cand[i] if r not in R]  # irrelevant ones stay first
-            cand[i, :] = (keep[:cand.shape[1] - len(missing)] + missing)[:cand.shape[1]] if len(missing) < cand.shape[1] \
-                else missing[:cand.shape[1]]
+        R = [r for r, g in grades.items() if g > 0][:width // 2]  # keep room for negatives
+        if not set(R) <= set(cand[i].tolist()):
+            rs = set(R)
+            cand[i, :] = [r for r in cand[i].tolist() if r not in rs][:width - len(R)] + R
         lab[i] = [1.0 if grades.get(r, 0) > 0 else 0.0 for r in cand[i]]
     return cand, lab
 
@@ -643,17 +642,28 @@ class DimSel:
         return {q.qid: r for q, r in zip(queries, res)}
 
 
-def wrap(index, retriever: str = "dense", dimsel=None):
-    """What ``Index.search(..., dimsel=...)`` calls: ``dimsel`` is a :class:`DimSel`, a mode name,
-    or a dict of DimSel keywords (``{"mode": "prf", "alpha": 0.5, "prf_k": 5}``)."""
+def wrap(index, retriever: str = "dense", dimsel=None) -> "DimSel":
+    """What ``Index.search(..., dimsel=...)`` calls: ``dimsel`` is a :class:`DimSel`, a mode name
+    (``"none"``, ``"prf"``, ``"learned"``; oracle needs qrels, so a dict) or a dict of DimSel
+    keywords (``{"mode": "prf", "alpha": 0.5, "prf_k": 5}``). Wrappers built from a name or a dict
+    are cached on the dense retriever, so a selector is loaded once."""
     if isinstance(dimsel, DimSel):
         return dimsel
     dense = dense_of(index, retriever)
     if isinstance(dimsel, str):
-        return DimSel(dense, mode=dimsel)
-    if isinstance(dimsel, Mapping):
-        return DimSel(dense, **dimsel)
-    raise DimSelError(f"dimsel must be a mode name, a dict of options or a DimSel, got {type(dimsel).__name__}")
+        kw = {"mode": dimsel}
+    elif isinstance(dimsel, Mapping):
+        kw = dict(dimsel)
+    else:
+        raise DimSelError(f"dimsel must be a mode name, a dict of options or a DimSel, got {type(dimsel).__name__}")
+    cache = dense.__dict__.setdefault("_dimsel_wrappers", {})
+    try:
+        key = json.dumps(kw, sort_keys=True, default=str)
+    except TypeError:
+        return DimSel(dense, **kw)
+    if key not in cache:
+        cache[key] = DimSel(dense, **kw)
+    return cache[key]
 
 
 def attach(index, dimsel: DimSel, retriever: str = "dense") -> DimSel:

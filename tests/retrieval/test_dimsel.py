@@ -119,6 +119,14 @@ def test_dimsel_none_reproduces_plain_dense_search(dense_index, small_corpus):
     finally:
         ds.attach(dense_index, dense)
     assert [(h.docid, h.score) for h in got] == [(h.docid, h.score) for h in ref]
+    got = dense_index.search(qs[0].text, k=10, retriever="dense", text=False, dimsel="none")
+    assert [(h.docid, h.score) for h in got] == [(h.docid, h.score) for h in ref]
+    # a selection mode through Index.batch_search equals the wrapper used directly
+    opts = {"mode": "prf", "alpha": 0.25, "prf_k": 3}
+    via_index = dense_index.batch_search(qs[:5], k=10, retriever="dense", dimsel=opts)
+    direct = ds.DimSel(dense, **opts).batch_search(qs[:5], 10)
+    assert {q: [(h.docid, h.score) for h in hs] for q, hs in via_index.items()} == direct
+    assert direct != {q.qid: plain[q.qid][:10] for q in qs[:5]}
 
 
 def test_prf_and_oracle_search_with_masked_queries(dense_index, small_corpus):
@@ -151,6 +159,8 @@ def test_prf_and_oracle_search_with_masked_queries(dense_index, small_corpus):
 def test_bad_input_fails_clearly(dense_index, small_index, tmp_path):
     with pytest.raises(ds.DimSelError, match="needs a dense sub-index"):
         ds.wrap(small_index, "dense", "prf")
+    with pytest.raises(ds.DimSelError, match="needs a dense sub-index"):
+        dense_index.search("fever", retriever="bm25", dimsel="prf")
     with pytest.raises(ds.DimSelError, match="unknown dimension selection mode"):
         ds.DimSel(dense_index.retriever("dense"), "magic")
     with pytest.raises(ds.DimSelError, match="no trained dimension selector"):
@@ -161,3 +171,30 @@ def test_bad_input_fails_clearly(dense_index, small_index, tmp_path):
         ds.DimSel(dense_index.retriever("dense"), "learned", selector=tmp_path / "sel16")
     with pytest.raises(ds.DimSelError, match="alpha must be in"):
         ds.DimSel(dense_index.retriever("dense"), "prf", alpha=1.5)
+
+
+def test_cli_train_and_search(dense_index, small_corpus, tmp_path, retr):
+    from tests.conftest import run_retr
+
+    idx, queries = dense_index.path, small_corpus / "queries.jsonl"
+    qrels = small_corpus / "qrels" / "test.tsv"  # the only labels this tiny corpus has
+    r = run_retr("train", "dimsel", "--index", idx, "--queries", queries, "--qrels", qrels, "--epochs", "3",
+                 "--hidden", "16", "--dev-share", "0", "--alpha", "0.5")
+    assert r.returncode == 0, r.stderr
+    entry = json.loads((idx / "manifest.json").read_text())["subindexes"]["dense"]["dimsel"]
+    cfg = json.loads((idx / "dense" / "dimsel" / "selector.json").read_text())
+    assert entry["dim"] == cfg["dim"] == 384 and cfg["alpha"] == 0.5 and cfg["model"]["epochs"] == 3
+    runs = {}
+    for mode in (None, "none", "learned"):
+        out = tmp_path / f"{mode}.run"
+        args = ["search", "--index", idx, "--queries", queries, "--retriever", "dense", "--k", "20", "-o", out, "-q"]
+        r = run_retr(*args, *(["--dimsel", mode] if mode else []))
+        assert r.returncode == 0, r.stderr
+        runs[mode] = [l.split()[:5] for l in out.read_text().splitlines()]
+    assert runs["none"] == runs[None] and len(runs[None]) == 20 * len(read_queries(queries))
+    assert runs["learned"] != runs[None]
+    for args, msg in ((["--dimsel", "prf", "--alpha", "1.5"], "alpha must be in (0, 1]"),
+                      (["--dimsel", "oracle"], "oracle mode needs relevance labels"),
+                      (["--alpha", "0.5"], "need --dimsel")):
+        r = run_retr("search", "fever", "--index", idx, "--retriever", "dense", *args)
+        assert r.returncode == 2 and msg in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
