@@ -231,14 +231,15 @@ class Index:
         return p
 
     def search(self, query: str, k: int = 10, retriever: str = "bm25", fusion: Optional[str] = None,
-               text: bool = True, depth: Optional[int] = None, timings: Optional[Dict[str, float]] = None
-               ) -> List[Hit]:
+               text: bool = True, depth: Optional[int] = None, timings: Optional[Dict[str, float]] = None,
+               dimsel=None) -> List[Hit]:
         """Top-``k`` hits for one query, with title and text unless ``text=False``.
 
         ``retriever`` is a sub-index name or a fused pipeline spec such as
         ``bm25+dense`` or ``bm25+dense:rrf(k=60)`` (see :mod:`retrieval.fusion`);
         fused retrievers each return ``max(k, depth or 100)`` candidates.
-        ``timings``, when given, accumulates seconds per stage."""
+        ``timings``, when given, accumulates seconds per stage. ``dimsel``: query-aware
+        dimension selection on the dense retriever(s) (see :func:`retrieval.dimsel.wrap`)."""
         if not isinstance(query, str) or not query.strip():
             raise InputError("query text is empty")
         _check_k(k)
@@ -246,14 +247,15 @@ class Index:
         lists = {}
         for name in p.retrievers:
             t0 = time.perf_counter()
-            lists[name] = self.retriever(name).search(query, k if not p.fused else max(k, depth or DEPTH))
+            r = self._pick(name, dimsel, p.fused)
+            lists[name] = r.search(query, k if not p.fused else max(k, depth or DEPTH))
             _tick(timings, name, t0)
         return self._result(p, lists, k, text, None, timings)
 
     def batch_search(self, queries: Sequence[Union[Query, str]], k: int = 10, retriever: str = "bm25",
                      fusion: Optional[str] = None, threads: int = 1, text: bool = False, quiet: bool = True,
                      depth: Optional[int] = None, batch_size: Optional[int] = None,
-                     timings: Optional[Dict[str, float]] = None) -> Dict[str, List[Hit]]:
+                     timings: Optional[Dict[str, float]] = None, dimsel=None) -> Dict[str, List[Hit]]:
         """Search many queries; returns ``{qid: hits}`` in the order of ``queries``.
         Plain strings get ids "0", "1", ... Queries go to the backends in
         batches of ``batch_size`` (default: all at once when quiet, else
@@ -261,7 +263,7 @@ class Index:
         _check_k(k)
         qs = [q if isinstance(q, Query) else Query(str(i), q) for i, q in enumerate(queries)]
         p = self.pipeline(retriever, fusion)
-        rs = {name: self.retriever(name) for name in p.retrievers}
+        rs = {name: self._pick(name, dimsel, p.fused) for name in p.retrievers}
         kk = k if not p.fused else max(k, depth or DEPTH)
         if batch_size is None:
             batch_size = max(len(qs), 1) if quiet else max(256, len(qs) // 20)
@@ -278,6 +280,16 @@ class Index:
                     out[q.qid] = self._result(p, {n: res[n].get(q.qid, []) for n in rs}, k, text, q.qid, timings)
                 bar.update(len(chunk))
         return out
+
+    def _pick(self, name: str, dimsel=None, fused: bool = False):
+        """The retriever for ``name``; with ``dimsel`` (a mode name, a dict of options or a
+        retrieval.dimsel.DimSel) the dense one searches with masked query vectors. In a fused
+        pipeline only the dense members are wrapped."""
+        if dimsel is None or (fused and self.manifest["subindexes"][name].get("kind") != "dense"):
+            return self.retriever(name)
+        from retrieval.dimsel import wrap
+
+        return wrap(self, name, dimsel)
 
     def _result(self, p: Pipeline, lists, k, text, qid, timings) -> List[Hit]:
         if not p.fused:
