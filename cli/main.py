@@ -165,9 +165,17 @@ def add_cmd(index_dir, corpus, threads, empty, quiet):
 @click.option("--b", type=float, default=None, help="Override BM25 b for this search.")
 @click.option("--threads", type=click.IntRange(1, 256), default=2, show_default=True, help="Search threads.")
 @click.option("--tag", default=None, help="Run tag (last TREC column) [default: the pipeline spec].")
+@click.option("--dimsel", type=click.Choice(["none", "prf", "learned", "oracle"]), default=None,
+              help="Query-aware dimension selection on the dense retriever (learned: `retr train dimsel`).")
+@click.option("--alpha", type=float, default=None,
+              help="Share of dimensions kept, in (0, 1] [default: 0.5; learned: the selector's].")
+@click.option("--prf-k", type=click.IntRange(min=1), default=None, help="Feedback documents for --dimsel prf [5].")
+@click.option("--adaptive", is_flag=True, help="--dimsel learned: per-query count (cumulative importance).")
+@click.option("--dimsel-qrels", type=click.Path(path_type=Path), default=None,
+              help="Labels for --dimsel oracle (an upper-bound analysis, not a search method).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def search_cmd(text, index_dir, queries, output, fmt, qrels, split, retriever, fusion, depth, k, k1, b, threads,
-               tag, quiet):
+               tag, dimsel, alpha, prf_k, adaptive, dimsel_qrels, quiet):
     """Search an index: free TEXT prints the top hits; --queries FILE writes a run."""
     from retrieval.index import open_index
 
@@ -184,9 +192,12 @@ def search_cmd(text, index_dir, queries, output, fmt, qrels, split, retriever, f
         for n in bm25:
             idx.retriever(n).configure(k1=k1, b=b)
     spec = str(pipeline)
+    from cli.dimsel_cmds import dimsel_options
+
+    dimsel = dimsel_options(dimsel, alpha, prf_k, dimsel_qrels, adaptive)
 
     if text is not None:
-        hits = idx.search(text, k=k or 10, retriever=spec, depth=depth)
+        hits = idx.search(text, k=k or 10, retriever=spec, depth=depth, dimsel=dimsel)
         if fmt == "jsonl":
             for h in hits:
                 click.echo(json.dumps(h.to_dict(), ensure_ascii=False))
@@ -213,7 +224,7 @@ def search_cmd(text, index_dir, queries, output, fmt, qrels, split, retriever, f
             raise InputError("no query of the queries file appears in the qrels", qrels)
     fmt = fmt or "trec"
     results = idx.batch_search(qs, k=k or 1000, retriever=spec, threads=threads, depth=depth,
-                               text=(fmt == "jsonl"), quiet=quiet)
+                               text=(fmt == "jsonl"), quiet=quiet, dimsel=dimsel)
     if output is None:
         if fmt == "trec":
             for qid, hits in results.items():
