@@ -142,6 +142,11 @@ class DenseNorm(Estimator):
                 "model_sha256": enc.model_hash if enc else None, "pooling": self.pooling}
 
 
+def arr_gold(chunk) -> np.ndarray:
+    """The original token ids at the masked positions of a batch of (passage, ids, positions)."""
+    return np.concatenate([np.asarray(x)[pos] for _, x, pos in chunk]).astype(np.int64)
+
+
 class PseudoPerplexity(Estimator):
     """Negative masked-LM pseudo-perplexity (mean NLL of masked tokens) under SPLADE-tiny's MLM
     head. Affordable variant: ``positions`` token positions per passage (seeded sample) are
@@ -169,6 +174,19 @@ class PseudoPerplexity(Estimator):
         self.tok = AutoTokenizer.from_pretrained(self.path)
         self.dev = pick_device(self.device)
         self._m = AutoModelForMaskedLM.from_pretrained(self.path).eval().to(self.dev)
+
+    def _masked_logp(self, ids, att, rows, cols):
+        """Log-probabilities over the vocabulary at the masked positions only: the body runs on
+        the whole batch, the MLM head (a 30k-wide matmul per token) only where it is needed."""
+        import torch
+
+        head = getattr(self._m, "cls", None)
+        if head is None:  # not a BERT-style MLM: full logits
+            logits = self._m(input_ids=ids, attention_mask=att).logits[rows, cols]
+        else:
+            hidden = self._m.bert(input_ids=ids, attention_mask=att).last_hidden_state
+            logits = head(hidden[rows, cols])
+        return torch.log_softmax(logits.float(), dim=-1)
 
     def _score(self, texts, batch_size, quiet):
         import torch
@@ -201,12 +219,17 @@ class PseudoPerplexity(Estimator):
                     arr[r, :len(x)] = x
                     att[r, :len(x)] = 1
                     arr[r, pos] = mask_id
-                logits = self._m(input_ids=torch.from_numpy(arr).to(self.dev),
-                                 attention_mask=torch.from_numpy(att).to(self.dev)).logits
-                logp = torch.log_softmax(logits.float(), dim=-1).cpu().numpy()
-                for r, (i, x, pos) in enumerate(chunk):
-                    nll[i] -= logp[r, pos, np.asarray(x)[pos]].sum()
+                rows = np.concatenate([np.full(len(pos), r) for r, (_, _, pos) in enumerate(chunk)])
+                cols = np.concatenate([pos for _, _, pos in chunk])
+                gold = torch.from_numpy(arr_gold(chunk)).to(self.dev)
+                logp = self._masked_logp(torch.from_numpy(arr).to(self.dev), torch.from_numpy(att).to(self.dev),
+                                         torch.from_numpy(rows).to(self.dev), torch.from_numpy(cols).to(self.dev))
+                tok_nll = -logp.gather(1, gold[:, None])[:, 0].cpu().numpy()
+                at = 0
+                for i, x, pos in chunk:
+                    nll[i] += tok_nll[at:at + len(pos)].sum()
                     cnt[i] += len(pos)
+                    at += len(pos)
                     if i not in done:
                         done.add(i)
                         bar.update(1)

@@ -1,0 +1,325 @@
+"""Static pruning by passage quality (METHODS.md §4): pruning curves per estimator
+vs random, TOST equivalence, and savings of one real pruned build.
+
+    .venv/bin/python eval/benchmarks/bench_quality.py [--collections scifact ...] [--ship-head]
+        -> eval/results/quality.{json,md}, quality_curves.png
+
+Effectiveness curves reuse the shared benchmark index of each collection (BM25 +
+MiniLM dense, `common.bench_index`) and never re-encode a corpus:
+  * BM25: a real pruned Lucene index per (estimator, p) (cheap);
+  * dense: a faiss Flat index rebuilt from the stored vectors of the kept rows
+    (exactly what a pruned build would encode: passages are encoded independently);
+  * hybrid: RRF(k=60) of the two top-100 lists.
+Estimator scores are cached under WORK/quality/<collection>/<estimator>.tsv. The learned
+head is trained from the stored vectors of the training collection (SciFact train
+qrels; NFCorpus is left out since nearly all its passages are training positives); --ship-head writes it to retrieval/quality/heads.py.
+Savings: one real end-to-end build (BM25 + dense, with encoding and quality scoring),
+unpruned vs pruned, on one collection (--savings-collection), as ratios in one run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+import common  # noqa: E402  (puts the repo root on sys.path)
+
+from eval import evaluate
+from eval.significance import tost
+
+PS = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5]
+MARGIN = 0.01   # TOST margin, absolute nDCG@10
+ALPHA = 0.05
+PIPES = ["bm25", "dense", "hybrid"]
+ESTS = ["learned", "dense-norm", "pseudo-ppl", "length", "stopwords", "random"]
+TRAIN_COLS = ["scifact"]  # NFCorpus: nearly every passage has a relevant training query
+QDIR = common.WORK / "quality"
+
+
+def _docs(col):
+    from retrieval.collections import read_corpus
+    return list(read_corpus(col.corpus, empty="skip"))   # the bench index skips empty documents
+
+
+def _vectors(idx, docids):
+    import faiss
+    d = idx.path / "dense"
+    ix = faiss.read_index(str(d / "index.faiss"))
+    X = ix.reconstruct_n(0, ix.ntotal)
+    order = {x: i for i, x in enumerate((d / "docids.txt").read_text().split("\n")[: ix.ntotal])}
+    return X[[order[x] for x in docids]]
+
+
+def _features(idx, docs, X):
+    """The learned estimator's features, from the stored (normalised MiniLM) vectors."""
+    from retrieval.encoders.dense import DenseEncoder
+    enc = DenseEncoder(None, quiet=True)
+    toks = enc.tokenize([d.contents for d in docs])
+    return np.hstack([X, np.log1p([len(t) for t in toks])[:, None]]).astype(np.float64)
+
+
+def train_shipped_head(data, seed=0):
+    from retrieval.quality.learned import fit_logistic, training_pairs
+    texts_all, feats = [], {}
+    sources, described = [], []
+    for name in TRAIN_COLS:
+        col, docs, F = data[name]["col"], data[name]["docs"], data[name]["F"]
+        for d, f in zip(docs, F):
+            feats[d.contents] = f
+        sources.append((docs, col.qrels("train")))
+        described.append(f"{col.folder} qrels/train.tsv")
+    t0 = time.perf_counter()
+    texts, y, stats = training_pairs(sources, neg_ratio=4.0, seed=seed)
+    X = np.stack([feats[t] for t in texts])
+    head = fit_logistic(X, y, l2=1.0, seed=seed)
+    from retrieval.quality.learned import _apply
+    acc = float(((_apply(head, X) > 0) == (y > 0)).mean())
+    from retrieval.encoders.dense import DenseEncoder
+    enc = DenseEncoder(None, quiet=True)
+    head.update({"name": "learned-minilm-scifact-v1", "body": "minilm", "max_length": enc.max_length,
+                 "normalize": True, "format": "retr-quality-head/1",
+                 "card": {"model": "logistic regression on frozen minilm features (mean-pooled last layer, "
+                                   "L2-normalised, plus log token count), standardised",
+                          "body_sha256": enc.model_hash, "training_data": described,
+                          "labels": "positive: passage has >= 1 relevant training query; negative: seeded "
+                                    "sample of the rest (4 per positive)",
+                          "examples": stats, "neg_ratio": 4.0, "l2": 1.0, "seed": seed,
+                          "class_weighting": "balanced", "train_accuracy_at_0": round(acc, 4),
+                          "train_seconds": round(time.perf_counter() - t0, 1),
+                          "trained_by": "eval/benchmarks/bench_quality.py (features = stored bench vectors)",
+                          "intended_use": "query-agnostic static pruning",
+                          "limits": "one small collection; in-domain test-relevant passages can be training "
+                                    "positives too (as with QualT5 on MS MARCO)"}})
+    return head
+
+
+def scores_for(name, est, docs, data_c, head):
+    from retrieval.quality import get_estimator, read_scores, write_scores
+    from retrieval.quality.learned import _apply
+    path = QDIR / name / f"{est}.tsv"
+    if est == "learned":
+        return _apply(head, data_c["F"])
+    if path.exists():
+        s = read_scores(path)
+        return np.array([s[d.docid] for d in docs])
+    t0 = time.perf_counter()
+    kw = {"positions": 8, "per_copy": 4} if est == "pseudo-ppl" else {}
+    s = get_estimator(est, **kw).score([d.contents for d in docs], quiet=True)
+    print(f"  [{name}] {est}: {time.perf_counter() - t0:.0f} s", flush=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_scores(path, [d.docid for d in docs], s)
+    return s
+
+
+def bm25_run(docs, keep, queries, tmp):
+    import retrieval
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    idx = retrieval.build_index([d for d in docs if d.docid in keep], tmp, quiet=True)
+    res = idx.batch_search(queries, k=1000)
+    return {q: [(h.docid, h.score) for h in hits] for q, hits in res.items()}
+
+
+def dense_run(X, docids, keep, Q, qids):
+    import faiss
+    rows = [i for i, d in enumerate(docids) if d in keep]
+    ix = faiss.IndexFlatIP(X.shape[1])
+    ix.add(np.ascontiguousarray(X[rows]))
+    S, I = ix.search(Q, 1000)
+    names = [docids[i] for i in rows]
+    return {q: [(names[j], float(s)) for j, s in zip(I[n], S[n]) if j >= 0] for n, q in enumerate(qids)}
+
+
+def hybrid_run(a, b):
+    from retrieval.fusion import fuse, parse_pipeline
+    fusion = parse_pipeline("bm25+dense:rrf(k=60)").fusion
+    return {q: [(d, s) for d, s, _ in fuse({"bm25": a[q][:100], "dense": b[q][:100]}, fusion)] for q in a}
+
+
+def per_query(qrels, run):
+    r = {q: {d: s for d, s in hits} for q, hits in run.items()}
+    return evaluate(qrels, r, ["nDCG@10", "R@100"], per_query=True, complete=True)
+
+
+def collection_curves(col, data_c, head, ests):
+    name = col.name
+    docs, X = data_c["docs"], data_c["X"]
+    docids = [d.docid for d in docs]
+    queries = col.queries()
+    qrels = col.qrels()
+    idx = data_c["idx"]
+    Q = idx.retriever("dense").encode_queries([q.text for q in queries])
+    qids = [q.qid for q in queries]
+    out = {}
+    tmp = QDIR / name / "bm25-tmp"
+    base = None
+    from retrieval.quality import select_keep
+    for est in ests:
+        cache = QDIR / name / f"curves-{est}.json"
+        if cache.exists() and est != "learned":  # reruns add estimators without redoing the others
+            for p, v in json.loads(cache.read_text()).items():
+                out[(est, float(p))] = v
+            base = base or out[(est, 0.0)]
+            continue
+        s = scores_for(name, est, docs, data_c, head)
+        for p in PS:
+            if p == 0.0 and base is not None:
+                out[(est, p)] = base
+                continue
+            keep = select_keep(docids, s, p)
+            runs = {"bm25": bm25_run(docs, keep, queries, tmp), "dense": dense_run(X, docids, keep, Q, qids)}
+            runs["hybrid"] = hybrid_run(runs["bm25"], runs["dense"])
+            out[(est, p)] = {pipe: per_query(qrels, r) for pipe, r in runs.items()}
+            if p == 0.0:
+                base = out[(est, p)]
+        cache.write_text(json.dumps({str(p): out[(est, p)] for p in PS}))
+        print(f"  [{name}] {est} done", flush=True)
+    shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def summarise(name, curves, ests):
+    rows = []
+    for est in ests:
+        for pipe in PIPES:
+            base = curves[(est, 0.0)][pipe]
+            qids = sorted(base)
+            b = [base[q]["nDCG@10"] for q in qids]
+            best_eq, streak = 0.0, True
+            pts = []
+            for p in PS:
+                pq = curves[(est, p)][pipe]
+                a = [pq[q]["nDCG@10"] for q in qids]
+                pv = tost(a, b, MARGIN) if p > 0 else 0.0
+                eq = pv < ALPHA
+                if p > 0:
+                    streak = streak and eq
+                    if streak:
+                        best_eq = p
+                pts.append({"p": p, "nDCG@10": float(np.mean(a)), "R@100": float(np.mean([pq[q]["R@100"] for q in qids])),
+                            "tost_p": pv, "equivalent": bool(eq)})
+            rows.append({"collection": name, "pipeline": pipe, "estimator": est, "points": pts,
+                         "largest_equivalent_p": best_eq, "queries": len(qids)})
+    return rows
+
+
+def folder_bytes(p: Path) -> int:
+    return sum(f.stat().st_size for f in Path(p).rglob("*") if f.is_file())
+
+
+def savings(col, p, estimator):
+    """One real end-to-end build (BM25 + dense with encoding), unpruned vs pruned, same run."""
+    from retrieval.index import build_index
+    from retrieval.quality import build_pruned_index
+    from retrieval.subindexes import DenseSpec
+    root = QDIR / "savings"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    queries = col.queries()
+    rec = {}
+    for tag in ("unpruned", "pruned"):
+        t0 = time.perf_counter()
+        if tag == "unpruned":
+            idx = build_index(col.corpus, root / tag, empty="skip", dense=DenseSpec(), quiet=True)
+        else:
+            idx = build_pruned_index(col.corpus, root / tag, prune=p, quality=estimator, empty="skip",
+                                     dense=DenseSpec(), quiet=True)
+        build_s = time.perf_counter() - t0
+        lat = {}
+        for r in ("bm25", "dense"):
+            idx.batch_search(queries[:5], k=100, retriever=r)  # warm-up (JVM, model)
+            t1 = time.perf_counter()
+            for q in queries:
+                idx.search(q.text, k=100, retriever=r, text=False)
+            lat[r] = (time.perf_counter() - t1) / len(queries)
+        rec[tag] = {"build_seconds": build_s, "index_bytes": folder_bytes(root / tag), "docs": len(idx),
+                    "latency_s": lat, "pruning": idx.manifest.get("pruning")}
+    u, q = rec["unpruned"], rec["pruned"]
+    rec["ratios"] = {"index_size": q["index_bytes"] / u["index_bytes"],
+                     "indexing_time": q["build_seconds"] / u["build_seconds"],
+                     "latency_bm25": q["latency_s"]["bm25"] / u["latency_s"]["bm25"],
+                     "latency_dense": q["latency_s"]["dense"] / u["latency_s"]["dense"]}
+    rec.update({"collection": col.name, "p": p, "estimator": estimator})
+    shutil.rmtree(root, ignore_errors=True)
+    return rec
+
+
+def plot(rows, cols, ests, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(len(cols), len(PIPES), figsize=(4 * len(PIPES), 2.8 * len(cols)), squeeze=False)
+    for i, c in enumerate(cols):
+        for j, pipe in enumerate(PIPES):
+            ax = axes[i][j]
+            for r in rows:
+                if r["collection"] == c and r["pipeline"] == pipe:
+                    ax.plot(PS, [pt["nDCG@10"] for pt in r["points"]], marker="o", ms=3, label=r["estimator"],
+                            ls="--" if r["estimator"] == "random" else "-")
+            ax.set_title(f"{c} / {pipe}", fontsize=9)
+            ax.set_xlabel("share pruned p", fontsize=8)
+            ax.set_ylabel("nDCG@10", fontsize=8)
+            ax.grid(alpha=.3)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--collections", nargs="*")
+    ap.add_argument("--estimators", nargs="*", default=ESTS)
+    ap.add_argument("--ship-head", action="store_true", help="write the trained head to retrieval/quality/heads.py")
+    ap.add_argument("--savings-collection", default="cranfield")
+    ap.add_argument("--skip-savings", action="store_true")
+    args = ap.parse_args()
+    cols = common.by_name(args.collections)
+    data = {}
+    for col in {c.name: c for c in cols + common.by_name(TRAIN_COLS)}.values():
+        idx = common.bench_index(col, dense=("mean",))
+        docs = _docs(col)
+        X = _vectors(idx, [d.docid for d in docs])
+        data[col.name] = {"col": col, "idx": idx, "docs": docs, "X": X, "F": _features(idx, docs, X)}
+    head = train_shipped_head(data)
+    if args.ship_head:
+        (common.ROOT / "retrieval" / "quality" / "heads.py").write_text(
+            '"""The shipped quality head (written by eval/benchmarks/bench_quality.py --ship-head; see its card)."""\n'
+            "import json\n\nDEFAULT_HEAD = json.loads(r\'\'\'\n" + json.dumps(head, indent=0) + "\n\'\'\')\n")
+    rows = []
+    for col in cols:
+        print(f"[{col.name}] curves", flush=True)
+        rows += summarise(col.name, collection_curves(col, data[col.name], head, args.estimators), args.estimators)
+    sav = None
+    if not args.skip_savings:
+        from retrieval.quality import DEFAULT_ESTIMATOR
+        scol = common.by_name([args.savings_collection])[0]
+        eqs = [r["largest_equivalent_p"] for r in rows
+               if r["collection"] == scol.name and r["estimator"] == DEFAULT_ESTIMATOR]
+        p = max(eqs) if eqs and max(eqs) > 0 else 0.3
+        print(f"[savings] {scol.name} p={p}", flush=True)
+        sav = savings(scol, p, DEFAULT_ESTIMATOR)
+    payload = {"machine": common.machine(), "margin_ndcg10": MARGIN, "alpha": ALPHA, "ps": PS,
+               "head_card": head["card"], "rows": rows, "savings": sav}
+    md = [f"# Static pruning by passage quality\n\nTOST margin {MARGIN} nDCG@10, alpha {ALPHA}; "
+          "`eq p` = largest p in the grid with every smaller p also equivalent. nDCG@10 per p.\n"]
+    for c in cols:
+        md.append(f"\n## {c.name}\n")
+        md.append(common.md_table(["pipeline", "estimator"] + [f"p={p}" for p in PS] + ["R@100 p=0.3", "eq p"],
+                                  [[r["pipeline"], r["estimator"]] + [pt["nDCG@10"] for pt in r["points"]]
+                                   + [r["points"][3]["R@100"], r["largest_equivalent_p"]]
+                                   for r in rows if r["collection"] == c.name]))
+    if sav:
+        md.append(f"\n## Savings ({sav['collection']}, p={sav['p']}, {sav['estimator']}; ratios pruned/unpruned, same run)\n")
+        md.append(common.md_table(["index size", "indexing time (incl. scoring + encoding)", "latency bm25",
+                                   "latency dense"], [[round(v, 3) for v in sav["ratios"].values()]]))
+    common.write_results("quality", payload, "\n".join(md))
+    plot(rows, [c.name for c in cols], args.estimators, common.RESULTS / "quality_curves.png")
+
+
+if __name__ == "__main__":
+    main()
