@@ -54,7 +54,8 @@ class DeepCTSpec:
     """How to build a DeepCT sub-index."""
 
     model: str                       # folder written by `retr train deepct`
-    mode: str = DEFAULT_MODE         # default retrieval mode recorded in the manifest: impact | bm25
+    mode: str = "auto"               # default retrieval mode: impact | bm25 | auto (the better one on the
+                                     # model's held-out training queries, else DEFAULT_MODE)
     scale: str = "linear"            # default impact scale: linear | sqrt
     k1: Optional[float] = None       # BM25-over-pseudo-tf k1/b; None: tuned on the model's dev queries
     b: Optional[float] = None
@@ -67,8 +68,8 @@ class DeepCTSpec:
     index_threads: int = 2
 
     def validate(self) -> "DeepCTSpec":
-        if self.mode not in MODES:
-            raise InputError(f"unknown DeepCT mode {self.mode!r} (choose from: {', '.join(MODES)})")
+        if self.mode not in MODES + ("auto",):
+            raise InputError(f"unknown DeepCT mode {self.mode!r} (choose from: auto, {', '.join(MODES)})")
         if self.scale not in SCALES:
             raise InputError(f"unknown DeepCT scale {self.scale!r} (choose from: {', '.join(SCALES)})")
         if self.batch_size < 1:
@@ -203,7 +204,7 @@ def build_deepct(folder: Path, name: str, store_path: Path, spec: DeepCTSpec, fi
             sizes[v] = mf.folder_size(folder / v)
     entry = {
         "kind": "deepct", "path": name, "built_at": mf.now(), "doc_count": len(ids),
-        "config": {"mode": spec.mode, "scale": spec.scale, "query": "plain",
+        "config": {"mode": DEFAULT_MODE if spec.mode == "auto" else spec.mode, "scale": spec.scale, "query": "plain",
                    "k1": spec.k1 if spec.k1 is not None else DEFAULT_K1,
                    "b": spec.b if spec.b is not None else DEFAULT_B,
                    "analyzer": "bert-words+anserini-english (query side: same, whitespace-matched)",
@@ -220,6 +221,11 @@ def build_deepct(folder: Path, name: str, store_path: Path, spec: DeepCTSpec, fi
     if tuning:
         entry["tuning"] = tuning
         entry["config"]["k1"], entry["config"]["b"] = tuning["best"]["k1"], tuning["best"]["b"]
+        if spec.mode == "auto":
+            m = tuning["measure"]
+            bm25_v, imp_v = tuning["best"][m], tuning[f"impact-{spec.scale}"]
+            entry["config"]["mode"] = "bm25" if bm25_v > imp_v else "impact"
+            tuning["mode_choice"] = f"{entry['config']['mode']} (dev {m}: impact {imp_v}, tuned bm25 {bm25_v})"
     entry["build_seconds"] = round(time.perf_counter() - t0, 2)
     return entry
 

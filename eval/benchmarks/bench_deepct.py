@@ -125,7 +125,11 @@ def run_collection(col, threads):
 
     from common import bench_index
 
-    idx = bench_index(col)
+    # the shared index; when its BM25 part exists, open it without waiting for another
+    # benchmark's dense encoding (sub-index entries are added under the manifest lock)
+    import retrieval
+
+    idx = retrieval.open_index(WORK / col.name) if (WORK / col.name / "manifest.json").exists() else bench_index(col)
     qs_all = col.queries()
     qrels = col.qrels()
     eval_note = "test queries"
@@ -244,10 +248,14 @@ def main():
     import json
 
     prev = Path(__file__).resolve().parents[1] / "results" / "deepct.json"
-    if prev.exists() and args.collections:
-        out["collections"] = json.loads(prev.read_text()).get("collections", {})
     for col in by_name(args.collections):
-        out["collections"][col.name] = run_collection(col, args.threads)
+        res = run_collection(col, args.threads)
+        # re-read just before writing: results of other collections (earlier or parallel runs) stay
+        if prev.exists() and args.collections:
+            out["collections"] = json.loads(prev.read_text()).get("collections", {})
+        out["collections"][col.name] = res
+        order = [c.name for c in by_name(None)]
+        out["collections"] = {k: out["collections"][k] for k in sorted(out["collections"], key=order.index)}
         write_results("deepct", out, markdown(out))
 
 
