@@ -34,7 +34,7 @@ def encode_all(enc: DenseEncoder, texts, poolers, quiet=False):
 
     out = {p.name: np.zeros((len(texts), enc.dim), dtype=np.float32) for p in poolers}
     with tqdm(total=len(texts), desc="encoding (4 poolings)", disable=quiet) as bar:
-        for idx, o, mask in enc.forward_batches(texts, 64, hidden_states=True, attentions=True, bar=bar):
+        for idx, o, mask in enc.forward_batches(texts, 32, hidden_states=True, attentions=True, bar=bar):
             for p in poolers:
                 v = torch.nn.functional.normalize(p(o, mask).float(), dim=-1)
                 out[p.name][idx] = v.cpu().numpy()
