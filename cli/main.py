@@ -65,59 +65,29 @@ def retr():
 def index_cmd(corpus, index_dir, k1, b, dense_model, deepct_model, pooling, factory, dtype, device, batch_size, threads,
               overwrite, empty, docvectors, prune, quality, quiet):
     """Build an index folder (document store + Lucene BM25, and optional dense
-    sub-index) from a corpus. On an existing folder built from the same corpus,
-    add the requested sub-indexes to it."""
-    from retrieval.index import Index, add_dense, build_index, corpus_fingerprint
+    and DeepCT sub-indexes, optionally pruned by passage quality) from a
+    corpus. On an existing folder built from the same corpus, add the
+    requested sub-indexes to it."""
+    from retrieval.index import index_corpus
     from retrieval.subindexes import DenseSpec
 
-    spec = None
+    spec = dspec = None
     if dense_model is not None:
         spec = DenseSpec(model=None if dense_model == "minilm" else dense_model, pooling=pooling, factory=factory,
-                         dtype=dtype, device=device, batch_size=batch_size).validate()
-    dspec = None
+                         dtype=dtype, device=device, batch_size=batch_size)
     if deepct_model is not None:
-        from retrieval.deepct_index import DeepCTSpec, add_deepct
-        dspec = DeepCTSpec(model=str(deepct_model), device=device, batch_size=batch_size).validate()
-    existing = (index_dir / "manifest.json").exists()
+        from retrieval.deepct_index import DeepCTSpec
+        dspec = DeepCTSpec(model=str(deepct_model), device=device, batch_size=batch_size)
     if quality is not None and prune is None:
         raise click.UsageError("--quality needs --prune P")
-    if prune is not None:
-        from retrieval.quality import check_share
-        check_share(prune)
-        if existing and not overwrite:
-            raise InputError("index folder already exists; pass --overwrite to rebuild it pruned", index_dir)
-        existing = False
-    if existing and not (overwrite and spec is None and dspec is None):
-        if spec is None and dspec is None:
-            raise InputError("index folder already exists; pass --overwrite to rebuild it, or --dense / --deepct "
-                             "to add a sub-index", index_dir)
-        idx = Index.open(index_dir)
-        fp, _ = corpus_fingerprint(corpus, empty=idx.manifest.get("config", {}).get("empty", "error"))
-        if fp != idx.manifest["corpus"]["fingerprint"]:
-            raise InputError("was built from a different corpus; pass a new --index or rebuild with --overwrite "
-                             "and without sub-index options first", index_dir)
-        if spec is not None:
-            idx = add_dense(idx, spec, overwrite=overwrite, quiet=quiet)
-        if dspec is not None:
-            idx = add_deepct(idx, dspec, overwrite=overwrite, quiet=quiet)
-    elif prune is not None:
-        from retrieval.quality import build_pruned_index
-        idx = build_pruned_index(corpus, index_dir, prune, quality, empty=empty, quiet=quiet, k1=k1, b=b,
-                                 threads=threads, overwrite=overwrite, store_docvectors=docvectors, dense=spec)
-        if dspec is not None:
-            idx = add_deepct(idx, dspec, quiet=quiet)
-        if not quiet:
-            pr = idx.manifest["pruning"]
+    idx = index_corpus(corpus, index_dir, dense=spec, deepct=dspec, prune=prune, quality=quality, k1=k1, b=b,
+                       threads=threads, overwrite=overwrite, empty=empty, store_docvectors=docvectors, quiet=quiet)
+    if not quiet:
+        pr = idx.manifest.get("pruning")
+        if pr:
             click.echo(f"pruned {pr['dropped']:,} of {pr['considered']:,} documents (share {pr['share']}, "
                        f"estimator {pr['estimator']})", err=True)
-    else:
-        idx = build_index(corpus, index_dir, k1=k1, b=b, threads=threads, overwrite=overwrite,
-                          store_docvectors=docvectors, empty=empty, dense=spec, quiet=quiet)
-        if dspec is not None:
-            idx = add_deepct(idx, dspec, quiet=quiet)
-    if not quiet:
-        subs = ", ".join(idx.retrievers)
-        click.echo(f"indexed {len(idx):,} documents into {index_dir} ({subs})", err=True)
+        click.echo(f"indexed {len(idx):,} documents into {index_dir} ({', '.join(idx.retrievers)})", err=True)
 
 
 @retr.command("add")

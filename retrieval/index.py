@@ -109,7 +109,64 @@ def build_index(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[s
 
 
 def _cache_base(index_dir: Path) -> Path:
-    return index_dir.parent / f".{index_dir.name}.encode"
+    # Keyed by the final folder name, so a rerun after a crash (another pid) resumes the encoding.
+    return index_dir.parent / f".{index_dir.name.split('.tmp-')[0]}.encode"
+
+
+def index_corpus(corpus: Union[str, Path], index_dir: Union[str, Path], *, dense: Optional[DenseSpec] = None,
+                 deepct=None, prune: Optional[float] = None, quality: Optional[str] = None,
+                 k1: float = 0.9, b: float = 0.4, threads: int = 2, overwrite: bool = False,
+                 empty: str = "error", store_docvectors: bool = False, quiet: bool = False) -> "Index":
+    """What `retr index` does, as one call.
+
+    - A new folder (or ``overwrite``) gets the document store, BM25 and every
+      requested sub-index (``dense``: a :class:`DenseSpec`; ``deepct``: a
+      ``retrieval.deepct_index.DeepCTSpec``), optionally pruned to the top
+      ``1 - prune`` share by the ``quality`` estimator. All of it is built in
+      a staging folder that replaces ``index_dir`` only when everything succeeded.
+    - An existing folder built from the same corpus (same fingerprint) gains
+      the requested sub-indexes; ``overwrite`` then rebuilds those only.
+    """
+    index_dir = Path(index_dir)
+    if dense is not None:
+        dense.validate()
+    if deepct is not None:
+        deepct.validate()
+    if quality is not None and prune is None:
+        raise InputError("a quality estimator only applies with a pruning share (prune=P, --prune P)")
+    if prune is not None:
+        from retrieval.quality import check_share
+        check_share(prune)
+    existing = (index_dir / "manifest.json").exists()
+    adding = existing and prune is None and (dense is not None or deepct is not None)
+    if existing and not adding and not overwrite:
+        hint = "pass --overwrite to rebuild it" + (" pruned" if prune is not None else
+                                                     ", or --dense / --deepct to add a sub-index")
+        raise InputError(f"index folder already exists; {hint}", index_dir)
+    if adding:
+        idx = Index.open(index_dir)
+        fp, _ = corpus_fingerprint(corpus, empty=idx.manifest.get("config", {}).get("empty", "error"))
+        if fp != idx.manifest["corpus"]["fingerprint"]:
+            raise InputError("was built from a different corpus; pass a new --index or rebuild it with --overwrite",
+                             index_dir)
+        if dense is not None:
+            idx = add_dense(idx, dense, overwrite=overwrite, quiet=quiet)
+        if deepct is not None:
+            from retrieval.deepct_index import add_deepct
+            idx = add_deepct(idx, deepct, overwrite=overwrite, quiet=quiet)
+        return idx
+    kw = dict(k1=k1, b=b, threads=threads, overwrite=True, store_docvectors=store_docvectors, empty=empty,
+              dense=dense, quiet=quiet)
+    with mf.atomic_folder(index_dir, overwrite=overwrite) as stage:
+        if prune is not None:
+            from retrieval.quality import build_pruned_index
+            idx = build_pruned_index(corpus, stage, prune, quality, **kw)
+        else:
+            idx = build_index(corpus, stage, **kw)
+        if deepct is not None:
+            from retrieval.deepct_index import add_deepct
+            add_deepct(idx, deepct, quiet=quiet)
+    return Index.open(index_dir)
 
 
 def corpus_fingerprint(corpus: Union[str, Path], empty: str = "error") -> Tuple[str, int]:
