@@ -93,6 +93,7 @@ def test_training_lowers_loss_is_deterministic_and_round_trips(tmp_path):
     assert t["final_train_loss"] < 0.9 * t["first_train_loss"]
     imp = sel.importance(data.Q[:5])
     assert imp.shape == (5, 16) and np.isfinite(imp).all()
+    np.testing.assert_allclose(imp, sel.importance_torch(data.Q[:5]), atol=1e-5)  # numpy search path = torch
     assert sel.mask(data.Q[:5]).sum(axis=1).tolist() == [ds.keep_count(16, sel.config["alpha"])] * 5
     again = ds.fit(data, cfg)  # same seed, same weights
     np.testing.assert_array_equal(again.importance(data.Q), sel.importance(data.Q))
