@@ -663,9 +663,12 @@ def wrap(index, retriever: str = "dense", dimsel=None) -> "DimSel":
     (``"none"``, ``"prf"``, ``"learned"``; oracle needs qrels, so a dict) or a dict of DimSel
     keywords (``{"mode": "prf", "alpha": 0.5, "prf_k": 5}``). Wrappers built from a name or a dict
     are cached on the dense retriever, so a selector is loaded once."""
-    if isinstance(dimsel, DimSel):
-        return dimsel
     dense = dense_of(index, retriever)
+    if isinstance(dimsel, DimSel):
+        if dimsel.dense is not dense:
+            raise DimSelError(f"this DimSel wraps another retriever than the index's {retriever!r}; pass a mode "
+                              "name or a dict of options instead")
+        return dimsel
     if isinstance(dimsel, str):
         kw = {"mode": dimsel}
     elif isinstance(dimsel, Mapping):
