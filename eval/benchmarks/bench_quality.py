@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import time
@@ -37,6 +38,7 @@ MARGIN = 0.01   # TOST margin, absolute nDCG@10
 ALPHA = 0.05
 PIPES = ["bm25", "dense", "hybrid"]
 ESTS = ["learned", "dense-norm", "pseudo-ppl", "length", "stopwords", "random"]
+EXPENSIVE = ("dense-norm", "pseudo-ppl")  # need a model pass over the whole corpus
 TRAIN_COLS = ["scifact"]  # NFCorpus: nearly every passage has a relevant training query
 QDIR = common.WORK / "quality"
 
@@ -156,12 +158,12 @@ def collection_curves(col, data_c, head, ests):
     Q = idx.retriever("dense").encode_queries([q.text for q in queries])
     qids = [q.qid for q in queries]
     out = {}
-    tmp = QDIR / name / "bm25-tmp"
+    tmp = QDIR / name / f"bm25-tmp-{os.getpid()}"  # one per process: runs may go in parallel
     base = None
     from retrieval.quality import select_keep
     for est in ests:
         cache = QDIR / name / f"curves-{est}.json"
-        if cache.exists() and est != "learned":  # reruns add estimators without redoing the others
+        if cache.exists():  # reruns add estimators without redoing the others
             for p, v in json.loads(cache.read_text()).items():
                 out[(est, float(p))] = v
             base = base or out[(est, 0.0)]
@@ -212,8 +214,9 @@ def folder_bytes(p: Path) -> int:
     return sum(f.stat().st_size for f in Path(p).rglob("*") if f.is_file())
 
 
-def savings(col, p, estimator):
-    """One real end-to-end build (BM25 + dense with encoding), unpruned vs pruned, same run."""
+def savings(col, p, estimators):
+    """Real end-to-end builds (BM25 + dense, with encoding), unpruned vs pruned with each
+    estimator at share ``p``, all in one run; ratios pruned / unpruned."""
     from retrieval.index import build_index
     from retrieval.quality import build_pruned_index
     from retrieval.subindexes import DenseSpec
@@ -221,13 +224,13 @@ def savings(col, p, estimator):
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     queries = col.queries()
-    rec = {}
-    for tag in ("unpruned", "pruned"):
+    rec = {"collection": col.name, "p": p, "builds": {}}
+    for tag in ["unpruned"] + list(estimators):
         t0 = time.perf_counter()
         if tag == "unpruned":
             idx = build_index(col.corpus, root / tag, empty="skip", dense=DenseSpec(), quiet=True)
         else:
-            idx = build_pruned_index(col.corpus, root / tag, prune=p, quality=estimator, empty="skip",
+            idx = build_pruned_index(col.corpus, root / tag, prune=p, quality=tag, empty="skip",
                                      dense=DenseSpec(), quiet=True)
         build_s = time.perf_counter() - t0
         lat = {}
@@ -237,14 +240,16 @@ def savings(col, p, estimator):
             for q in queries:
                 idx.search(q.text, k=100, retriever=r, text=False)
             lat[r] = (time.perf_counter() - t1) / len(queries)
-        rec[tag] = {"build_seconds": build_s, "index_bytes": folder_bytes(root / tag), "docs": len(idx),
-                    "latency_s": lat, "pruning": idx.manifest.get("pruning")}
-    u, q = rec["unpruned"], rec["pruned"]
-    rec["ratios"] = {"index_size": q["index_bytes"] / u["index_bytes"],
-                     "indexing_time": q["build_seconds"] / u["build_seconds"],
-                     "latency_bm25": q["latency_s"]["bm25"] / u["latency_s"]["bm25"],
-                     "latency_dense": q["latency_s"]["dense"] / u["latency_s"]["dense"]}
-    rec.update({"collection": col.name, "p": p, "estimator": estimator})
+        rec["builds"][tag] = {"build_seconds": build_s, "index_bytes": folder_bytes(root / tag), "docs": len(idx),
+                              "encode_seconds": idx.manifest["subindexes"]["dense"].get("encode_seconds"),
+                              "latency_s": lat, "pruning": idx.manifest.get("pruning")}
+        shutil.rmtree(root / tag, ignore_errors=True)
+    u = rec["builds"]["unpruned"]
+    rec["ratios"] = {e: {"index_size": q["index_bytes"] / u["index_bytes"],
+                         "indexing_time": q["build_seconds"] / u["build_seconds"],
+                         "latency_bm25": q["latency_s"]["bm25"] / u["latency_s"]["bm25"],
+                         "latency_dense": q["latency_s"]["dense"] / u["latency_s"]["dense"]}
+                     for e, q in rec["builds"].items() if e != "unpruned"}
     shutil.rmtree(root, ignore_errors=True)
     return rec
 
@@ -274,9 +279,17 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--collections", nargs="*")
     ap.add_argument("--estimators", nargs="*", default=ESTS)
+    ap.add_argument("--expensive-on", nargs="*", default=None,
+                    help="collections on which dense-norm / pseudo-ppl run (default: all); elsewhere they are "
+                         "left out unless their scores are cached")
     ap.add_argument("--ship-head", action="store_true", help="write the trained head to retrieval/quality/heads.py")
     ap.add_argument("--savings-collection", default="cranfield")
     ap.add_argument("--skip-savings", action="store_true")
+    ap.add_argument("--cached-only", action="store_true",
+                    help="assemble results from the cached curves only (estimators without them: not run)")
+    ap.add_argument("--savings-p", type=float, default=None, help="share pruned in the savings builds "
+                    "[default: the default estimator's largest equivalent p there, else 0.3]")
+    ap.add_argument("--rerun-savings", action="store_true", help="ignore the cached savings measurement")
     args = ap.parse_args()
     cols = common.by_name(args.collections)
     data = {}
@@ -290,33 +303,47 @@ def main():
         (common.ROOT / "retrieval" / "quality" / "heads.py").write_text(
             '"""The shipped quality head (written by eval/benchmarks/bench_quality.py --ship-head; see its card)."""\n'
             "import json\n\nDEFAULT_HEAD = json.loads(r\'\'\'\n" + json.dumps(head, indent=0) + "\n\'\'\')\n")
-    rows = []
+    rows, skipped = [], {}
     for col in cols:
-        print(f"[{col.name}] curves", flush=True)
-        rows += summarise(col.name, collection_curves(col, data[col.name], head, args.estimators), args.estimators)
+        ests = [e for e in args.estimators if e not in EXPENSIVE or args.expensive_on is None
+                or col.name in args.expensive_on or (QDIR / col.name / f"{e}.tsv").exists()]
+        if args.cached_only:
+            ests = [e for e in ests if (QDIR / col.name / f"curves-{e}.json").exists()]
+        skipped[col.name] = [e for e in args.estimators if e not in ests]
+        print(f"[{col.name}] curves: {', '.join(ests)}", flush=True)
+        rows += summarise(col.name, collection_curves(col, data[col.name], head, ests), ests)
     sav = None
     if not args.skip_savings:
         from retrieval.quality import DEFAULT_ESTIMATOR
         scol = common.by_name([args.savings_collection])[0]
         eqs = [r["largest_equivalent_p"] for r in rows
                if r["collection"] == scol.name and r["estimator"] == DEFAULT_ESTIMATOR]
-        p = max(eqs) if eqs and max(eqs) > 0 else 0.3
-        print(f"[savings] {scol.name} p={p}", flush=True)
-        sav = savings(scol, p, DEFAULT_ESTIMATOR)
+        p = args.savings_p if args.savings_p is not None else (max(eqs) if eqs and max(eqs) > 0 else 0.3)
+        cache = QDIR / f"savings-{scol.name}-{p}.json"
+        if cache.exists() and not args.rerun_savings:
+            sav = json.loads(cache.read_text())
+        else:
+            print(f"[savings] {scol.name} p={p}", flush=True)
+            sav = savings(scol, p, [DEFAULT_ESTIMATOR] + [e for e in ("length",) if e != DEFAULT_ESTIMATOR])
+            cache.write_text(json.dumps(sav))
     payload = {"machine": common.machine(), "margin_ndcg10": MARGIN, "alpha": ALPHA, "ps": PS,
-               "head_card": head["card"], "rows": rows, "savings": sav}
+               "head_card": head["card"], "rows": rows, "savings": sav,
+               "not_run": skipped}
     md = [f"# Static pruning by passage quality\n\nTOST margin {MARGIN} nDCG@10, alpha {ALPHA}; "
           "`eq p` = largest p in the grid with every smaller p also equivalent. nDCG@10 per p.\n"]
     for c in cols:
         md.append(f"\n## {c.name}\n")
+        if skipped.get(c.name):
+            md.append(f"Not run here (CPU budget): {', '.join(skipped[c.name])}.\n")
         md.append(common.md_table(["pipeline", "estimator"] + [f"p={p}" for p in PS] + ["R@100 p=0.3", "eq p"],
                                   [[r["pipeline"], r["estimator"]] + [pt["nDCG@10"] for pt in r["points"]]
                                    + [r["points"][3]["R@100"], r["largest_equivalent_p"]]
                                    for r in rows if r["collection"] == c.name]))
     if sav:
-        md.append(f"\n## Savings ({sav['collection']}, p={sav['p']}, {sav['estimator']}; ratios pruned/unpruned, same run)\n")
-        md.append(common.md_table(["index size", "indexing time (incl. scoring + encoding)", "latency bm25",
-                                   "latency dense"], [[round(v, 3) for v in sav["ratios"].values()]]))
+        md.append(f"\n## Savings ({sav['collection']}, p={sav['p']}; ratios pruned / unpruned build, same run)\n")
+        md.append(common.md_table(["estimator", "index size", "indexing time (incl. quality scoring + encoding)",
+                                   "latency bm25", "latency dense"],
+                                  [[e] + [round(v, 3) for v in r.values()] for e, r in sav["ratios"].items()]))
     common.write_results("quality", payload, "\n".join(md))
     plot(rows, [c.name for c in cols], args.estimators, common.RESULTS / "quality_curves.png")
 
