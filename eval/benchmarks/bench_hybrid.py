@@ -11,11 +11,12 @@ Writes eval/results/hybrid.{json,md}.
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import statistics
 import time
 
-from common import COLLECTIONS, bench_index, by_name, machine, md_table, write_results
+from common import COLLECTIONS, RESULTS, bench_index, by_name, machine, md_table, write_results
 
 from eval import evaluate
 from eval.significance import compare
@@ -23,6 +24,7 @@ from retrieval.fusion import Fusion, Pipeline, fuse
 from retrieval.tune import candidates
 
 MEASURES = ["nDCG@10", "R@100", "R@1000"]
+RESULTS_JSON = RESULTS / "hybrid.json"
 DEPTH = 1000
 NAMES = ("bm25", "dense")
 TRAIN = {"scifact": ["train"], "nfcorpus": ["train", "dev"]}
@@ -137,13 +139,17 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--collections", nargs="*")
     ap.add_argument("--skip-latency", action="store_true")
+    ap.add_argument("--render-only", action="store_true", help="Rewrite the Markdown from the committed JSON.")
     args = ap.parse_args()
-    cols = by_name(args.collections)
-    eff = {}
+    cols = [] if args.render_only else by_name(args.collections)
+    # A run over some collections (or --skip-latency) keeps the other results of the committed file.
+    old = json.loads(RESULTS_JSON.read_text()) if RESULTS_JSON.exists() else {}
+    eff = dict(old.get("effectiveness", {}))
     for c in cols:
         eff[c.name] = effectiveness(c)
         print(c.name, {k: round(v["nDCG@10"], 4) for k, v in eff[c.name]["means"].items()}, flush=True)
-    lat = None if args.skip_latency else latency(COLLECTIONS[0])
+    eff = {c.name: eff[c.name] for c in COLLECTIONS if c.name in eff}
+    lat = old.get("latency") if args.skip_latency or args.render_only else latency(COLLECTIONS[0])
     payload = {"machine": machine(), "depth": DEPTH, "effectiveness": eff, "latency": lat}
     rows = []
     for name, e in eff.items():
