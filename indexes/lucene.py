@@ -127,7 +127,8 @@ class LuceneIndex:
             self.k1, self.b = k1, b
 
     def search(self, query, k: int = 10) -> Result:
-        """``query`` is text for BM25 or a ``{term: weight}`` dict for impacts."""
+        """``query`` is text for BM25 or a ``{term: weight}`` dict for impacts
+        (weights are rounded to integers; terms that round to 0 are dropped)."""
         if self.impact:
             query = self._jmap(query)
         hits = self._searcher.search(query, int(k))
@@ -147,10 +148,12 @@ class LuceneIndex:
         return out
 
     def _jmap(self, weights: Dict[str, float]):
+        # SimpleImpactSearcher takes Map<String, Integer>: impacts are integers.
         jmap = jvm.autoclass("java.util.HashMap")()
-        JFloat = jvm.autoclass("java.lang.Float")
+        JInteger = jvm.autoclass("java.lang.Integer")
         for t, w in weights.items():
-            jmap.put(t, JFloat(float(w)))
+            if int(round(w)) > 0:
+                jmap.put(t, JInteger(int(round(w))))
         return jmap
 
     def close(self) -> None:
