@@ -140,8 +140,9 @@ def main():
     ap.add_argument("--collections", nargs="*")
     ap.add_argument("--skip-latency", action="store_true")
     ap.add_argument("--render-only", action="store_true", help="Rewrite the Markdown from the committed JSON.")
+    ap.add_argument("--latency-only", action="store_true", help="Measure latency; keep committed effectiveness.")
     args = ap.parse_args()
-    cols = [] if args.render_only else by_name(args.collections)
+    cols = [] if args.render_only or args.latency_only else by_name(args.collections)
     # A run over some collections (or --skip-latency) keeps the other results of the committed file.
     old = json.loads(RESULTS_JSON.read_text()) if RESULTS_JSON.exists() else {}
     eff = dict(old.get("effectiveness", {}))
