@@ -86,15 +86,9 @@ def read_manifest(folder: Path | str) -> Dict[str, Any]:
 
 
 @contextlib.contextmanager
-def atomic_folder(target: Path | str, overwrite: bool = False, copy_from: Path | str | None = None
-                  ) -> Iterator[Path]:
-    """Yield a temporary folder (empty, or a copy of ``copy_from``) that
-    replaces ``target`` only if the block succeeds."""
-    target = Path(target)
-    if target.exists() and not overwrite:
-        raise InputError("already exists (pass --overwrite to replace it, or add to it)", target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
+def _staged(tmp: Path, final: Path, copy_from: Path | str | None = None) -> Iterator[Path]:
+    """Work in ``tmp`` (fresh, or a copy of ``copy_from``); on success swap it in
+    as ``final`` (the old ``final`` is moved aside, then removed); on failure remove it."""
     if tmp.exists():
         shutil.rmtree(tmp)
     if copy_from is not None:
@@ -107,12 +101,25 @@ def atomic_folder(target: Path | str, overwrite: bool = False, copy_from: Path |
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     old = None
-    if target.exists():
-        old = target.with_name(f"{target.name}.old-{os.getpid()}")
-        os.replace(target, old)
-    os.replace(tmp, target)
+    if final.exists():
+        old = final.with_name(f".{final.name}.old-{os.getpid()}")
+        os.replace(final, old)
+    os.replace(tmp, final)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def atomic_folder(target: Path | str, overwrite: bool = False, copy_from: Path | str | None = None
+                  ) -> Iterator[Path]:
+    """Yield a temporary folder (empty, or a copy of ``copy_from``) that
+    replaces ``target`` only if the block succeeds."""
+    target = Path(target)
+    if target.exists() and not overwrite:
+        raise InputError("already exists (pass --overwrite to replace it, or add to it)", target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _staged(target.with_name(f"{target.name}.tmp-{os.getpid()}"), target, copy_from) as tmp:
+        yield tmp
 
 
 @contextlib.contextmanager
@@ -120,23 +127,8 @@ def staged_subindex(folder: Path | str, name: str) -> Iterator[Path]:
     """Build a sub-index beside the others; it becomes visible only when the
     caller then records it in the manifest (which is swapped atomically)."""
     folder = Path(folder)
-    tmp = folder / f".{name}.tmp-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    try:
+    with _staged(folder / f".{name}.tmp-{os.getpid()}", folder / name) as tmp:
         yield tmp
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    final = folder / name
-    if final.exists():
-        old = folder / f".{name}.old-{os.getpid()}"
-        os.replace(final, old)
-        os.replace(tmp, final)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, final)
 
 
 @contextlib.contextmanager

@@ -62,6 +62,16 @@ def _base_suffix(path: Path) -> str:
     return Path(name).suffix.lower()
 
 
+def _json_object(line: str, path: Path, n: int) -> dict:
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise InputError(f"malformed JSON ({e.msg} at column {e.colno})", path, n) from None
+    if not isinstance(obj, dict):
+        raise InputError("expected a JSON object", path, n)
+    return obj
+
+
 def _first(obj: dict, keys) -> Optional[object]:
     for k in keys:
         if k in obj:
@@ -97,12 +107,7 @@ def read_corpus(path: Path | str, check_duplicates: bool = True, empty: str = "e
                 raise InputError(f"expected 2 or 3 tab-separated columns, found {len(parts)}", path, n)
             meta: dict = {}
         else:
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(f"malformed JSON ({e.msg} at column {e.colno})", path, n) from None
-            if not isinstance(obj, dict):
-                raise InputError("expected a JSON object", path, n)
+            obj = _json_object(line, path, n)
             docid = _first(obj, _ID_KEYS)
             if docid is None:
                 raise InputError("document has no '_id' (or 'id'/'docid') field", path, n)
@@ -186,12 +191,7 @@ def read_queries(path: Path | str) -> List[Query]:
                 raise InputError(f"expected 'qid<TAB>text', found {len(parts)} columns", path, n)
             qid, qtext = parts
         else:
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(f"malformed JSON ({e.msg} at column {e.colno})", path, n) from None
-            if not isinstance(obj, dict):
-                raise InputError("expected a JSON object", path, n)
+            obj = _json_object(line, path, n)
             qid = _first(obj, ("_id", "id", "qid", "query_id"))
             qtext = _first(obj, ("text", "query", "title"))
             if qid is None:
