@@ -16,7 +16,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from indexes import jvm
 from indexes.errors import RetrError
@@ -52,9 +52,12 @@ class ShardWriter:
 
 
 def run_indexer(input_dir: Path, index_dir: Path, threads: int = 2, impact: bool = False,
-                store_docvectors: bool = False, quiet: bool = True, append: bool = False) -> float:
+                store_docvectors: bool = False, quiet: bool = True, append: bool = False,
+                meanwhile: Optional[Callable[[], None]] = None) -> float:
     """Run Anserini IndexCollection in a child JVM; returns wall seconds.
-    With ``append`` the documents are added to the existing index."""
+    With ``append`` the documents are added to the existing index.
+    ``meanwhile`` runs in this process while the JVM indexes (its own work
+    overlaps Lucene's); if it raises, the indexer is stopped."""
     cmd = [jvm.java_executable(), f"-Xmx{jvm.java_heap()}", "-cp", jvm.anserini_jar(),
            "io.anserini.index.IndexCollection",
            "-collection", "JsonVectorCollection" if impact else "JsonCollection",
@@ -70,23 +73,35 @@ def run_indexer(input_dir: Path, index_dir: Path, threads: int = 2, impact: bool
             cmd += ["-storeDocvectors"]
     env = dict(os.environ, JAVA_HOME=jvm.java_home())
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True,
-                          errors="replace")
+    # The log goes to a file, not a pipe: a pipe nobody reads while `meanwhile` runs would block the JVM.
+    with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        try:
+            if meanwhile is not None:
+                meanwhile()
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        returncode = proc.wait()
+        log.seek(0)
+        output = log.read()
     dt = time.perf_counter() - t0
-    if proc.returncode != 0 or not any(Path(index_dir).glob("segments_*")):
-        tail = "\n".join(proc.stdout.strip().splitlines()[-15:])
-        raise RetrError(f"Anserini indexing failed (exit {proc.returncode}):\n{tail}")
+    if returncode != 0 or not any(Path(index_dir).glob("segments_*")):
+        tail = "\n".join(output.strip().splitlines()[-15:])
+        raise RetrError(f"Anserini indexing failed (exit {returncode}):\n{tail}")
     if not quiet:
-        for line in proc.stdout.splitlines():
+        for line in output.splitlines():
             if "Total" in line and "documents indexed" in line:
                 print(line.split(" - ")[-1], flush=True)
     return dt
 
 
 def build_lucene(docs: Iterable[Tuple[str, object]], index_dir: Path, threads: int = 2, impact: bool = False,
-                 store_docvectors: bool = False, quiet: bool = True, append: bool = False) -> Dict[str, object]:
+                 store_docvectors: bool = False, quiet: bool = True, append: bool = False,
+                 meanwhile: Optional[Callable[[], None]] = None) -> Dict[str, object]:
     """Index ``(docid, contents)`` pairs (or ``(docid, {term: int})`` with ``impact``);
-    ``append`` adds them to an existing index."""
+    ``append`` adds them to an existing index; ``meanwhile`` runs while the JVM indexes."""
     with tempfile.TemporaryDirectory(prefix="retr-lucene-", dir=Path(index_dir).parent) as tmp:
         w = ShardWriter(Path(tmp), threads)
         try:
@@ -97,7 +112,8 @@ def build_lucene(docs: Iterable[Tuple[str, object]], index_dir: Path, threads: i
                     w.add_text(docid, payload)  # type: ignore[arg-type]
         finally:
             w.close()
-        seconds = run_indexer(Path(tmp), Path(index_dir), threads, impact, store_docvectors, quiet, append)
+        seconds = run_indexer(Path(tmp), Path(index_dir), threads, impact, store_docvectors, quiet, append,
+                              meanwhile)
     return {"doc_count": w.count, "seconds": seconds}
 
 

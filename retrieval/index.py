@@ -73,23 +73,38 @@ def build_index(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[s
         kept = keep if keep is None or callable(keep) else (lambda d, ids=keep: d.docid in ids)
         dropped = [0]
 
+        # A corpus file is read twice: the first pass validates, fingerprints and
+        # writes Anserini's input; the document store is filled by the second
+        # pass while the JVM indexes, so the two overlap. A Python iterable can
+        # be read once only, so it fills the store in the first pass.
+        from_file = isinstance(corpus, (str, Path))
+
         def stream():
             for doc in progress(docs, total=total, desc="reading corpus", unit="doc", quiet=quiet):
                 _fingerprint_update(h, doc)
                 if kept is not None and not kept(doc):
                     dropped[0] += 1
                     continue
-                store.add(doc.docid, doc.title, doc.text, doc.metadata or None)
+                if not from_file:
+                    store.add(doc.docid, doc.title, doc.text, doc.metadata or None)
                 yield doc.docid, doc.contents
+
+        def fill_store():
+            for doc in read_corpus(corpus, empty=empty, check_duplicates=False):
+                if kept is None or kept(doc):
+                    store.add(doc.docid, doc.title, doc.text, doc.metadata or None)
 
         (tmp / "bm25").mkdir()
         try:
             info = build_lucene(stream(), tmp / "bm25", threads=threads, store_docvectors=store_docvectors,
-                                quiet=quiet)
+                                quiet=quiet, meanwhile=fill_store if from_file else None)
         finally:
             n_docs = store.close()
         if n_docs == 0:
             raise InputError("corpus has no documents", source)
+        if n_docs != int(info["doc_count"]):
+            raise InputError(f"the corpus changed while it was being indexed ({info['doc_count']} documents "
+                             f"in the first pass, {n_docs} in the second)", source)
         m = mf.new_manifest({"threads": threads, "empty": empty})
         m["corpus"] = {"source": source, "doc_count": n_docs, "fingerprint": "sha256:" + h.hexdigest(),
                        "skipped_empty": len(skipped)}
