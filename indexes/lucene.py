@@ -41,9 +41,8 @@ class ShardWriter:
         self._write({"id": docid, "contents": "", "vector": vector})
 
     def _write(self, obj: dict) -> None:
-        f = self._files[self.count % len(self._files)]
-        f.write(json.dumps(obj, ensure_ascii=False))
-        f.write("\n")
+        # json.dumps' default (ASCII escapes) takes the C fast path; Anserini decodes the escapes.
+        self._files[self.count % len(self._files)].write(json.dumps(obj) + "\n")
         self.count += 1
 
     def close(self) -> None:

@@ -22,6 +22,7 @@ from indexes.errors import InputError
 from retrieval.types import Document, Query
 
 _ID_KEYS = ("_id", "id", "docid", "doc_id")
+_SPACE = re.compile(r"\s")
 _TEXT_KEYS = ("text", "contents", "body")
 
 
@@ -120,7 +121,7 @@ def read_corpus(path: Path | str, check_duplicates: bool = True, empty: str = "e
         docid = str(docid).strip()
         if not docid:
             raise InputError("empty document id", path, n)
-        if any(c.isspace() for c in docid):
+        if _SPACE.search(docid):
             raise InputError(f"document id {docid!r} contains whitespace (TREC runs cannot hold it)", path, n)
         if not (text.strip() or title.strip()) and empty != "keep":
             if empty == "error":

@@ -71,9 +71,12 @@ def test_bm25_parameters_change_ranking(small_index):
 
 
 def test_python_iterable_corpus_and_errors(tmp_path):
-    docs = [retrieval.Document("a", "the quick brown fox"), retrieval.Document("b", "lazy dogs sleep all day")]
+    docs = [retrieval.Document("a", "the quick brown fox"), retrieval.Document("b", "lazy dogs sleep all day"),
+            retrieval.Document("c", "Zürich café naïveté")]
     idx = retrieval.build_index(docs, tmp_path / "i", quiet=True)
     assert idx.search("fox", k=1)[0].docid == "a"
+    hit = idx.search("zürich café", k=1)[0]  # non-ASCII terms survive Anserini's input format
+    assert hit.docid == "c" and hit.text == "Zürich café naïveté"
     with pytest.raises(InputError, match="no 'dense' sub-index"):
         idx.search("fox", retriever="dense")
     with pytest.raises(InputError, match="duplicate"):
