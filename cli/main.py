@@ -181,14 +181,15 @@ def search_cmd(text, index_dir, queries, output, fmt, qrels, split, retriever, f
                 click.echo(f"     {_clip(h.text, 100)}")
         return
 
-    from retrieval.collections import qrels_query_ids, read_queries, split_qrels
+    from eval.io import read_qrels
+    from retrieval.collections import read_queries, split_qrels
     from retrieval.runs import write_run
 
     qs = read_queries(queries)
     if split:
         qrels = split_qrels(queries, split)
     if qrels:
-        keep = qrels_query_ids(qrels)
+        keep = read_qrels(qrels).keys()
         qs = [q for q in qs if q.qid in keep]
         if not qs:
             raise InputError("no query of the queries file appears in the qrels", qrels)

@@ -229,16 +229,3 @@ def split_qrels(queries_path: Path | str, split: str) -> Path:
             return root / "qrels" / name
     raise InputError(f"no qrels/{split}.tsv next to the queries", root)
 
-
-def qrels_query_ids(path: Path | str) -> set:
-    """Query ids that appear in a qrels file (TREC or BEIR TSV)."""
-    ids = set()
-    p = Path(path)
-    for n, line in _open_lines(p):
-        parts = line.split()
-        if not parts or (n == 1 and parts[0] in ("query-id", "qid", "query_id")):
-            continue
-        if len(parts) not in (3, 4):
-            raise InputError(f"expected 3 or 4 columns in qrels, found {len(parts)}", p, n)
-        ids.add(parts[0])
-    return ids

@@ -14,7 +14,7 @@ DATA = Path(os.environ.get("RETR_DATA", ROOT.parent / "shared" / "datasets")).re
 SCIFACT = DATA / "scifact"
 
 
-def _need(path: Path) -> Path:
+def need(path: Path) -> Path:
     if not path.exists():
         pytest.skip(f"dataset not found: {path} (set RETR_DATA)")
     return path
@@ -22,7 +22,7 @@ def _need(path: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def scifact_dir() -> Path:
-    return _need(SCIFACT)
+    return need(SCIFACT)
 
 
 @pytest.fixture(scope="session")
