@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from indexes.errors import InputError
 from retrieval.encoders import ditto_store
-from retrieval.encoders.pooling import get_pooler
+from retrieval.encoders.pooling import DITTO_STATES, ditto_states, get_pooler
 
 SETS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STS-B", "SICK-R")
 _FILES = {"STS12": "sts12/test", "STS13": "sts13/test", "STS14": "sts14/test", "STS15": "sts15/test",
@@ -105,23 +105,26 @@ def spearman(pred: np.ndarray, gold: np.ndarray) -> float:
 
 def evaluate(encoder, poolings: Sequence[str] = ("mean",), sets: Sequence[str] = SETS, text: str = "senteval",
              ditto_layer_head: Optional[Sequence[int]] = None, sts_dir=None, batch_size: int = 128,
-             quiet: bool = False) -> dict:
+             quiet: bool = False, ditto_states: Optional[str] = None) -> dict:
     """Spearman x100 per set and their average, for each pooling, from one pass of ``encoder``'s model.
 
     ``encoder`` is a :class:`~retrieval.encoders.dense.DenseEncoder` (only its model/tokenizer are
-    used). Ditto uses ``ditto_layer_head``, else the encoder's own pair. Returns
+    used). Ditto uses ``ditto_layer_head`` (and ``ditto_states``), else the encoder's own choice,
+    else the stored one. Returns
     ``{pooling: {set: score, ..., "avg": score}}``.
     """
     data = {s: load_set(s, text, sts_dir) for s in sets}
     poolers = []
     for p in poolings:
-        lh = None
+        lh, st = None, None
         if p == "ditto":
             lh = ditto_layer_head or getattr(encoder, "ditto_layer_head", None)
+            st = ditto_states or getattr(encoder, "ditto_states", None)
             if lh is None:
                 rec = ditto_store.load_choice(encoder.model_hash)
                 lh = (rec["layer"], rec["head"]) if rec else None
-        poolers.append(get_pooler(p, *(lh or (None, None))))
+                st = st or (rec or {}).get("states")
+        poolers.append(get_pooler(p, *(lh or (None, None)), **({"states": st} if st else {})))
     sents, pos = _unique([s for s1, s2, _ in data.values() for s in s1 + s2])
     need_h = any(p.needs_hidden_states for p in poolers)
     need_a = any(p.needs_attentions for p in poolers)
@@ -156,42 +159,56 @@ def load_dev_pairs(max_pairs: Optional[int] = None, text: str = "senteval", sts_
 
 
 def sweep_ditto_heads(encoder, max_pairs: Optional[int] = None, text: str = "senteval", sts_dir=None,
-                      batch_size: int = 128, quiet: bool = False, split: str = "STS-B-dev") -> np.ndarray:
-    """Spearman x100 on STS-B dev for every (layer, head): a (layers, heads) array.
+                      batch_size: int = 128, quiet: bool = False, split: str = "STS-B-dev",
+                      states: Sequence[str] = ("first-last",)) -> np.ndarray:
+    """Spearman x100 on STS-B dev for every (states, layer, head): a (len(states), layers, heads) array.
 
     One forward pass per batch with attentions; each head's Ditto embedding is formed from the
-    stored attention diagonals of that batch. ``max_pairs`` takes a fixed random sample (seed 0).
+    stored attention diagonals of that batch, for each choice of token states
+    (:data:`retrieval.encoders.pooling.DITTO_STATES`). ``max_pairs`` takes a fixed random sample (seed 0).
     """
     s1, s2, y = load_dev_pairs(max_pairs, text, sts_dir, split)
     sents, pos = _unique(s1 + s2)
     L, H, d = encoder.n_layers, encoder.n_heads, encoder.dim
-    embs = np.zeros((len(sents), L, H, d), dtype=np.float32)
+    embs = np.zeros((len(states), len(sents), L, H, d), dtype=np.float32)
     with tqdm(total=len(sents), desc="ditto sweep", unit="sent", disable=quiet, file=sys.stderr) as bar:
         for idx, out, mask in encoder.forward_batches(sents, batch_size, True, True, bar):
             diag = torch.stack([torch.diagonal(a, dim1=-2, dim2=-1) for a in out.attentions], 1)  # B,L,H,T
             hs = out.hidden_states
             # All heads at once: the same sum as ditto_pool(), with one weight vector per (layer, head).
             w = diag * mask[:, None, None, :].to(diag.dtype)
-            embs[idx] = torch.einsum("blht,btd->blhd", w, (hs[0] + hs[-1]) / 2.0).float().cpu().numpy()
+            for k, st in enumerate(states):
+                embs[k, idx] = torch.einsum("blht,btd->blhd", w, ditto_states(hs[0], hs[-1], st)).float().cpu().numpy()
     i1 = np.array([pos[x] for x in s1])
     i2 = np.array([pos[x] for x in s2])
-    scores = np.zeros((L, H))
-    for layer in range(L):
-        for head in range(H):
-            scores[layer, head] = spearman(_cos_rows(embs[i1, layer, head], embs[i2, layer, head]), y)
+    scores = np.zeros((len(states), L, H))
+    for k in range(len(states)):
+        for layer in range(L):
+            for head in range(H):
+                scores[k, layer, head] = spearman(_cos_rows(embs[k, i1, layer, head], embs[k, i2, layer, head]), y)
     return scores
 
 
 def select_ditto_head(encoder, max_pairs: Optional[int] = None, text: str = "senteval", sts_dir=None,
-                      batch_size: int = 128, store: bool = True, quiet: bool = False) -> dict:
-    """Pick the (layer, head) with the best STS-B dev Spearman; store it for the model (see
-    :mod:`retrieval.encoders.ditto_store`) when ``store``. Returns the stored record."""
-    scores = sweep_ditto_heads(encoder, max_pairs, text, sts_dir, batch_size, quiet)
-    layer, head = (int(x) for x in np.unravel_index(int(np.argmax(scores)), scores.shape))
+                      batch_size: int = 128, store: bool = True, quiet: bool = False,
+                      states: Sequence[str] = DITTO_STATES) -> dict:
+    """Pick the (states, layer, head) with the best STS-B dev Spearman; store it for the model (see
+    :mod:`retrieval.encoders.ditto_store`) when ``store``. Returns the stored record.
+
+    ``states`` are the token-state choices swept (all of them by default): the authors' first-last
+    average and the last layer; both come from the same forward pass."""
+    states = tuple(states)
+    bad = [x for x in states if x not in DITTO_STATES]
+    if bad or not states:
+        raise InputError(f"unknown Ditto states {bad or states!r} (choose from: {', '.join(DITTO_STATES)})")
+    scores = sweep_ditto_heads(encoder, max_pairs, text, sts_dir, batch_size, quiet, states=states)
+    k, layer, head = (int(x) for x in np.unravel_index(int(np.argmax(scores)), scores.shape))
     rec = {"model": str(encoder.model_path), "model_sha256": encoder.model_hash, "layer": layer, "head": head,
-           "spearman_dev": round(float(scores[layer, head]), 4), "dev_set": "STS-B dev", "text": text,
-           "n_pairs": len(load_dev_pairs(max_pairs, text, sts_dir)[2]),
-           "max_length": encoder.max_length, "scores": np.round(scores, 4).tolist(),
+           "states": states[k], "spearman_dev": round(float(scores[k, layer, head]), 4), "dev_set": "STS-B dev",
+           "text": text, "n_pairs": len(load_dev_pairs(max_pairs, text, sts_dir)[2]),
+           "max_length": encoder.max_length,
+           "best_per_states": {st: round(float(scores[i].max()), 4) for i, st in enumerate(states)},
+           "scores": {st: np.round(scores[i], 4).tolist() for i, st in enumerate(states)},
            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
     if store:
         rec["stored_at"] = str(ditto_store.save_choice(encoder.model_hash, rec))

@@ -66,6 +66,8 @@ class DenseEncoder:
         ditto_layer_head: (layer, head) for Ditto. If None: the choice stored by ``retr ditto-select``
             for this model's weights, else the paper's pair for the checkpoints it names, else (when
             ``auto_select``) a selection on STS-B dev is run now and stored.
+        ditto_states: ``first-last`` (the authors') or ``last``: the token states Ditto weights.
+            If None: the stored choice's, else ``first-last``.
         device: ``auto`` | ``cpu`` | ``cuda``.
         max_length: token limit; None = the model's ``sentence_bert_config.json`` value, else
             min(512, the position-embedding size).
@@ -75,6 +77,7 @@ class DenseEncoder:
 
     def __init__(self, model: str | os.PathLike | None = None, pooling: str = "mean",
                  ditto_layer_head: Optional[Sequence[int]] = None, device: str = "auto",
+                 ditto_states: Optional[str] = None,
                  max_length: Optional[int] = None, normalize: bool = True, dtype: str = "float32",
                  auto_select: bool = True, quiet: bool = False):
         if str(dtype).lower() not in _DTYPES:
@@ -101,9 +104,10 @@ class DenseEncoder:
         self.n_heads = int(self.hf_config.num_attention_heads)
         self.ditto_source = None
         layer = head = None
+        states = ditto_states or "first-last"
         if self.pooling == "ditto":
-            layer, head = self._resolve_ditto(ditto_layer_head, auto_select, quiet)
-        self.pooler = get_pooler(self.pooling, layer, head)
+            layer, head, states = self._resolve_ditto(ditto_layer_head, ditto_states, auto_select, quiet)
+        self.pooler = get_pooler(self.pooling, layer, head, states)
 
     # -- setup -----------------------------------------------------------------------------------
     def _default_max_length(self) -> int:
@@ -119,13 +123,14 @@ class DenseEncoder:
     def model_hash(self) -> str:
         return model_hash(self.model_path)
 
-    def _resolve_ditto(self, pair, auto_select: bool, quiet: bool) -> tuple[int, int]:
+    def _resolve_ditto(self, pair, states, auto_select: bool, quiet: bool) -> tuple[int, int, str]:
         if pair is not None:
             self.ditto_source = "given"
         else:
             rec = ditto_store.load_choice(self.model_hash)
             if rec is not None:
                 pair, self.ditto_source = (rec["layer"], rec["head"]), f"stored:{ditto_store.choice_path(self.model_hash)}"
+                states = states or rec.get("states")
             elif ditto_store.paper_default(self.model_path) is not None:
                 pair, self.ditto_source = ditto_store.paper_default(self.model_path), "paper"
             elif auto_select:
@@ -135,6 +140,7 @@ class DenseEncoder:
                           f"(stored in {ditto_store.choice_path(self.model_hash)})", file=sys.stderr)
                 rec = sts.select_ditto_head(self, store=True, quiet=quiet)
                 pair, self.ditto_source = (rec["layer"], rec["head"]), "selected"
+                states = states or rec.get("states")
             else:
                 raise UnknownPoolingError(f"no Ditto (layer, head) stored for {self.model_path}; run "
                                           f"`retr ditto-select --model {self.model_path}` or pass ditto_layer_head")
@@ -145,7 +151,7 @@ class DenseEncoder:
         if not (0 <= layer < self.n_layers and 0 <= head < self.n_heads):
             raise UnknownPoolingError(f"Ditto (layer, head)=({layer}, {head}) out of range for this model "
                                       f"({self.n_layers} layers x {self.n_heads} heads)")
-        return layer, head
+        return layer, head, states or "first-last"
 
     # -- properties ------------------------------------------------------------------------------
     @property
@@ -157,12 +163,17 @@ class DenseEncoder:
     def ditto_layer_head(self) -> Optional[tuple[int, int]]:
         return (self.pooler.layer, self.pooler.head) if self.pooling == "ditto" else None
 
+    @property
+    def ditto_states(self) -> Optional[str]:
+        return self.pooler.states if self.pooling == "ditto" else None
+
     def config(self) -> dict:
         """Everything needed to rebuild this encoder (:meth:`from_config`) and to check it later."""
         lh = self.ditto_layer_head
         return {"model": str(self.model_path), "model_sha256": self.model_hash,
                 "architecture": getattr(self.hf_config, "model_type", None),
                 "pooling": self.pooling, "ditto_layer": lh[0] if lh else None, "ditto_head": lh[1] if lh else None,
+                "ditto_states": self.ditto_states,
                 "max_length": self.max_length, "normalize": self.normalize,
                 "dtype": np.dtype(self.out_dtype).name, "dim": self.dim}
 
@@ -181,7 +192,9 @@ class DenseEncoder:
                     path = str(cand)
                     break
         lh = (cfg["ditto_layer"], cfg["ditto_head"]) if cfg.get("pooling") == "ditto" else None
-        kw = dict(model=path, pooling=cfg.get("pooling", "mean"), ditto_layer_head=lh, device=device,
+        # Indexes written before Ditto had a states choice used the authors' first-last average.
+        st = (cfg.get("ditto_states") or "first-last") if lh else None
+        kw = dict(model=path, pooling=cfg.get("pooling", "mean"), ditto_layer_head=lh, ditto_states=st, device=device,
                   max_length=cfg.get("max_length"), normalize=cfg.get("normalize", True),
                   dtype=cfg.get("dtype", "float32"))
         kw.update(overrides)

@@ -14,6 +14,10 @@ pooler says it needs them) and ``mask`` the (B, T) attention mask. Choose one by
                  embedding ``sum_i w_i * mask_i * (hidden_states[0]_i + hidden_states[-1]_i) / 2``.
                  Like the authors' code, the weights are *not* normalised (no division by
                  ``sum_i w_i``); that only rescales each vector, so cosine scores are unchanged.
+                 ``states="last"`` weights the last layer's states instead of the first-last
+                 average: the same diagonal weights over the space a mean-pooling-trained model
+                 (all-MiniLM-L6-v2) was trained in. ``retr ditto-select`` picks the states with the
+                 (layer, head) on STS-B dev; see :data:`DITTO_STATES`.
 """
 from __future__ import annotations
 
@@ -25,6 +29,8 @@ import torch
 from indexes.errors import InputError
 
 POOLERS = ("mean", "cls", "first-last", "ditto")
+#: Which hidden states Ditto averages: the authors' first-last average (the default), or the last layer.
+DITTO_STATES = ("first-last", "last")
 _ALIASES = {"first_last": "first-last", "firstlast": "first-last", "avg": "mean", "avg_first_last": "first-last"}
 
 
@@ -55,10 +61,21 @@ def ditto_weights(attentions: Any, layer: int, head: int) -> torch.Tensor:
     return torch.diagonal(attentions[layer][:, head], dim1=-2, dim2=-1)
 
 
-def ditto_pool(first: torch.Tensor, last: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """``sum_i w_i * mask_i * (first_i + last_i) / 2`` (unnormalised, as in the authors' code)."""
+def ditto_pool(first: torch.Tensor, last: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor,
+               states: str = "first-last") -> torch.Tensor:
+    """``sum_i w_i * mask_i * (first_i + last_i) / 2`` (unnormalised, as in the authors' code);
+    with ``states="last"``, ``sum_i w_i * mask_i * last_i``."""
     w = (weights * mask.to(weights.dtype)).unsqueeze(-1)
-    return (w * (first + last) / 2.0).sum(1)
+    return (w * ditto_states(first, last, states)).sum(1)
+
+
+def ditto_states(first: torch.Tensor, last: torch.Tensor, states: str = "first-last") -> torch.Tensor:
+    """The token states Ditto weights: ``(first + last) / 2`` or ``last``."""
+    if states == "last":
+        return last
+    if states != "first-last":
+        raise UnknownPoolingError(f"unknown Ditto states {states!r} (choose from: {', '.join(DITTO_STATES)})")
+    return (first + last) / 2.0
 
 
 @dataclass(frozen=True)
@@ -68,6 +85,7 @@ class Pooler:
     name: str
     layer: Optional[int] = None
     head: Optional[int] = None
+    states: str = "first-last"
 
     @property
     def needs_hidden_states(self) -> bool:
@@ -85,7 +103,7 @@ class Pooler:
         hs = outputs.hidden_states
         if self.name == "first-last":
             return first_last_pool(hs[0], hs[-1], mask)
-        return ditto_pool(hs[0], hs[-1], mask, ditto_weights(outputs.attentions, self.layer, self.head))
+        return ditto_pool(hs[0], hs[-1], mask, ditto_weights(outputs.attentions, self.layer, self.head), self.states)
 
 
 def canonical_name(name: str) -> str:
@@ -97,12 +115,15 @@ def canonical_name(name: str) -> str:
     return key
 
 
-def get_pooler(name: str, layer: Optional[int] = None, head: Optional[int] = None) -> Pooler:
-    """The pooler called ``name``; Ditto needs ``layer`` and ``head``."""
+def get_pooler(name: str, layer: Optional[int] = None, head: Optional[int] = None,
+               states: str = "first-last") -> Pooler:
+    """The pooler called ``name``; Ditto needs ``layer`` and ``head`` (and takes ``states``)."""
     key = canonical_name(name)
     if key == "ditto":
         if layer is None or head is None:
             raise UnknownPoolingError("ditto pooling needs a (layer, head) pair; run `retr ditto-select` "
                                       "or pass ditto_layer_head=(layer, head)")
-        return Pooler(key, int(layer), int(head))
+        if states not in DITTO_STATES:
+            raise UnknownPoolingError(f"unknown Ditto states {states!r} (choose from: {', '.join(DITTO_STATES)})")
+        return Pooler(key, int(layer), int(head), states)
     return Pooler(key)

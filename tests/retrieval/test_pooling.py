@@ -48,6 +48,13 @@ def test_poolers_match_hand_computation(tiny):
     for name in POOLERS:
         pooler = get_pooler(name, 0, 1) if name == "ditto" else get_pooler(name)
         np.testing.assert_allclose(pooler(out, mask).numpy(), expect[name], rtol=1e-6, err_msg=name)
+    # Ditto over the last layer only: sum_i w_i * last_i (same weights)
+    last = get_pooler("ditto", 0, 1, states="last")(out, mask).numpy()
+    w = torch.diagonal(out.attentions[0][:, 1], dim1=-2, dim2=-1) * mask
+    np.testing.assert_allclose(last, (w.unsqueeze(-1) * out.hidden_states[-1]).sum(1).numpy(), rtol=1e-6)
+    assert not np.allclose(last, expect["ditto"])
+    with pytest.raises(UnknownPoolingError, match="unknown Ditto states"):
+        get_pooler("ditto", 0, 1, states="middle")
 
 
 def test_needs_flags_and_names():

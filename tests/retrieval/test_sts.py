@@ -71,18 +71,26 @@ def test_all_setting_and_poolers_against_scipy(tiny_enc, sts_dir):
 
 def test_sweep_matches_per_head_encoder_and_is_stored(minilm, sts_dir, home):
     rec = sts.select_ditto_head(minilm, max_pairs=60, sts_dir=sts_dir, quiet=True)
-    scores = np.array(rec["scores"])
-    assert scores.shape == (6, 12)
-    assert (rec["layer"], rec["head"]) == np.unravel_index(scores.argmax(), scores.shape)
+    assert set(rec["scores"]) == {"first-last", "last"}
+    grids = {st: np.array(g) for st, g in rec["scores"].items()}
+    assert all(g.shape == (6, 12) for g in grids.values())
+    best = max(grids, key=lambda st: grids[st].max())
+    assert rec["states"] == best
+    assert (rec["layer"], rec["head"]) == np.unravel_index(grids[best].argmax(), (6, 12))
     s1, s2, y = sts.load_dev_pairs(60, "senteval", sts_dir)
-    for layer, head in [(rec["layer"], rec["head"]), (5, 1)]:
+    for st, layer, head in [(rec["states"], rec["layer"], rec["head"]), ("first-last", 5, 1), ("last", 2, 3)]:
         e = DenseEncoder.from_config({**minilm.config(), "pooling": "ditto", "ditto_layer": layer,
-                                      "ditto_head": head}, device="cpu")
+                                      "ditto_head": head, "ditto_states": st}, device="cpu")
+        assert e.ditto_states == st
         cos = (e.encode(s1, quiet=True) * e.encode(s2, quiet=True)).sum(1)
-        assert scores[layer, head] == pytest.approx(spearmanr(cos, y).statistic * 100, abs=0.02)
+        assert grids[st][layer, head] == pytest.approx(spearmanr(cos, y).statistic * 100, abs=0.02)
     # the stored choice is what --pooling ditto now uses for this model
     picked = DenseEncoder("minilm", pooling="ditto", auto_select=False, device="cpu")
-    assert picked.ditto_layer_head == (rec["layer"], rec["head"])
+    assert picked.ditto_layer_head == (rec["layer"], rec["head"]) and picked.ditto_states == rec["states"]
+    assert picked.config()["ditto_states"] == rec["states"]
+    # a manifest written before the states choice existed means the authors' first-last average
+    old = {**picked.config(), "ditto_states": None}
+    assert DenseEncoder.from_config(old, device="cpu").ditto_states == "first-last"
     assert picked.ditto_source.startswith("stored:") and str(home) in picked.ditto_source
 
 
@@ -95,7 +103,7 @@ def test_cli_ditto_select_and_eval_sts(sts_dir, home):
     from cli.dense_cmds import ditto_select, sts as sts_cmd
     r = CliRunner().invoke(ditto_select, ["--model", "splade-tiny", "--max-pairs", "80", "--sts-dir", str(sts_dir), "-q"])
     assert r.exit_code == 0, r.output
-    assert "best: layer" in r.output and "stored in" in r.output
+    assert "best: layer" in r.output and "stored in" in r.output and "best per states: first-last" in r.output
     assert len(list((home / "ditto").glob("*.json"))) == 1
     out = home / "sts.json"
     r = CliRunner().invoke(sts_cmd, ["--model", "splade-tiny", "--pooling", "mean", "--pooling", "ditto",
