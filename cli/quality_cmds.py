@@ -42,12 +42,14 @@ def score_cmd(corpus, estimator, head, output, empty, batch_size, quiet):
 @click.option("--qrels", "qrels", multiple=True, required=True, type=click.Path(path_type=Path),
               help="TRAINING qrels of the corpus at the same position (never test qrels).")
 @click.option("--body", default="minilm", show_default=True, help="Frozen body: minilm, splade-tiny or a local folder.")
-@click.option("--neg-ratio", type=click.FloatRange(min=0, min_open=True), default=4.0, show_default=True,
-              help="Sampled negatives per positive.")
+@click.option("--features", "feature_set", type=click.Choice(["tfidf+emb", "emb"]), default="tfidf+emb",
+              show_default=True, help="tf-idf beside the body vector, or the body vector alone.")
+@click.option("--neg-ratio", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Sample this many negatives per positive [default: every other passage is a negative].")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--output", "-o", required=True, type=click.Path(path_type=Path), help="Head JSON (with model card).")
 @click.option("--quiet", "-q", is_flag=True)
-def train_cmd(corpora, qrels, body, neg_ratio, seed, output, quiet):
+def train_cmd(corpora, qrels, body, feature_set, neg_ratio, seed, output, quiet):
     """Train the learned estimator's head from training qrels (query-agnostic labels)."""
     from eval.io import read_qrels
     from retrieval.collections import read_corpus
@@ -57,6 +59,7 @@ def train_cmd(corpora, qrels, body, neg_ratio, seed, output, quiet):
         raise click.UsageError("give one --qrels per --corpus")
     sources = [(list(read_corpus(c, empty="skip")), read_qrels(q)) for c, q in zip(corpora, qrels)]
     head = train_head(sources, body=body, neg_ratio=neg_ratio, seed=seed, output=output, quiet=quiet,
+                      feature_set=feature_set,
                       name=output.stem, describe_data=[f"{c} + {q}" for c, q in zip(corpora, qrels)])
     if not quiet:
         click.echo(f"wrote {output} (train accuracy {head['card']['train_accuracy_at_0']:.3f}); score with: "

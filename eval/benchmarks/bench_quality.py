@@ -66,38 +66,79 @@ def _features(idx, docs, X):
 
 
 def train_shipped_head(data, seed=0):
-    from retrieval.quality.learned import fit_logistic, training_pairs
-    texts_all, feats = [], {}
-    sources, described = [], []
+    """The shipped head: tf-idf + MiniLM features, every non-positive passage a negative
+    (the configuration --select-features chose), trained on TRAIN_COLS' training qrels."""
+    from retrieval.quality.learned import train_head
+    feats, sources, described = {}, [], []
     for name in TRAIN_COLS:
         col, docs, F = data[name]["col"], data[name]["docs"], data[name]["F"]
         for d, f in zip(docs, F):
             feats[d.contents] = f
         sources.append((docs, col.qrels("train")))
         described.append(f"{col.folder} qrels/train.tsv")
-    t0 = time.perf_counter()
-    texts, y, stats = training_pairs(sources, neg_ratio=4.0, seed=seed)
-    X = np.stack([feats[t] for t in texts])
-    head = fit_logistic(X, y, l2=1.0, seed=seed)
-    from retrieval.quality.learned import _apply
-    acc = float(((_apply(head, X) > 0) == (y > 0)).mean())
-    from retrieval.encoders.dense import DenseEncoder
-    enc = DenseEncoder(None, quiet=True)
-    head.update({"name": "learned-minilm-scifact-v1", "body": "minilm", "max_length": enc.max_length,
-                 "normalize": True, "format": "retr-quality-head/1",
-                 "card": {"model": "logistic regression on frozen minilm features (mean-pooled last layer, "
-                                   "L2-normalised, plus log token count), standardised",
-                          "body_sha256": enc.model_hash, "training_data": described,
-                          "labels": "positive: passage has >= 1 relevant training query; negative: seeded "
-                                    "sample of the rest (4 per positive)",
-                          "examples": stats, "neg_ratio": 4.0, "l2": 1.0, "seed": seed,
-                          "class_weighting": "balanced", "train_accuracy_at_0": round(acc, 4),
-                          "train_seconds": round(time.perf_counter() - t0, 1),
-                          "trained_by": "eval/benchmarks/bench_quality.py (features = stored bench vectors)",
-                          "intended_use": "query-agnostic static pruning",
-                          "limits": "one small collection; in-domain test-relevant passages can be training "
-                                    "positives too (as with QualT5 on MS MARCO)"}})
+    head = train_head(sources, neg_ratio=None, l2=1.0, seed=seed, name="learned-minilm-scifact-v2",
+                      describe_data=described, features=lambda texts: np.stack([feats[t] for t in texts]),
+                      feature_set="tfidf+emb", quiet=True)
+    head["card"]["trained_by"] = "eval/benchmarks/bench_quality.py --ship-head (body features = stored bench vectors)"
     return head
+
+
+def select_features(data, folds=2, seeds=(0, 1), ps=(0.2, 0.3), l2s=(0.3, 1.0, 3.0)):
+    """Choose the learned estimator's features on TRAINING queries only: split SciFact's training
+    queries into folds; fit on the positives of the other folds, prune, and measure how much
+    BM25 nDCG@10 of the held-out fold's queries falls (filtering the unpruned top-1000 run, whose
+    scores barely move when the corpus shrinks). Writes eval/results/quality_features.{json,md}."""
+    from eval import evaluate
+    from retrieval.quality.learned import _Lexical, fit_lexical_head, fit_logistic, _apply
+    col, docs, F = data["scifact"]["col"], data["scifact"]["docs"], data["scifact"]["F"]
+    docids = np.array([d.docid for d in docs])
+    texts = [d.contents for d in docs]
+    train = col.qrels("train")
+    qs = col.queries("train")
+    run = {q: [(h.docid, h.score) for h in hs] for q, hs in data["scifact"]["idx"].batch_search(qs, k=1000).items()}
+    T = _Lexical(*_Lexical.fit(texts))(texts)
+    qids = sorted(q for q in train if q in run)
+    res = {}
+    t0 = time.perf_counter()
+    for seed in seeds:
+        perm = np.random.default_rng(seed).permutation(len(qids))
+        for f in range(folds):
+            held = {qids[i] for i in perm[f::folds]}
+            pos = {d for q in qids if q not in held for d, g in train[q].items() if g > 0}
+            y = np.array([d in pos for d in docids], dtype=np.float64)
+            hq = {q: train[q] for q in held}
+            base = evaluate(hq, {q: dict(run[q]) for q in held}, ["nDCG@10"])["nDCG@10"]
+            for l2 in l2s:
+                cands = {"emb (standardised, + log length)": _apply(fit_logistic(F, y, l2=l2, seed=seed), F)}
+                fit = fit_lexical_head(F[:, :-1], T, y, l2=l2)
+                cands["tfidf+emb"] = T @ np.asarray(fit["lexical_weights"]) + F[:, :-1] @ np.asarray(fit["weights"])
+                for name, sc in cands.items():
+                    order = np.argsort(-sc, kind="stable")
+                    for p in ps:
+                        keep = set(docids[order[:int(round(len(sc) * (1 - p)))]])
+                        r = {q: {d: v for d, v in run[q] if d in keep} for q in held}
+                        d = evaluate(hq, r, ["nDCG@10"])["nDCG@10"] - base
+                        res.setdefault(f"{name}|{l2}|{p}", []).append(d)
+    rows = []
+    for key, v in res.items():
+        name, l2, p = key.split("|")
+        rows.append({"features": name, "l2": float(l2), "p": float(p), "mean_delta": float(np.mean(v)),
+                     "deltas": [round(x, 4) for x in v]})
+    rows.sort(key=lambda r: (r["p"], -r["mean_delta"]))
+    best = max((r for r in rows if r["p"] == max(ps)), key=lambda r: r["mean_delta"])
+    md = ["# Learned quality estimator: choosing its features on training queries", "",
+          f"SciFact training queries split into {folds} folds ({len(seeds)} seeds); each fold's queries are held out, "
+          "the estimator is trained on the other fold's positives (every other passage a negative), the lowest-scoring "
+          "share p is pruned, and the held-out queries' BM25 nDCG@10 (filtered unpruned top-1000 run) is compared "
+          "with no pruning. Test queries are never used. Reproduce: "
+          "`.venv/bin/python eval/benchmarks/bench_quality.py --select-features --collections scifact --skip-savings`.", "",
+          common.md_table(["features", "l2 (1/C)", "p", "mean Δ nDCG@10", "per fold"],
+                          [[r["features"], r["l2"], r["p"], f"{r['mean_delta']:+.4f}", " ".join(f"{x:+.4f}" for x in r["deltas"])]
+                           for r in rows]), "",
+          f"Chosen at p={best['p']}: **{best['features']}, l2={best['l2']}** ({best['mean_delta']:+.4f}). "
+          f"Time: {time.perf_counter() - t0:.0f} s."]
+    common.write_results("quality_features", {"machine": common.machine(), "rows": rows, "chosen": best}, "\n".join(md))
+    return best
 
 
 def scores_for(name, est, docs, data_c, head):
@@ -105,6 +146,10 @@ def scores_for(name, est, docs, data_c, head):
     from retrieval.quality.learned import _apply
     path = QDIR / name / f"{est}.tsv"
     if est == "learned":
+        if "lexical" in head:
+            from retrieval.quality.learned import _Lexical
+            T = _Lexical(head["lexical"]["vocabulary"], head["lexical"]["idf"])([d.contents for d in docs])
+            return _apply(head, data_c["F"], T)
         return _apply(head, data_c["F"])
     if path.exists():
         s = read_scores(path)
@@ -282,7 +327,10 @@ def main():
     ap.add_argument("--expensive-on", nargs="*", default=None,
                     help="collections on which dense-norm / pseudo-ppl run (default: all); elsewhere they are "
                          "left out unless their scores are cached")
-    ap.add_argument("--ship-head", action="store_true", help="write the trained head to retrieval/quality/heads.py")
+    ap.add_argument("--ship-head", action="store_true",
+                    help="write the trained head to retrieval/quality/default_head.json.gz")
+    ap.add_argument("--select-features", action="store_true",
+                    help="first run the feature choice on SciFact's training queries (quality_features.md)")
     ap.add_argument("--savings-collection", default="cranfield")
     ap.add_argument("--skip-savings", action="store_true")
     ap.add_argument("--cached-only", action="store_true",
@@ -298,11 +346,13 @@ def main():
         docs = _docs(col)
         X = _vectors(idx, [d.docid for d in docs])
         data[col.name] = {"col": col, "idx": idx, "docs": docs, "X": X, "F": _features(idx, docs, X)}
+    if args.select_features:
+        print("chosen:", select_features(data), flush=True)
     head = train_shipped_head(data)
     if args.ship_head:
-        (common.ROOT / "retrieval" / "quality" / "heads.py").write_text(
-            '"""The shipped quality head (written by eval/benchmarks/bench_quality.py --ship-head; see its card)."""\n'
-            "import json\n\nDEFAULT_HEAD = json.loads(r\'\'\'\n" + json.dumps(head, indent=0) + "\n\'\'\')\n")
+        import gzip
+        raw = (json.dumps(head, indent=0) + "\n").encode()
+        (common.ROOT / "retrieval" / "quality" / "default_head.json.gz").write_bytes(gzip.compress(raw, mtime=0))
     rows, skipped = [], {}
     for col in cols:
         ests = [e for e in args.estimators if e not in EXPENSIVE or args.expensive_on is None

@@ -69,6 +69,16 @@ def test_learned_head_trains_deterministically_and_scores(docs, small_corpus, tm
     rel = {d for q in qrels.values() for d in q}
     pos = np.array([d.docid in rel for d in sub])
     assert s[pos].mean() > s[~pos].mean()  # it learnt its training labels
+    # the default head has a lexical part (tf-idf), stored with its vocabulary
+    assert h1["features"] == "tfidf+emb" and len(h1["lexical"]["vocabulary"]) == len(h1["lexical"]["weights"]) > 0
+    assert h1["card"]["examples"]["sources"][0]["negatives"] == 120 - card["examples"]["sources"][0]["positives"]
+    # the body-only head (format 1) still trains and scores
+    h3 = train_head([(sub, qrels)], body="splade-tiny", seed=1, quiet=True, feature_set="emb", neg_ratio=1.0)
+    assert "lexical" not in h3 and h3["card"]["examples"]["sources"][0]["negatives"] <= card["examples"]["sources"][0]["positives"]
+    s3 = LearnedQuality(h3).score([d.contents for d in sub], quiet=True)
+    assert s3[pos].mean() > s3[~pos].mean()
+    with pytest.raises(QualityError, match="feature set"):
+        train_head([(sub, qrels)], body="splade-tiny", feature_set="bm25", quiet=True)
     with pytest.raises(QualityError, match="not found"):
         LearnedQuality(tmp_path / "nope.json")
 
