@@ -262,6 +262,10 @@ def info_cmd(index_dir, as_json):
     click.echo(f"index      {info['path']}")
     click.echo(f"documents  {info['documents']:,}   (source: {info['corpus'].get('source')})")
     click.echo(f"created    {info['created_at']}")
+    pr = info.get("pruning") or {}
+    if pr:
+        click.echo(f"pruned     {pr['dropped']:,} of {pr['considered']:,} ({pr['share']:.0%}) by {pr.get('estimator')}"
+                   + (f" ({pr['head']})" if pr.get("head") else ""))
     click.echo(f"docstore   {_mb(info['docstore_bytes'])}")
     for name, s in info["subindexes"].items():
         cfg = ", ".join(f"{k}={v}" for k, v in s["config"].items())

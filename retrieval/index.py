@@ -254,7 +254,7 @@ class Index:
     def info(self) -> dict:
         out = {"path": str(self.path), "documents": len(self), "created_at": self.manifest.get("created_at"),
                "corpus": self.manifest.get("corpus", {}), "versions": self.manifest.get("versions", {}),
-               "subindexes": {}}
+               "pruning": self.manifest.get("pruning"), "subindexes": {}}
         for name, e in self.manifest.get("subindexes", {}).items():
             out["subindexes"][name] = {"kind": e["kind"], "doc_count": e.get("doc_count"),
                                        "size_bytes": mf.folder_size(self.path / e["path"]),

@@ -24,6 +24,8 @@ def test_score_then_prune_with_scores_file(retr, small_corpus, tmp_path):
     m = json.loads((tmp_path / "IDX" / "manifest.json").read_text())
     assert m["pruning"]["dropped"] == int(0.25 * len(ids)) and m["pruning"]["estimator"] == "scores-file"
     assert m["docstore"]["doc_count"] == len(ids) - int(0.25 * len(ids))
+    r = retr("info", "--index", tmp_path / "IDX")
+    assert r.returncode == 0 and f"pruned     {int(0.25 * len(ids))} of {len(ids)} (25%) by scores-file" in r.stdout
 
 
 def test_bad_prune_share_and_missing_ids_fail_clearly(retr, small_corpus, tmp_path):
