@@ -105,8 +105,11 @@ def spearman(pred: np.ndarray, gold: np.ndarray) -> float:
 
 def evaluate(encoder, poolings: Sequence[str] = ("mean",), sets: Sequence[str] = SETS, text: str = "senteval",
              ditto_layer_head: Optional[Sequence[int]] = None, sts_dir=None, batch_size: int = 128,
-             quiet: bool = False, ditto_states: Optional[str] = None) -> dict:
+             quiet: bool = False, ditto_states: Optional[str] = None, extra: Optional[dict] = None) -> dict:
     """Spearman x100 per set and their average, for each pooling, from one pass of ``encoder``'s model.
+
+    ``extra`` maps more labels to :class:`~retrieval.encoders.pooling.Pooler` objects (say, a second
+    Ditto variant) scored in the same pass.
 
     ``encoder`` is a :class:`~retrieval.encoders.dense.DenseEncoder` (only its model/tokenizer are
     used). Ditto uses ``ditto_layer_head`` (and ``ditto_states``), else the encoder's own choice,
@@ -114,7 +117,7 @@ def evaluate(encoder, poolings: Sequence[str] = ("mean",), sets: Sequence[str] =
     ``{pooling: {set: score, ..., "avg": score}}``.
     """
     data = {s: load_set(s, text, sts_dir) for s in sets}
-    poolers = []
+    poolers = []  # (label, pooler)
     for p in poolings:
         lh, st = None, None
         if p == "ditto":
@@ -124,25 +127,26 @@ def evaluate(encoder, poolings: Sequence[str] = ("mean",), sets: Sequence[str] =
                 rec = ditto_store.load_choice(encoder.model_hash)
                 lh = (rec["layer"], rec["head"]) if rec else None
                 st = st or (rec or {}).get("states")
-        poolers.append(get_pooler(p, *(lh or (None, None)), **({"states": st} if st else {})))
+        poolers.append((p, get_pooler(p, *(lh or (None, None)), **({"states": st} if st else {}))))
+    poolers += list((extra or {}).items())
     sents, pos = _unique([s for s1, s2, _ in data.values() for s in s1 + s2])
-    need_h = any(p.needs_hidden_states for p in poolers)
-    need_a = any(p.needs_attentions for p in poolers)
-    embs = {p.name: np.zeros((len(sents), encoder.dim), dtype=np.float32) for p in poolers}
+    need_h = any(p.needs_hidden_states for _, p in poolers)
+    need_a = any(p.needs_attentions for _, p in poolers)
+    embs = {label: np.zeros((len(sents), encoder.dim), dtype=np.float32) for label, _ in poolers}
     with tqdm(total=len(sents), desc="STS", unit="sent", disable=quiet, file=sys.stderr) as bar:
         for idx, out, mask in encoder.forward_batches(sents, batch_size, need_h, need_a, bar):
-            for p in poolers:
-                embs[p.name][idx] = p(out, mask).float().cpu().numpy()
+            for label, p in poolers:
+                embs[label][idx] = p(out, mask).float().cpu().numpy()
     res: dict = {}
-    for p in poolers:
-        e = embs[p.name]
+    for label, p in poolers:
+        e = embs[label]
         row = {}
         for s, (s1, s2, y) in data.items():
             i1 = np.fromiter((pos[x] for x in s1), dtype=np.int64, count=len(s1))
             i2 = np.fromiter((pos[x] for x in s2), dtype=np.int64, count=len(s2))
             row[s] = spearman(_cos_rows(e[i1], e[i2]), y)
         row["avg"] = float(np.mean([row[s] for s in sets]))
-        res[p.name] = row
+        res[label] = row
     return res
 
 

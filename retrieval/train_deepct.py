@@ -95,7 +95,7 @@ def build_training_data(corpus, queries=None, qrels=None, cfg: TrainConfig = Tra
     if queries is None and cfg.title == "off":
         raise InputError("no training data: give --queries and --qrels, or use title weak supervision (--title only)")
     docs = {d.docid: d for d in read_corpus(corpus, empty="skip")}
-    data = TrainData(info={"corpus": str(corpus), "documents": len(docs)})
+    data = TrainData(info={"corpus": str(Path(corpus).resolve()), "documents": len(docs)})
     if queries is not None and cfg.title != "only":
         qs = {q.qid: q.text for q in read_queries(queries)}
         qr = read_qrels_pairs(qrels)
@@ -109,7 +109,9 @@ def build_training_data(corpus, queries=None, qrels=None, cfg: TrainConfig = Tra
             warnings.warn(w.message, w.category, stacklevel=2)
         for d, t in tg.by_doc.items():
             data.texts[d], data.targets[d] = docs[d].contents, t
-        data.info.update({"queries": str(queries), "qrels": str(qrels), "train_queries": len(train_q),
+        # absolute: `retr index --deepct` reads the held-out queries back from any working directory
+        data.info.update({"queries": str(Path(queries).resolve()), "qrels": str(Path(qrels).resolve()),
+                          "train_queries": len(train_q),
                           "dev_queries": dev_q, "query_targets": tg.stats})
     if cfg.title != "off":
         pool = [d for d in docs.values() if d.docid not in data.targets]

@@ -59,12 +59,14 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--collections", nargs="*")
     args = ap.parse_args()
-    enc = DenseEncoder(pooling="ditto", quiet=True)  # resolves MiniLM's stored/selected (layer, head, states)
+    enc = DenseEncoder(pooling="mean", quiet=True)
+    rec = ditto_store.load_choice(enc.model_hash) or {}
+    if not isinstance(rec.get("scores"), dict):  # none stored, or a record from before the states sweep
+        rec = sts.select_ditto_head(enc, store=True, quiet=True)
+    enc = DenseEncoder(pooling="ditto", quiet=True)  # what `--pooling ditto` resolves: the stored choice
     layer, head = enc.ditto_layer_head
     states = enc.ditto_states
-    rec = ditto_store.load_choice(enc.model_hash) or {}
-    if "first-last" not in rec.get("scores", {}):  # a record from before the states sweep: select again
-        rec = sts.select_ditto_head(enc, store=True, quiet=True)
+    assert (layer, head, states) == (rec["layer"], rec["head"], rec["states"])
     fl = np.array(rec["scores"]["first-last"])
     fl_layer, fl_head = (int(x) for x in np.unravel_index(int(fl.argmax()), fl.shape))
     poolers = {p: get_pooler(p) for p in ("mean", "cls", "first-last")}

@@ -1,8 +1,8 @@
 """Static pruning by passage quality (METHODS.md §4): pruning curves per estimator
 vs random, TOST equivalence, and savings of one real pruned build.
 
-    .venv/bin/python eval/benchmarks/bench_quality.py [--collections scifact ...] [--ship-head]
-        -> eval/results/quality.{json,md}, quality_curves.png
+    .venv/bin/python eval/benchmarks/bench_quality.py [--collections scifact ...] [--ship-head] [--select-features]
+        -> eval/results/quality.{json,md}, quality_curves.png (and quality_features.{json,md})
 
 Effectiveness curves reuse the shared benchmark index of each collection (BM25 +
 MiniLM dense, `common.bench_index`) and never re-encode a corpus:
@@ -11,8 +11,10 @@ MiniLM dense, `common.bench_index`) and never re-encode a corpus:
     (exactly what a pruned build would encode: passages are encoded independently);
   * hybrid: RRF(k=60) of the two top-100 lists.
 Estimator scores are cached under WORK/quality/<collection>/<estimator>.tsv. The learned
-head is trained from the stored vectors of the training collection (SciFact train
-qrels; NFCorpus is left out since nearly all its passages are training positives); --ship-head writes it to retrieval/quality/heads.py.
+head (tf-idf + MiniLM features) is trained from the stored vectors of the training collection
+(SciFact train qrels; NFCorpus is left out since nearly all its passages are training positives);
+--ship-head writes it to retrieval/quality/default_head.json.gz, and --select-features reruns the
+cross-validated choice of its features on SciFact's training queries.
 Savings: one real end-to-end build (BM25 + dense, with encoding and quality scoring),
 unpruned vs pruned, on one collection (--savings-collection), as ratios in one run.
 """
@@ -36,7 +38,7 @@ from eval.significance import tost
 PS = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5]
 MARGIN = 0.01   # TOST margin, absolute nDCG@10
 ALPHA = 0.05
-PIPES = ["bm25", "dense", "hybrid"]
+PIPES = ["bm25", "dense", "hybrid", "deepct"]  # deepct only where the bench index has a DeepCT sub-index
 ESTS = ["learned", "dense-norm", "pseudo-ppl", "length", "stopwords", "random"]
 EXPENSIVE = ("dense-norm", "pseudo-ppl")  # need a model pass over the whole corpus
 TRAIN_COLS = ["scifact"]  # NFCorpus: nearly every passage has a relevant training query
@@ -193,6 +195,11 @@ def per_query(qrels, run):
     return evaluate(qrels, r, ["nDCG@10", "R@100"], per_query=True, complete=True)
 
 
+def curve_cache(name, est, head):
+    # the learned curves belong to one head: a new shipped head gets new curves
+    return QDIR / name / (f"curves-learned-{head['name']}.json" if est == "learned" else f"curves-{est}.json")
+
+
 def collection_curves(col, data_c, head, ests):
     name = col.name
     docs, X = data_c["docs"], data_c["X"]
@@ -207,7 +214,7 @@ def collection_curves(col, data_c, head, ests):
     base = None
     from retrieval.quality import select_keep
     for est in ests:
-        cache = QDIR / name / f"curves-{est}.json"
+        cache = curve_cache(name, est, head)
         if cache.exists():  # reruns add estimators without redoing the others
             for p, v in json.loads(cache.read_text()).items():
                 out[(est, float(p))] = v
@@ -227,13 +234,35 @@ def collection_curves(col, data_c, head, ests):
         cache.write_text(json.dumps({str(p): out[(est, p)] for p in PS}))
         print(f"  [{name}] {est} done", flush=True)
     shutil.rmtree(tmp, ignore_errors=True)
+    add_deepct_pipeline(name, idx, docs, data_c, head, ests, queries, qrels, out)
     return out
+
+
+def add_deepct_pipeline(name, idx, docs, data_c, head, ests, queries, qrels, out):
+    """DeepCT curves where the benchmark index has a default DeepCT sub-index (bench_deepct.py):
+    the unpruned DeepCT top-1000 run with the pruned passages removed. Unlike the BM25 curves this
+    does not rebuild the index, so collection statistics (idf, average length) stay those of the
+    whole corpus; the approximation is stated in the results."""
+    from retrieval.quality import select_keep
+    sub = next((s for s in ("deepct", "deepct-tiny") if s in idx.retrievers), None)
+    if sub is None:
+        return
+    full = {q: [(h.docid, h.score) for h in hs]
+            for q, hs in idx.batch_search(queries, k=1000, retriever=sub).items()}
+    docids = [d.docid for d in docs]
+    for est in ests:
+        s = scores_for(name, est, docs, data_c, head)
+        for p in PS:
+            keep = select_keep(docids, s, p)
+            out[(est, p)]["deepct"] = per_query(qrels, {q: [(d, v) for d, v in hits if d in keep]
+                                                        for q, hits in full.items()})
+    print(f"  [{name}] deepct pipeline ({sub}, filtered run) done", flush=True)
 
 
 def summarise(name, curves, ests):
     rows = []
     for est in ests:
-        for pipe in PIPES:
+        for pipe in [p for p in PIPES if p in curves[(est, 0.0)]]:
             base = curves[(est, 0.0)][pipe]
             qids = sorted(base)
             b = [base[q]["nDCG@10"] for q in qids]
@@ -303,9 +332,10 @@ def plot(rows, cols, ests, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(len(cols), len(PIPES), figsize=(4 * len(PIPES), 2.8 * len(cols)), squeeze=False)
+    pipes = [p for p in PIPES if any(r["pipeline"] == p for r in rows)]
+    fig, axes = plt.subplots(len(cols), len(pipes), figsize=(4 * len(pipes), 2.8 * len(cols)), squeeze=False)
     for i, c in enumerate(cols):
-        for j, pipe in enumerate(PIPES):
+        for j, pipe in enumerate(pipes):
             ax = axes[i][j]
             for r in rows:
                 if r["collection"] == c and r["pipeline"] == pipe:
@@ -358,7 +388,7 @@ def main():
         ests = [e for e in args.estimators if e not in EXPENSIVE or args.expensive_on is None
                 or col.name in args.expensive_on or (QDIR / col.name / f"{e}.tsv").exists()]
         if args.cached_only:
-            ests = [e for e in ests if (QDIR / col.name / f"curves-{e}.json").exists()]
+            ests = [e for e in ests if curve_cache(col.name, e, head).exists()]
         skipped[col.name] = [e for e in args.estimators if e not in ests]
         print(f"[{col.name}] curves: {', '.join(ests)}", flush=True)
         rows += summarise(col.name, collection_curves(col, data[col.name], head, ests), ests)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -148,6 +149,8 @@ def test_training_lowers_loss_is_deterministic_and_resumes(tmp_path, tiny_beir):
     assert card_b["training"]["epoch_losses"] == losses
     for key in ("base_model", "data", "targets", "training"):
         assert key in card
+    # the card points at its data absolutely, so the held-out queries are found from any directory
+    assert Path(card["data"]["queries"]).is_absolute() and Path(card["data"]["qrels"]).is_absolute()
     assert (tmp_path / "a" / "README.md").read_text().startswith("# DeepCT")
 
 
