@@ -410,7 +410,14 @@ def main():
                "head_card": head["card"], "rows": rows, "savings": sav,
                "not_run": skipped}
     md = [f"# Static pruning by passage quality\n\nTOST margin {MARGIN} nDCG@10, alpha {ALPHA}; "
-          "`eq p` = largest p in the grid with every smaller p also equivalent. nDCG@10 per p.\n"]
+          "`eq p` = largest p in the grid with every smaller p also equivalent. nDCG@10 per p on the test queries.\n",
+          "Pipelines: `bm25` = a real Lucene index of the kept passages; `dense` = MiniLM mean pooling, faiss Flat "
+          "over the kept passages' vectors; `hybrid` = RRF(k=60) of the two; `deepct` = the default DeepCT "
+          "sub-index of the benchmark folder (bench_deepct.py), its unpruned top-1000 run with the pruned passages "
+          "removed (collection statistics not recomputed). `learned` = the shipped head "
+          f"`{head['name']}` ({head['card']['model']}), trained on {', '.join(head['card']['training_data'])} only: "
+          "in-domain on SciFact, out of domain elsewhere. Reproduce: "
+          "`.venv/bin/python eval/benchmarks/bench_quality.py --expensive-on cranfield --rerun-savings`.\n"]
     for c in cols:
         md.append(f"\n## {c.name}\n")
         if skipped.get(c.name):
