@@ -314,6 +314,7 @@ class DeepCTEncoder:
                 prepared = self.prep.prepare(part)
                 wins = sorted((w for p in prepared for w in p.windows), key=lambda w: len(w.ids))
                 best: List[Dict[int, float]] = [dict() for _ in part]
+                shown = 0  # windows run in length order, so progress is the share of this chunk's windows
                 for b0 in range(0, len(wins), self.batch_size):
                     batch = wins[b0:b0 + self.batch_size]
                     for w, vals in zip(batch, self._run(batch)):
@@ -321,6 +322,9 @@ class DeepCTEncoder:
                         for k, v in zip(w.words, vals.tolist()):
                             if k not in bw or v > bw[k]:
                                 bw[k] = v
+                    now = (b0 + len(batch)) * len(part) // len(wins)
+                    bar.update(now - shown)
+                    shown = now
                 for p, bw in zip(prepared, best):
                     terms: Dict[str, float] = {}
                     for k, v in bw.items():
@@ -328,7 +332,7 @@ class DeepCTEncoder:
                             if t not in terms or v > terms[t]:
                                 terms[t] = v
                     out.append(terms)
-                bar.update(len(part))
+                bar.update(len(part) - shown)
         return out
 
     def query_weights(self, texts: Sequence[str]) -> List[Dict[str, float]]:
