@@ -195,6 +195,24 @@ def per_query(qrels, run):
     return evaluate(qrels, r, ["nDCG@10", "R@100"], per_query=True, complete=True)
 
 
+def overlap_note(col, data_c, head, p=0.3):
+    """How much of the learned estimator's success is memory: test-relevant passages that are also
+    training positives, and the share of each group the learned head keeps at ``p``."""
+    from retrieval.quality import select_keep
+    if not col.qrels_path("train").exists():
+        return ""
+    docs = data_c["docs"]
+    ids = {d.docid for d in docs}
+    test = {d for q in col.qrels().values() for d, g in q.items() if g > 0 and d in ids}
+    train = {d for q in col.qrels("train").values() for d, g in q.items() if g > 0 and d in ids}
+    keep = select_keep([d.docid for d in docs], scores_for(col.name, "learned", docs, data_c, head), p)
+    both, only = test & train, test - train
+    share = lambda s: f"{len(s & keep) / len(s):.0%}" if s else "–"  # noqa: E731
+    return (f"Test-relevant passages that are also training positives: {len(both)} of {len(test)}. At p={p} the "
+            f"learned head keeps {share(both)} of those and {share(only)} of the other {len(only)} "
+            f"(training positives: {len(train)} of {len(docs)} passages).")
+
+
 def curve_cache(name, est, head):
     # the learned curves belong to one head: a new shipped head gets new curves
     return QDIR / name / (f"curves-learned-{head['name']}.json" if est == "learned" else f"curves-{est}.json")
@@ -420,6 +438,9 @@ def main():
           "`.venv/bin/python eval/benchmarks/bench_quality.py --expensive-on cranfield --rerun-savings`.\n"]
     for c in cols:
         md.append(f"\n## {c.name}\n")
+        ov = overlap_note(c, data[c.name], head)
+        if ov:
+            md.append(ov + "\n")
         if skipped.get(c.name):
             md.append(f"Not run here (CPU budget): {', '.join(skipped[c.name])}.\n")
         md.append(common.md_table(["pipeline", "estimator"] + [f"p={p}" for p in PS] + ["R@100 p=0.3", "eq p"],
