@@ -1,4 +1,5 @@
 """Run every benchmark in turn (hours on 2 cores; each script can also run alone).
+bench_gpu.py is left out: it needs a CUDA machine (see its docstring).
 
     .venv/bin/python eval/benchmarks/run_all.py [--only bm25 hybrid ...]
 """
@@ -12,8 +13,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 # Order: cheap and foundational first; later ones reuse the shared indexes the earlier ones build.
 SCRIPTS = {"bm25": ["bench_bm25.py"], "eval": ["bench_eval.py", "all"], "hybrid": ["bench_hybrid.py"],
-           "dense": ["bench_dense.py"], "dense_speed": ["bench_dense_speed.py"], "sts": ["bench_sts.py"],
-           "dimsel": ["bench_dimsel.py"], "deepct": ["bench_deepct.py"], "quality": ["bench_quality.py"]}
+           "dense": ["bench_dense.py"], "ditto_heads": ["bench_ditto_heads.py"],
+           "dense_speed": ["bench_dense_speed.py"], "sts": ["bench_sts.py"],
+           "dimsel": ["bench_dimsel.py"], "deepct": ["bench_deepct.py"],
+           "quality": ["bench_quality.py", "--expensive-on", "cranfield"]}
 
 
 def main() -> int:
