@@ -38,7 +38,7 @@ def plans(name):
     if name == "scifact":
         return [("deepct", "scifact", {}, "train"), ("deepct-tiny", "scifact-tiny", TINY, "train")]
     if name == "nfcorpus":
-        return [("deepct-tiny", "nfcorpus-tiny", TINY, "train")]
+        return [("deepct", "nfcorpus", {"threads": 2}, "train"), ("deepct-tiny", "nfcorpus-tiny", TINY, "train")]
     if name == "cranfield":
         return [("deepct-tiny", "cranfield-tiny-title", dict(TINY, title="only"), "title")]
     if name == "vaswani":
@@ -159,7 +159,7 @@ def run_collection(col, threads, rebuild=False):
         stale = stale or (rebuild and sub in idx.retrievers)
         if sub not in idx.retrievers or stale:  # a retrained model replaces its sub-index
             print(f"[{col.name}] indexing {sub} ...", flush=True)
-            idx = add_deepct(idx, DeepCTSpec(model=str(MODELS / folder)), name=sub, quiet=True, overwrite=stale)
+            idx = add_deepct(idx, DeepCTSpec(model=str(MODELS / folder), threads=threads), name=sub, quiet=True, overwrite=stale)
         e = idx.manifest["subindexes"][sub]
         res["models"][sub] = {
             "model": folder, "base": card.get("base_model", "").split("/")[-1] or card.get("base_model"),
