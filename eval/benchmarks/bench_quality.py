@@ -39,7 +39,8 @@ PS = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5]
 MARGIN = 0.01   # TOST margin, absolute nDCG@10
 ALPHA = 0.05
 PIPES = ["bm25", "dense", "hybrid", "deepct"]  # deepct only where the bench index has a DeepCT sub-index
-ESTS = ["learned", "dense-norm", "pseudo-ppl", "length", "stopwords", "random"]
+ESTS = ["learned", "dense-norm", "pseudo-ppl", "deepct-mass", "deepct-max", "length", "stopwords", "random"]
+DEEPCT_ESTS = ("deepct-mass", "deepct-max")  # only where the bench index has a DeepCT sub-index
 EXPENSIVE = ("dense-norm", "pseudo-ppl")  # need a model pass over the whole corpus
 TRAIN_COLS = ["scifact"]  # NFCorpus: nearly every passage has a relevant training query
 QDIR = common.WORK / "quality"
@@ -143,10 +144,35 @@ def select_features(data, folds=2, seeds=(0, 1), ps=(0.2, 0.3), l2s=(0.3, 1.0, 3
     return best
 
 
+def deepct_sub(name, idx):
+    """The benchmark folder's DeepCT sub-index used for the DeepCT pipeline and estimators (None on
+    Vaswani, whose DeepCT model trained on half of its test queries)."""
+    if name == "vaswani":
+        return None
+    return next((s for s in ("deepct", "deepct-tiny") if s in idx.retrievers), None)
+
+
+def deepct_weight_scores(idx, sub, docs, stat):
+    """deepct-mass / deepct-max from the raw term weights the DeepCT sub-index stored when it encoded
+    the corpus: the numbers the estimator would compute with the same model (rounded to 1e-5)."""
+    import gzip
+    from retrieval.deepct_index import WEIGHTS_FILE
+    got = {}
+    with gzip.open(idx.path / idx.manifest["subindexes"][sub]["path"] / WEIGHTS_FILE, "rt") as fh:
+        for line in fh:
+            r = json.loads(line)
+            pos = [max(v, 0.0) for v in r["w"].values()]
+            got[r["id"]] = (sum(pos) if stat == "mass" else max(pos)) if pos else 0.0
+    return np.array([got.get(d.docid, 0.0) for d in docs])
+
+
 def scores_for(name, est, docs, data_c, head):
     from retrieval.quality import get_estimator, read_scores, write_scores
     from retrieval.quality.learned import _apply
     path = QDIR / name / f"{est}.tsv"
+    if est in DEEPCT_ESTS:
+        sub = deepct_sub(name, data_c["idx"])
+        return deepct_weight_scores(data_c["idx"], sub, docs, est.split("-")[1])
     if est == "learned":
         if "lexical" in head:
             from retrieval.quality.learned import _Lexical
@@ -213,9 +239,14 @@ def overlap_note(col, data_c, head, p=0.3):
             f"(training positives: {len(train)} of {len(docs)} passages).")
 
 
-def curve_cache(name, est, head):
-    # the learned curves belong to one head: a new shipped head gets new curves
-    return QDIR / name / (f"curves-learned-{head['name']}.json" if est == "learned" else f"curves-{est}.json")
+def curve_cache(name, est, head, idx=None):
+    # the learned curves belong to one head, the DeepCT ones to one DeepCT model: new ones get new curves
+    if est == "learned":
+        return QDIR / name / f"curves-learned-{head['name']}.json"
+    if est in DEEPCT_ESTS and idx is not None and deepct_sub(name, idx):
+        sha = idx.manifest["subindexes"][deepct_sub(name, idx)]["model"]["sha256"]
+        return QDIR / name / f"curves-{est}-{sha}.json"
+    return QDIR / name / f"curves-{est}.json"
 
 
 def collection_curves(col, data_c, head, ests):
@@ -232,7 +263,7 @@ def collection_curves(col, data_c, head, ests):
     base = None
     from retrieval.quality import select_keep
     for est in ests:
-        cache = curve_cache(name, est, head)
+        cache = curve_cache(name, est, head, idx)
         if cache.exists():  # reruns add estimators without redoing the others
             for p, v in json.loads(cache.read_text()).items():
                 out[(est, float(p))] = v
@@ -262,8 +293,8 @@ def add_deepct_pipeline(name, idx, docs, data_c, head, ests, queries, qrels, out
     does not rebuild the index, so collection statistics (idf, average length) stay those of the
     whole corpus; the approximation is stated in the results."""
     from retrieval.quality import select_keep
-    sub = next((s for s in ("deepct", "deepct-tiny") if s in idx.retrievers), None)
-    if sub is None or name == "vaswani":  # Vaswani's DeepCT trained on half of these very queries
+    sub = deepct_sub(name, idx)
+    if sub is None:
         return
     full = {q: [(h.docid, h.score) for h in hs]
             for q, hs in idx.batch_search(queries, k=1000, retriever=sub).items()}
@@ -401,12 +432,15 @@ def main():
         import gzip
         raw = (json.dumps(head, indent=0) + "\n").encode()
         (common.ROOT / "retrieval" / "quality" / "default_head.json.gz").write_bytes(gzip.compress(raw, mtime=0))
-    rows, skipped = [], {}
+    rows, skipped, no_deepct = [], {}, []
     for col in cols:
         ests = [e for e in args.estimators if e not in EXPENSIVE or args.expensive_on is None
                 or col.name in args.expensive_on or (QDIR / col.name / f"{e}.tsv").exists()]
+        if deepct_sub(col.name, data[col.name]["idx"]) is None:
+            ests = [e for e in ests if e not in DEEPCT_ESTS]
+            no_deepct.append(col.name)
         if args.cached_only:
-            ests = [e for e in ests if curve_cache(col.name, e, head).exists()]
+            ests = [e for e in ests if curve_cache(col.name, e, head, data[col.name]["idx"]).exists()]
         skipped[col.name] = [e for e in args.estimators if e not in ests]
         print(f"[{col.name}] curves: {', '.join(ests)}", flush=True)
         rows += summarise(col.name, collection_curves(col, data[col.name], head, ests), ests)
@@ -432,7 +466,9 @@ def main():
           "Pipelines: `bm25` = a real Lucene index of the kept passages; `dense` = MiniLM mean pooling, faiss Flat "
           "over the kept passages' vectors; `hybrid` = RRF(k=60) of the two; `deepct` = the default DeepCT "
           "sub-index of the benchmark folder (bench_deepct.py), its unpruned top-1000 run with the pruned passages "
-          "removed (collection statistics not recomputed). `learned` = the shipped head "
+          "removed (collection statistics not recomputed). `deepct-mass` / `deepct-max` = sum / max of the positive term "
+          "weights of that same DeepCT model (read from the weights its sub-index stored when it encoded the corpus). "
+          "`learned` = the shipped head "
           f"`{head['name']}` ({head['card']['model']}), trained on {', '.join(head['card']['training_data'])} only: "
           "in-domain on SciFact, out of domain elsewhere. Reproduce: "
           "`.venv/bin/python eval/benchmarks/bench_quality.py --expensive-on cranfield --rerun-savings`.\n"]
@@ -441,8 +477,18 @@ def main():
         ov = overlap_note(c, data[c.name], head)
         if ov:
             md.append(ov + "\n")
+        sub = deepct_sub(c.name, data[c.name]["idx"])
+        if sub:
+            m = data[c.name]["idx"].manifest["subindexes"][sub]["model"]
+            md.append(f"DeepCT here: the `{sub}` sub-index, model {Path(m['path']).name} ({m['sha256']}).\n")
         if skipped.get(c.name):
-            md.append(f"Not run here (CPU budget): {', '.join(skipped[c.name])}.\n")
+            why = [e for e in skipped[c.name] if e not in DEEPCT_ESTS]
+            if why:
+                md.append(f"Not run here (CPU budget): {', '.join(why)}.\n")
+            if c.name in no_deepct:
+                md.append("No DeepCT curves or DeepCT estimators: this collection's benchmark DeepCT model was "
+                          "trained on half of its test queries.\n" if c.name == "vaswani" else
+                          "No DeepCT curves or DeepCT estimators: no DeepCT sub-index in the benchmark folder.\n")
         md.append(common.md_table(["pipeline", "estimator"] + [f"p={p}" for p in PS] + ["R@100 p=0.3", "eq p"],
                                   [[r["pipeline"], r["estimator"]] + [pt["nDCG@10"] for pt in r["points"]]
                                    + [r["points"][3]["R@100"], r["largest_equivalent_p"]]
