@@ -18,13 +18,12 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
-import torch
 from scipy.stats import spearmanr
 from tqdm import tqdm
 
 from indexes.errors import InputError
 from retrieval.encoders import ditto_store
-from retrieval.encoders.pooling import DITTO_STATES, ditto_states, get_pooler
+from retrieval.encoders.pooling import DITTO_STATES, check_ditto_states, ditto_all_heads, get_pooler
 
 SETS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STS-B", "SICK-R")
 _FILES = {"STS12": "sts12/test", "STS13": "sts13/test", "STS14": "sts14/test", "STS15": "sts15/test",
@@ -177,12 +176,8 @@ def sweep_ditto_heads(encoder, max_pairs: Optional[int] = None, text: str = "sen
     embs = np.zeros((len(states), len(sents), L, H, d), dtype=np.float32)
     with tqdm(total=len(sents), desc="ditto sweep", unit="sent", disable=quiet, file=sys.stderr) as bar:
         for idx, out, mask in encoder.forward_batches(sents, batch_size, True, True, bar):
-            diag = torch.stack([torch.diagonal(a, dim1=-2, dim2=-1) for a in out.attentions], 1)  # B,L,H,T
-            hs = out.hidden_states
-            # All heads at once: the same sum as ditto_pool(), with one weight vector per (layer, head).
-            w = diag * mask[:, None, None, :].to(diag.dtype)
             for k, st in enumerate(states):
-                embs[k, idx] = torch.einsum("blht,btd->blhd", w, ditto_states(hs[0], hs[-1], st)).float().cpu().numpy()
+                embs[k, idx] = ditto_all_heads(out, mask, st).float().cpu().numpy()
     i1 = np.array([pos[x] for x in s1])
     i2 = np.array([pos[x] for x in s2])
     scores = np.zeros((len(states), L, H))
@@ -201,10 +196,9 @@ def select_ditto_head(encoder, max_pairs: Optional[int] = None, text: str = "sen
 
     ``states`` are the token-state choices swept (all of them by default): the authors' first-last
     average and the last layer; both come from the same forward pass."""
-    states = tuple(states)
-    bad = [x for x in states if x not in DITTO_STATES]
-    if bad or not states:
-        raise InputError(f"unknown Ditto states {bad or states!r} (choose from: {', '.join(DITTO_STATES)})")
+    states = tuple(check_ditto_states(x) for x in states)
+    if not states:
+        raise InputError(f"no Ditto states to sweep (choose from: {', '.join(DITTO_STATES)})")
     scores = sweep_ditto_heads(encoder, max_pairs, text, sts_dir, batch_size, quiet, states=states)
     k, layer, head = (int(x) for x in np.unravel_index(int(np.argmax(scores)), scores.shape))
     rec = {"model": str(encoder.model_path), "model_sha256": encoder.model_hash, "layer": layer, "head": head,

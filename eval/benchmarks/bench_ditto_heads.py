@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from eval import evaluate
 from retrieval.encoders.dense import DenseEncoder
-from retrieval.encoders.pooling import DITTO_STATES, ditto_states, mean_pool
+from retrieval.encoders.pooling import DITTO_STATES, ditto_all_heads, mean_pool
 
 
 def encode_all_heads(enc: DenseEncoder, texts, quiet=False) -> dict:
@@ -29,11 +29,8 @@ def encode_all_heads(enc: DenseEncoder, texts, quiet=False) -> dict:
     out["mean"] = np.zeros((len(texts), 1, enc.dim), np.float32)
     with tqdm(total=len(texts), desc="encoding (every head)", disable=quiet) as bar:
         for idx, o, mask in enc.forward_batches(texts, 32, hidden_states=True, attentions=True, bar=bar):
-            hs = o.hidden_states
-            diag = torch.stack([torch.diagonal(a, dim1=-2, dim2=-1) for a in o.attentions], 1)  # B,L,H,T
-            w = (diag * mask[:, None, None, :].to(diag.dtype)).reshape(diag.shape[0], L * H, -1)
             for st in DITTO_STATES:
-                v = torch.einsum("bkt,btd->bkd", w, ditto_states(hs[0], hs[-1], st))
+                v = ditto_all_heads(o, mask, st).reshape(len(idx), L * H, -1)
                 out[st][idx] = torch.nn.functional.normalize(v, dim=-1).numpy()
             out["mean"][idx, 0] = torch.nn.functional.normalize(mean_pool(o.last_hidden_state, mask), dim=-1).numpy()
     return out

@@ -99,7 +99,7 @@ def select_features(data, folds=2, seeds=(0, 1), ps=(0.2, 0.3), l2s=(0.3, 1.0, 3
     train = col.qrels("train")
     qs = col.queries("train")
     run = {q: [(h.docid, h.score) for h in hs] for q, hs in data["scifact"]["idx"].batch_search(qs, k=1000).items()}
-    T = _Lexical(*_Lexical.fit(texts))(texts)
+    T = _Lexical.fit(texts)[2]
     qids = sorted(q for q in train if q in run)
     res = {}
     t0 = time.perf_counter()

@@ -69,13 +69,25 @@ def ditto_pool(first: torch.Tensor, last: torch.Tensor, mask: torch.Tensor, weig
     return (w * ditto_states(first, last, states)).sum(1)
 
 
+def check_ditto_states(states: str) -> str:
+    """``states`` if it is one of :data:`DITTO_STATES`, else a clear error."""
+    if states not in DITTO_STATES:
+        raise UnknownPoolingError(f"unknown Ditto states {states!r} (choose from: {', '.join(DITTO_STATES)})")
+    return states
+
+
 def ditto_states(first: torch.Tensor, last: torch.Tensor, states: str = "first-last") -> torch.Tensor:
     """The token states Ditto weights: ``(first + last) / 2`` or ``last``."""
-    if states == "last":
-        return last
-    if states != "first-last":
-        raise UnknownPoolingError(f"unknown Ditto states {states!r} (choose from: {', '.join(DITTO_STATES)})")
-    return (first + last) / 2.0
+    return last if check_ditto_states(states) == "last" else (first + last) / 2.0
+
+
+def ditto_all_heads(outputs: Any, mask: torch.Tensor, states: str = "first-last") -> torch.Tensor:
+    """Ditto vectors of one batch for every (layer, head) at once: (B, layers, heads, d), each the
+    same sum as :func:`ditto_pool` with that head's attention diagonal (unnormalised)."""
+    diag = torch.stack([torch.diagonal(a, dim1=-2, dim2=-1) for a in outputs.attentions], 1)  # B,L,H,T
+    w = diag * mask[:, None, None, :].to(diag.dtype)
+    hs = outputs.hidden_states
+    return torch.einsum("blht,btd->blhd", w, ditto_states(hs[0], hs[-1], states))
 
 
 @dataclass(frozen=True)
@@ -123,7 +135,5 @@ def get_pooler(name: str, layer: Optional[int] = None, head: Optional[int] = Non
         if layer is None or head is None:
             raise UnknownPoolingError("ditto pooling needs a (layer, head) pair; run `retr ditto-select` "
                                       "or pass ditto_layer_head=(layer, head)")
-        if states not in DITTO_STATES:
-            raise UnknownPoolingError(f"unknown Ditto states {states!r} (choose from: {', '.join(DITTO_STATES)})")
-        return Pooler(key, int(layer), int(head), states)
+        return Pooler(key, int(layer), int(head), check_ditto_states(states))
     return Pooler(key)

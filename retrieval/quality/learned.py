@@ -64,11 +64,17 @@ class _Lexical:
         self.vec.idf_ = np.asarray(idf, dtype=np.float64)
 
     @staticmethod
-    def fit(texts: Sequence[str], min_df: int = 2) -> Tuple[List[str], List[float]]:
+    def fit(texts: Sequence[str], min_df: int = 2):
+        """Fit the vocabulary and idf on ``texts``: ``(vocabulary, idf, rows of texts)`` (the rows
+        come from the same pass; they equal what ``_Lexical(vocabulary, idf)(texts)`` returns)."""
         from sklearn.feature_extraction.text import TfidfVectorizer
 
-        v = TfidfVectorizer(sublinear_tf=True, stop_words="english", min_df=min_df, dtype=np.float64).fit(texts)
-        return v.get_feature_names_out().tolist(), v.idf_.tolist()
+        v = TfidfVectorizer(sublinear_tf=True, stop_words="english", min_df=min_df, dtype=np.float64)
+        try:
+            T = v.fit_transform(texts)
+        except ValueError:  # no term left after min_df / stop words
+            return [], [], None
+        return v.get_feature_names_out().tolist(), v.idf_.tolist(), T
 
     def __call__(self, texts: Sequence[str]):
         return self.vec.transform(texts)
@@ -228,10 +234,9 @@ def train_head(sources: Sequence[Tuple[Iterable, Dict[str, Dict[str, int]]]], bo
         model = (f"logistic regression on frozen {body} features (mean-pooled last layer"
                  f"{', L2-normalised' if normalize else ''}, plus log token count), standardised")
     else:
-        vocab, idf = _Lexical.fit(texts, min_df=min_df)
+        vocab, idf, T = _Lexical.fit(texts, min_df=min_df)
         if not vocab:
             raise QualityError(f"no term occurs in {min_df} or more training passages; lower min_df")
-        T = _Lexical(vocab, idf)(texts)
         # The log token count column stays in the features (same extractor) with weight 0.
         fit = fit_lexical_head(X[:, :-1], T, y, l2=l2)
         head = {"mean": fit["mean"] + [0.0], "scale": fit["scale"] + [1.0], "weights": fit["weights"] + [0.0],
