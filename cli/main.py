@@ -43,6 +43,12 @@ def retr():
                    "or a local Hugging Face folder.")
 @click.option("--deepct", "deepct_model", type=click.Path(path_type=Path), default=None, metavar="MODEL_DIR",
               help="Add a DeepCT sub-index (and deepct-query) with a model from `retr train deepct`.")
+@click.option("--deepct-mode", type=click.Choice(["auto", "impact", "bm25"]), default="auto", show_default=True,
+              help="DeepCT default: impact scores, or BM25 over the weights as term frequencies (auto: the "
+                   "better on the model's held-out training queries, else bm25).")
+@click.option("--deepct-scale", type=click.Choice(["auto", "linear", "sqrt"]), default="auto", show_default=True,
+              help="DeepCT weight to integer: round(100 w) or round(100 sqrt w) (auto: chosen like the mode, "
+                   "else linear). Every variant is built; this sets the default.")
 @click.option("--pooling", default="mean", show_default=True, help="Dense pooling: mean, cls, first-last or ditto.")
 @click.option("--faiss", "factory", default="Flat", show_default=True,
               help="faiss factory string for the dense index (Flat, HNSW32, IVF1024,PQ32, ...).")
@@ -62,7 +68,7 @@ def retr():
               help="With --prune: a quality estimator (see retr quality score) or a docid<TAB>score file "
                    "[default: the best measured estimator].")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
-def index_cmd(corpus, index_dir, k1, b, dense_model, deepct_model, pooling, factory, dtype, device, batch_size, threads,
+def index_cmd(corpus, index_dir, k1, b, dense_model, deepct_model, deepct_mode, deepct_scale, pooling, factory, dtype, device, batch_size, threads,
               overwrite, empty, docvectors, prune, quality, quiet):
     """Build an index folder (document store + Lucene BM25, and optional dense
     and DeepCT sub-indexes, optionally pruned by passage quality) from a
@@ -77,7 +83,8 @@ def index_cmd(corpus, index_dir, k1, b, dense_model, deepct_model, pooling, fact
                          dtype=dtype, device=device, batch_size=batch_size)
     if deepct_model is not None:
         from retrieval.deepct_index import DeepCTSpec
-        dspec = DeepCTSpec(model=str(deepct_model), device=device, batch_size=batch_size)
+        dspec = DeepCTSpec(model=str(deepct_model), mode=deepct_mode, scale=deepct_scale, device=device,
+                           batch_size=batch_size)
     if quality is not None and prune is None:
         raise click.UsageError("--quality needs --prune P")
     idx = index_corpus(corpus, index_dir, dense=spec, deepct=dspec, prune=prune, quality=quality, k1=k1, b=b,
@@ -133,6 +140,10 @@ def add_cmd(index_dir, corpus, threads, empty, quiet):
               help="Hits per query [default: 1000 with --queries, 10 for free text].")
 @click.option("--k1", type=float, default=None, help="Override BM25 k1 for this search.")
 @click.option("--b", type=float, default=None, help="Override BM25 b for this search.")
+@click.option("--deepct-mode", type=click.Choice(["impact", "bm25"]), default=None,
+              help="Override the DeepCT sub-index's default mode for this search.")
+@click.option("--deepct-scale", type=click.Choice(["linear", "sqrt"]), default=None,
+              help="Override the DeepCT sub-index's default weight scale for this search.")
 @click.option("--threads", type=click.IntRange(1, 256), default=2, show_default=True, help="Search threads.")
 @click.option("--tag", default=None, help="Run tag (last TREC column) [default: the pipeline spec].")
 @click.option("--dimsel", type=click.Choice(["none", "prf", "learned", "oracle"]), default=None,
@@ -144,8 +155,8 @@ def add_cmd(index_dir, corpus, threads, empty, quiet):
 @click.option("--dimsel-qrels", type=click.Path(path_type=Path), default=None,
               help="Labels for --dimsel oracle (an upper-bound analysis, not a search method).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
-def search_cmd(text, index_dir, queries, output, fmt, qrels, split, retriever, fusion, depth, k, k1, b, threads,
-               tag, dimsel, alpha, prf_k, adaptive, dimsel_qrels, quiet):
+def search_cmd(text, index_dir, queries, output, fmt, qrels, split, retriever, fusion, depth, k, k1, b, deepct_mode,
+               deepct_scale, threads, tag, dimsel, alpha, prf_k, adaptive, dimsel_qrels, quiet):
     """Search an index: free TEXT prints the top hits; --queries FILE writes a run."""
     from retrieval.index import open_index
 
@@ -155,6 +166,12 @@ def search_cmd(text, index_dir, queries, output, fmt, qrels, split, retriever, f
         raise click.UsageError("--qrels and --split are alternatives; give one")
     idx = open_index(index_dir)
     pipeline = idx.pipeline(retriever, fusion)
+    if deepct_mode or deepct_scale:
+        dc = [n for n in pipeline.retrievers if getattr(idx.retriever(n), "kind", None) == "deepct"]
+        if not dc:
+            raise InputError(f"--deepct-mode/--deepct-scale apply to DeepCT retrievers, and {pipeline} has none")
+        for n in dc:
+            idx.retriever(n).configure(mode=deepct_mode, scale=deepct_scale)
     if k1 is not None or b is not None:
         bm25 = [n for n in pipeline.retrievers if hasattr(idx.retriever(n), "configure")]
         if not bm25:

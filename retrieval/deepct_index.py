@@ -57,10 +57,11 @@ class DeepCTSpec:
     model: str                       # folder written by `retr train deepct`
     mode: str = "auto"               # default retrieval mode: impact | bm25 | auto (the better one on the
                                      # model's held-out training queries, else DEFAULT_MODE)
-    scale: str = "linear"            # default impact scale: linear | sqrt
+    scale: str = "auto"              # default impact scale: linear | sqrt | auto (the better one on the
+                                     # model's held-out training queries, else linear)
     k1: Optional[float] = None       # BM25-over-pseudo-tf k1/b; None: tuned on the model's dev queries
     b: Optional[float] = None
-    tune: bool = True                # grid-search k1/b on the model card's held-out training queries
+    tune: bool = True                # grid-search scale x k1/b on the model card's held-out training queries
     batch_size: int = 32
     max_length: Optional[int] = None  # window size [default: the training max length]
     stride: Optional[int] = None     # window step [default: 3/4 of the window]
@@ -71,8 +72,8 @@ class DeepCTSpec:
     def validate(self) -> "DeepCTSpec":
         if self.mode not in MODES + ("auto",):
             raise InputError(f"unknown DeepCT mode {self.mode!r} (choose from: auto, {', '.join(MODES)})")
-        if self.scale not in SCALES:
-            raise InputError(f"unknown DeepCT scale {self.scale!r} (choose from: {', '.join(SCALES)})")
+        if self.scale not in SCALES + ("auto",):
+            raise InputError(f"unknown DeepCT scale {self.scale!r} (choose from: auto, {', '.join(SCALES)})")
         if self.batch_size < 1:
             raise InputError("batch size must be positive")
         from retrieval.encoders.deepct import load_model  # noqa: F401  (fail early on a bad folder below)
@@ -205,7 +206,8 @@ def build_deepct(folder: Path, name: str, store_path: Path, spec: DeepCTSpec, fi
             sizes[v] = mf.folder_size(folder / v)
     entry = {
         "kind": "deepct", "path": name, "built_at": mf.now(), "doc_count": len(ids),
-        "config": {"mode": DEFAULT_MODE if spec.mode == "auto" else spec.mode, "scale": spec.scale, "query": "plain",
+        "config": {"mode": DEFAULT_MODE if spec.mode == "auto" else spec.mode,
+                   "scale": "linear" if spec.scale == "auto" else spec.scale, "query": "plain",
                    "k1": spec.k1 if spec.k1 is not None else DEFAULT_K1,
                    "b": spec.b if spec.b is not None else DEFAULT_B,
                    "analyzer": "bert-words+anserini-english (query side: same, whitespace-matched)",
@@ -216,19 +218,30 @@ def build_deepct(folder: Path, name: str, store_path: Path, spec: DeepCTSpec, fi
         "documents_without_terms": empty, "variant_bytes": sizes, "index_seconds": index_s,
         "encode_seconds": round(encode_s, 2), "spec": asdict(spec),
     }
-    tuning = None
     if spec.tune and (spec.k1 is None or spec.b is None):
-        tuning = tune_bm25(folder, entry, enc.card, ids, quiet=quiet)
-    if tuning:
-        entry["tuning"] = tuning
-        entry["config"]["k1"], entry["config"]["b"] = tuning["best"]["k1"], tuning["best"]["b"]
-        if spec.mode == "auto":
-            m = tuning["measure"]
-            bm25_v, imp_v = tuning["best"][m], tuning[f"impact-{spec.scale}"]
-            entry["config"]["mode"] = "bm25" if bm25_v > imp_v else "impact"
-            tuning["mode_choice"] = f"{entry['config']['mode']} (dev {m}: impact {imp_v}, tuned bm25 {bm25_v})"
+        apply_tuning(entry, tune_bm25(folder, entry, enc.card, ids, quiet=quiet,
+                                      scales=SCALES if spec.scale == "auto" else (spec.scale,)), spec)
     entry["build_seconds"] = round(time.perf_counter() - t0, 2)
     return entry
+
+
+def apply_tuning(entry: dict, tuning: Optional[dict], spec: DeepCTSpec) -> None:
+    """Set the entry's default k1/b and, where the spec leaves them on auto, its mode
+    and scale from ``tune_bm25``'s dev-query scores (no-op without dev queries)."""
+    if not tuning:
+        return
+    entry["tuning"] = tuning
+    cfg, best, m = entry["config"], tuning["best"], tuning["measure"]
+    cfg["k1"], cfg["b"] = best["k1"], best["b"]
+    # candidates in order of preference on a tie: the documented default mode first, linear before sqrt
+    cands = []
+    if spec.mode in ("auto", "bm25"):
+        cands.append((best[m], "bm25", best["scale"]))
+    if spec.mode in ("auto", "impact"):
+        cands += [(tuning[f"impact-{s}"], "impact", s) for s in tuning["scales"]]
+    v, cfg["mode"], cfg["scale"] = max(cands, key=lambda c: c[0])  # max keeps the first of equals
+    tuning["mode_choice"] = (f"{cfg['mode']}-{cfg['scale']} (dev {m}: "
+                             + ", ".join(f"{mo}-{sc} {x}" for x, mo, sc in cands) + ")")
 
 
 def dev_queries_of(card: dict, docids: Sequence[str]) -> Optional[Tuple[List[Query], Dict[str, Dict[str, int]]]]:
@@ -253,9 +266,10 @@ def dev_queries_of(card: dict, docids: Sequence[str]) -> Optional[Tuple[List[Que
 
 
 def tune_bm25(folder: Path, entry: dict, card: dict, docids: Sequence[str], quiet: bool = True,
-              measure: str = "nDCG@10") -> Optional[dict]:
-    """Grid-search k1/b of BM25-over-pseudo-tf on the model's held-out training
-    queries (never test queries); also scores the impact variants for reference."""
+              measure: str = "nDCG@10", scales: Sequence[str] = SCALES) -> Optional[dict]:
+    """Grid-search scale x k1 x b of BM25-over-pseudo-tf on the model's held-out
+    training queries (never test queries); also scores the impact variants of
+    each scale, so that the mode and scale can be chosen from the same queries."""
     from eval import evaluate
 
     got = dev_queries_of(card, docids)
@@ -265,20 +279,21 @@ def tune_bm25(folder: Path, entry: dict, card: dict, docids: Sequence[str], quie
     r = DeepCTRetriever(folder, entry)
     plain = r.query_terms([q.text for q in qs])
     qids = [q.qid for q in qs]
-    out = {"queries": len(qs), "measure": measure, "source": card.get("data", {}).get("qrels"), "grid": {}}
-    for scale in SCALES:
+    out = {"queries": len(qs), "measure": measure, "source": card.get("data", {}).get("qrels"),
+           "scales": list(scales), "grid": {}}
+    for scale in scales:
         run = r._searcher("impact", scale).batch(plain, qids, 1000, 2)
         out[f"impact-{scale}"] = round(evaluate(qrels, _run(run), [measure])[measure], 4)
     best = None
-    s = r._searcher("bm25", "linear")
-    for k1 in progress(K1_GRID, desc="tuning k1/b on dev queries", quiet=quiet):
-        for b in B_GRID:
-            s.set_bm25(k1, b)
-            v = evaluate(qrels, _run(s.batch(plain, qids, 1000, 2)), [measure])[measure]
-            out["grid"][f"{k1}/{b}"] = round(v, 4)
-            if best is None or v > best[0] + 1e-12:
-                best = (v, k1, b)
-    out["best"] = {"k1": best[1], "b": best[2], measure: round(best[0], 4)}
+    grid = [(sc, k1, b) for sc in scales for k1 in K1_GRID for b in B_GRID]
+    for scale, k1, b in progress(grid, desc="tuning scale, k1, b on dev queries", quiet=quiet):
+        s = r._searcher("bm25", scale)
+        s.set_bm25(k1, b)
+        v = evaluate(qrels, _run(s.batch(plain, qids, 1000, 2)), [measure])[measure]
+        out["grid"][f"{scale}:{k1}/{b}"] = round(v, 4)
+        if best is None or v > best[0] + 1e-12:  # the first of equals: linear before sqrt, small k1 first
+            best = (v, scale, k1, b)
+    out["best"] = {"scale": best[1], "k1": best[2], "b": best[3], measure: round(best[0], 4)}
     return out
 
 
@@ -292,7 +307,7 @@ def add_deepct(index, spec: DeepCTSpec, name: str = "deepct", overwrite: bool = 
     Also records ``<name>-query``: the same sub-index searched with DeepCT-Query.
     With ``tune_fusion`` the default fusion of ``bm25+<name>`` is tuned on the
     model's held-out training queries (when the model card names them)."""
-    from retrieval.index import DOCSTORE, Index
+    from retrieval.index import DOCSTORE
 
     spec.validate()
     if name in index.manifest["subindexes"] and not overwrite:
@@ -300,14 +315,50 @@ def add_deepct(index, spec: DeepCTSpec, name: str = "deepct", overwrite: bool = 
     with mf.staged_subindex(index.path, name) as tmp:
         entry = build_deepct(tmp, name, index.path / DOCSTORE, spec, index.manifest["corpus"]["fingerprint"],
                              quiet=quiet)
-    mf.add_subindex_entry(index.path, name, entry)
+    return _record(index.path, name, entry, tune_fusion, quiet)
+
+
+def _record(path: Path, name: str, entry: dict, tune_fusion: bool, quiet: bool):
+    """Write ``name`` and its DeepCT-Query alias into the manifest, then tune the fusion."""
+    from retrieval.index import Index
+
+    mf.add_subindex_entry(path, name, entry)
     q_entry = dict(entry, config=dict(entry["config"], query="deepct"), alias_of=name)
     q_entry.pop("tuning", None)
-    mf.add_subindex_entry(index.path, f"{name}-query", q_entry)
-    idx = Index.open(index.path)
+    mf.add_subindex_entry(path, f"{name}-query", q_entry)
+    idx = Index.open(path)
     if tune_fusion and "bm25" in idx.retrievers:
         tune_default_fusion(idx, name, quiet=quiet)
-    return Index.open(index.path)
+    return Index.open(path)
+
+
+def retune_deepct(index, name: str = "deepct", mode: str = "auto", scale: str = "auto", quiet: bool = True,
+                  tune_fusion: bool = True):
+    """Choose a built DeepCT sub-index's defaults again (mode, scale, k1/b, then the
+    ``bm25+<name>`` fusion) on its model's held-out training queries, without
+    re-encoding: every variant is already on disk. For folders built before the
+    scale was tuned, or to pin a mode/scale. Returns the reopened index."""
+    from retrieval.encoders.deepct import CARD_FILE
+
+    entry = index.manifest["subindexes"].get(name)
+    if entry is None or entry.get("kind") != "deepct" or entry.get("alias_of"):
+        raise InputError(f"{index.path}: no DeepCT sub-index named {name!r}")
+    card_path = Path(entry["model"]["path"]) / CARD_FILE
+    if not card_path.is_file():
+        raise InputError(f"{card_path}: the DeepCT model card is missing; its dev queries are needed to tune")
+    entry = json.loads(json.dumps(entry))  # a private copy
+    spec_d = dict(entry.get("spec", {}), mode=mode, scale=scale, k1=None, b=None, tune=True)
+    spec = DeepCTSpec(**{k: v for k, v in spec_d.items() if k in DeepCTSpec.__dataclass_fields__})
+    if mode not in MODES + ("auto",) or scale not in SCALES + ("auto",):
+        raise InputError(f"mode must be auto|{'|'.join(MODES)} and scale auto|{'|'.join(SCALES)}")
+    tuning = tune_bm25(index.path / entry["path"], entry, json.loads(card_path.read_text()),
+                       [d for d, *_ in index.docstore.iter_docs()], quiet=quiet,
+                       scales=SCALES if scale == "auto" else (scale,))
+    if tuning is None:
+        raise InputError(f"{card_path}: the model card names no held-out training queries for this corpus")
+    apply_tuning(entry, tuning, spec)
+    entry["spec"] = asdict(spec)
+    return _record(index.path, name, entry, tune_fusion, quiet)
 
 
 def tune_default_fusion(idx, name: str = "deepct", quiet: bool = True) -> Optional[dict]:

@@ -131,8 +131,8 @@ def latency(idx, names, qs, n=100):
     return out
 
 
-def run_collection(col, threads, rebuild=False):
-    from retrieval.deepct_index import DeepCTSpec, add_deepct
+def run_collection(col, threads, rebuild=False, retune=False):
+    from retrieval.deepct_index import DeepCTSpec, add_deepct, retune_deepct
 
     from common import bench_index
 
@@ -160,6 +160,9 @@ def run_collection(col, threads, rebuild=False):
         if sub not in idx.retrievers or stale:  # a retrained model replaces its sub-index
             print(f"[{col.name}] indexing {sub} ...", flush=True)
             idx = add_deepct(idx, DeepCTSpec(model=str(MODELS / folder), threads=threads), name=sub, quiet=True, overwrite=stale)
+        elif retune and idx.manifest["subindexes"][sub].get("tuning"):  # choose the defaults again, same weights
+            print(f"[{col.name}] re-tuning {sub} ...", flush=True)
+            idx = retune_deepct(idx, sub)
         e = idx.manifest["subindexes"][sub]
         res["models"][sub] = {
             "model": folder, "base": card.get("base_model", "").split("/")[-1] or card.get("base_model"),
@@ -167,6 +170,7 @@ def run_collection(col, threads, rebuild=False):
             "train_seconds": card["training"]["seconds"], "final_loss": card["training"]["final_loss"],
             "settings": {k: card["training"]["settings"][k] for k in ("base", "epochs", "lr", "max_length", "title")},
             "encode_seconds": e.get("encode_seconds"), "default_mode": e["config"]["mode"],
+            "default_scale": e["config"].get("scale", "linear"),
             "k1": e["config"]["k1"], "b": e["config"]["b"], "tuning": e.get("tuning"),
             "fusion": idx.manifest.get("pipelines", {}).get(f"bm25+{sub}", {}).get("spec", "rrf(k=60) (untuned)"),
             "variant_bytes": e["variant_bytes"],
@@ -179,8 +183,8 @@ def run_collection(col, threads, rebuild=False):
                 r.configure(mode=mode, scale=scale, query="plain")
                 runs[f"DeepCT-Index {mode}-{scale}{tag}"] = run_dict(
                     idx.batch_search(qs_all, k=1000, retriever=sub, threads=threads))
-        default = e["config"]["mode"]
-        r.configure(mode=default, scale="linear", query="plain")
+        default = f'{e["config"]["mode"]}-{e["config"].get("scale", "linear")}'
+        r.configure(mode=e["config"]["mode"], scale=e["config"].get("scale", "linear"), query="plain")
         runs[f"DeepCT-Index ({default}) + DeepCT-Query{tag}"] = run_dict(
             idx.batch_search(qs_all, k=1000, retriever=f"{sub}-query", threads=threads))
         runs[f"BM25 + DeepCT fused{tag}"] = run_dict(
@@ -217,7 +221,8 @@ def markdown(out):
              "Holm-corrected within each measure; `*` = significant at 0.05. BM25 is the shared Lucene "
              "index (k1=0.9, b=0.4). DeepCT variants: impact = Anserini impact index (score = sum of query "
              "term count x round(w*100)); bm25 = the same integers as term frequencies under BM25 "
-             "(k1/b tuned on held-out training queries when there are any). `[deepct-tiny]` = a model "
+             "(k1/b tuned on held-out training queries when there are any; the default mode and scale, used "
+             "by DeepCT-Query and the fusion, are chosen on the same queries). `[deepct-tiny]` = a model "
              "on the SPLADE-tiny body (2 layers, 128 hidden); plain `DeepCT` = the default MiniLM-L6 model.", ""]
     for col, r in out["collections"].items():
         lines += [f"## {col} ({r['queries']} queries: {r['evaluated_on']})", ""]
@@ -234,12 +239,15 @@ def markdown(out):
         mrows = []
         for sub, m in r["models"].items():
             t = m.get("tuning") or {}
+            best = t.get("best", {})
             dev = (f"dev nDCG@10 impact-linear {t.get('impact-linear')}, impact-sqrt {t.get('impact-sqrt')}, "
-                   f"bm25 best {t.get('best', {}).get('nDCG@10')} ({t.get('queries')} q)") if t else "no dev queries"
+                   f"bm25 best {best.get('scale', 'linear')} {best.get('nDCG@10')} ({t.get('queries')} q)"
+                   ) if t else "no dev queries"
             mrows.append([sub, m["base"], m["targets"], m["training_passages"], m["train_seconds"], m["final_loss"],
-                          f"{m['k1']}/{m['b']}", m["fusion"], dev])
-        lines += [md_table(["sub-index", "base", "targets", "passages", "train s", "final loss", "k1/b",
-                            "fusion (tuned on dev)", "default-mode evidence"], mrows), ""]
+                          f"{m['default_mode']}-{m.get('default_scale', 'linear')}", f"{m['k1']}/{m['b']}",
+                          m["fusion"], dev])
+        lines += [md_table(["sub-index", "base", "targets", "passages", "train s", "final loss", "default",
+                            "k1/b", "fusion (tuned on dev)", "default-mode evidence"], mrows), ""]
         crow = []
         for sub, m in r["models"].items():
             tp = r["throughput"][sub]
@@ -261,13 +269,15 @@ def main():
     ap.add_argument("--collections", nargs="*")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rebuild", action="store_true", help="rebuild the collections' DeepCT sub-indexes")
+    ap.add_argument("--retune", action="store_true",
+                    help="choose the built sub-indexes' defaults (mode, scale, k1/b, fusion) again on dev queries")
     args = ap.parse_args()
     out = {"machine": machine(), "collections": {}}
     import json
 
     prev = Path(__file__).resolve().parents[1] / "results" / "deepct.json"
     for col in by_name(args.collections):
-        res = run_collection(col, args.threads, args.rebuild)
+        res = run_collection(col, args.threads, args.rebuild, args.retune)
         # re-read just before writing: results of other collections (earlier or parallel runs) stay
         if prev.exists() and args.collections:
             out["collections"] = json.loads(prev.read_text()).get("collections", {})

@@ -184,6 +184,13 @@ def test_index_with_deepct_answers_through_cli_and_api(tmp_path, tiny_beir, mode
     e = idx.manifest["subindexes"]["deepct"]
     assert e["kind"] == "deepct" and e["doc_count"] == 90 and e["model"]["sha256"]
     assert "tuning" in e and e["config"]["k1"] == e["tuning"]["best"]["k1"]  # tuned on the dev split
+    # mode and scale are chosen on the same dev queries: the default is the best-scoring variant there
+    t = e["tuning"]
+    assert t["scales"] == ["linear", "sqrt"] and len(t["grid"]) == 2 * 7 * 5
+    scores = {("bm25", t["best"]["scale"]): t["best"]["nDCG@10"],
+              ("impact", "linear"): t["impact-linear"], ("impact", "sqrt"): t["impact-sqrt"]}
+    assert scores[(e["config"]["mode"], e["config"]["scale"])] == max(scores.values())
+    assert t["best"]["nDCG@10"] == max(v for k, v in t["grid"].items() if k.startswith(t["best"]["scale"]))
     run = tmp_path / "run.trec"
     r = run_retr("search", "--index", idx_dir, "--queries", tiny_beir / "queries.jsonl", "--retriever", "deepct",
                  "--output", run, "--k", "5", "--quiet")
@@ -201,6 +208,34 @@ def test_index_with_deepct_answers_through_cli_and_api(tmp_path, tiny_beir, mode
     r = run_retr("search", "--index", idx_dir, "--retriever", "bm25+deepct", doc.title, "--k", "3")
     assert r.returncode == 0, r.stderr
     assert doc.docid in r.stdout.splitlines()[0]
+
+    # per-search overrides of mode and scale from the CLI match the API's configure
+    run2 = tmp_path / "run2.trec"
+    r = run_retr("search", "--index", idx_dir, "--queries", tiny_beir / "queries.jsonl", "--retriever", "deepct",
+                 "--deepct-mode", "impact", "--deepct-scale", "sqrt", "--output", run2, "--k", "5", "--quiet")
+    assert r.returncode == 0, r.stderr
+    idx.retriever("deepct").configure(mode="impact", scale="sqrt")
+    api2 = idx.batch_search(qs, k=5, retriever="deepct")
+    got = {(p[0], p[2]): float(p[4]) for p in (l.split() for l in run2.read_text().splitlines())}
+    assert got == {(q, h.docid): pytest.approx(h.score, abs=1e-5) for q, hs in api2.items() for h in hs}
+    assert all(abs(s - round(s)) < 1e-3 for s in got.values())  # impact scores: sums of integers (float32)
+    r = run_retr("search", "--index", idx_dir, "--retriever", "bm25", "--deepct-scale", "sqrt", "x")
+    assert r.returncode == 2 and "apply to DeepCT retrievers" in r.stderr
+
+    # re-choosing the defaults of the built sub-index (no re-encoding): pinned, then back to auto
+    from retrieval.deepct_index import retune_deepct
+
+    pinned = retune_deepct(idx, mode="impact", scale="sqrt")
+    for name in ("deepct", "deepct-query"):
+        assert pinned.manifest["subindexes"][name]["config"]["mode"] == "impact"
+        assert pinned.manifest["subindexes"][name]["config"]["scale"] == "sqrt"
+    assert pinned.manifest["subindexes"]["deepct-query"]["config"]["query"] == "deepct"
+    assert pinned.retriever("deepct").search(doc.title, 3)[0][0] == doc.docid
+    back = retune_deepct(pinned)
+    assert back.manifest["subindexes"]["deepct"]["config"] == e["config"]
+    assert back.manifest["subindexes"]["deepct"]["model"] == e["model"]
+    with pytest.raises(retrieval.InputError, match="no DeepCT sub-index"):
+        retune_deepct(back, name="bm25")
 
 
 # ------------------------------------------------------------------------------------ bad input
