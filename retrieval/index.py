@@ -42,7 +42,7 @@ def build_index(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[s
                 k1: float = 0.9, b: float = 0.4, threads: int = 2, overwrite: bool = False,
                 store_docvectors: bool = False, empty: str = "error", dense: Optional[DenseSpec] = None,
                 quiet: bool = False, keep: Union[AbstractSet[str], Callable[[Document], bool], None] = None,
-                pruning: Optional[dict] = None) -> "Index":
+                pruning: Optional[dict] = None, dense_vectors: Optional[dict] = None) -> "Index":
     """Build an index folder with a document store and a Lucene BM25 sub-index.
 
     ``corpus`` is a path (BEIR folder, JSONL, TSV, .gz) or an iterable of
@@ -55,6 +55,8 @@ def build_index(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[s
     so they are never encoded (static pruning, see :mod:`retrieval.quality`).
     The corpus fingerprint still covers every document. ``pruning`` is recorded
     in the manifest as-is, with the number of documents dropped added.
+    ``dense_vectors`` (see :func:`retrieval.subindexes.build_dense`) are vectors
+    already computed for the documents, used when their encoder is ``dense``'s.
     """
     from indexes.lucene import build_lucene
 
@@ -118,7 +120,8 @@ def build_index(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[s
         }
         if dense is not None:
             m["subindexes"]["dense"] = build_dense(tmp / "dense", "dense", tmp / DOCSTORE, dense,
-                                                   m["corpus"]["fingerprint"], _cache_base(index_dir), quiet)
+                                                   m["corpus"]["fingerprint"], _cache_base(index_dir), quiet,
+                                                   precomputed=dense_vectors)
         mf.write_manifest(tmp, m)
     return Index.open(index_dir)
 

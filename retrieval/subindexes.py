@@ -45,14 +45,35 @@ def _docs(store_path: Path) -> Iterator[Tuple[str, str]]:
         yield docid, (f"{title} {text}" if title else text)
 
 
+# what must agree for vectors made by another component to stand in for this encoder's output
+_SAME_VECTORS = ("model_sha256", "pooling", "ditto_layer", "ditto_head", "ditto_states", "max_length",
+                 "normalize", "dim")
+
+
+def _reusable(precomputed: Optional[dict], cfg: dict, docids: List[str]):
+    """The rows of ``precomputed`` (config, docids, array) for ``docids``, in that order,
+    when its encoder matches ``cfg`` and it holds every one of them; else None."""
+    if not precomputed or any(precomputed["config"].get(k) != cfg.get(k) for k in _SAME_VECTORS):
+        return None
+    row = {d: i for i, d in enumerate(precomputed["docids"])}
+    if any(d not in row for d in docids):
+        return None
+    return precomputed["array"][[row[d] for d in docids]]
+
+
 def build_dense(folder: Path, name: str, store_path: Path, spec: DenseSpec, fingerprint: str,
-                cache_base: Path, quiet: bool = False) -> dict:
+                cache_base: Path, quiet: bool = False, precomputed: Optional[dict] = None) -> dict:
     """Encode every document of the store and write a faiss index into ``folder``
     (which becomes sub-index ``name``); returns its manifest entry.
 
     Encoded shards go to ``<cache_base>-<key>``, keyed by the encoder and the
     corpus: a build that is interrupted resumes from the finished shards, and
     the cache is removed once the sub-index is complete.
+
+    ``precomputed`` (``config``, ``docids``, ``array``: e.g. the vectors the learned
+    quality estimator computed while pruning) replaces encoding when it was made by
+    the same encoder (model weights, pooling, max length, normalisation) and covers
+    every document; the entry's ``vectors_from`` says so.
     """
     import numpy as np
 
@@ -69,19 +90,31 @@ def build_dense(folder: Path, name: str, store_path: Path, spec: DenseSpec, fing
                                     default=str).encode()).hexdigest()[:16]
     cache = cache_base.with_name(f"{cache_base.name}-{key}")
     docids: List[str] = []
+    reused = None
+    if precomputed:
+        docids = [d for d, _t in _docs(store_path)]
+        reused = _reusable(precomputed, cfg, docids)
+        if reused is None:
+            docids = []
 
     def texts():
         for docid, text in _docs(store_path):
             docids.append(docid)
             yield text
 
-    shards = enc.encode_to_shards(texts(), cache, shard_size=spec.shard_size, batch_size=spec.batch_size,
-                                  quiet=quiet)
+    if reused is None:
+        shards = enc.encode_to_shards(texts(), cache, shard_size=spec.shard_size, batch_size=spec.batch_size,
+                                      quiet=quiet)
     encode_s = time.perf_counter() - t0
     if not docids:
         raise InputError("no documents to encode")
 
     def batches():
+        if reused is not None:  # stored precision as if encoded here
+            for s in range(0, len(docids), spec.shard_size):
+                v = np.asarray(reused[s:s + spec.shard_size]).astype(enc.out_dtype).astype(np.float32)
+                yield v, docids[s:s + len(v)]
+            return
         start = 0
         for p in shards:
             v = np.load(p).astype(np.float32, copy=False)
@@ -102,5 +135,6 @@ def build_dense(folder: Path, name: str, store_path: Path, spec: DenseSpec, fing
         "model": {"path": cfg["model"], "sha256": cfg["model_sha256"], "architecture": cfg.get("architecture")},
         "encoder": cfg, "faiss": fi.describe(folder),
         "encode_seconds": round(encode_s, 2), "build_seconds": round(time.perf_counter() - t0, 2),
+        "vectors_from": "quality estimator (pruning pass)" if reused is not None else "encoded",
         "spec": asdict(spec),
     }

@@ -365,7 +365,8 @@ def savings(col, p, estimators):
             lat[r] = (time.perf_counter() - t1) / len(queries)
         rec["builds"][tag] = {"build_seconds": build_s, "index_bytes": folder_bytes(root / tag), "docs": len(idx),
                               "encode_seconds": idx.manifest["subindexes"]["dense"].get("encode_seconds"),
-                              "latency_s": lat, "pruning": idx.manifest.get("pruning")}
+                              "latency_s": lat, "pruning": idx.manifest.get("pruning"),
+                              "vectors_from": idx.manifest["subindexes"]["dense"].get("vectors_from", "encoded")}
         shutil.rmtree(root / tag, ignore_errors=True)
     u = rec["builds"]["unpruned"]
     rec["ratios"] = {e: {"index_size": q["index_bytes"] / u["index_bytes"],
@@ -496,8 +497,10 @@ def main():
     if sav:
         md.append(f"\n## Savings ({sav['collection']}, p={sav['p']}; ratios pruned / unpruned build, same run)\n")
         md.append(common.md_table(["estimator", "index size", "indexing time (incl. quality scoring + encoding)",
-                                   "latency bm25", "latency dense"],
-                                  [[e] + [round(v, 3) for v in r.values()] for e, r in sav["ratios"].items()]))
+                                   "latency bm25", "latency dense", "dense vectors"],
+                                  [[e] + [round(v, 3) for v in r.values()]
+                                   + [sav["builds"][e].get("vectors_from", "encoded")]
+                                   for e, r in sav["ratios"].items()]))
     common.write_results("quality", payload, "\n".join(md))
     plot(rows, [c.name for c in cols], args.estimators, common.RESULTS / "quality_curves.png")
 

@@ -131,8 +131,10 @@ def is_scores_file(quality: str) -> bool:
 
 
 def prune_keep_set(corpus, prune: float, quality: Optional[str] = None, empty: str = "error",
-                   batch_size: int = 64, quiet: bool = False) -> Tuple[set, dict]:
-    """Score ``corpus`` (or read a scores file) and return (kept docids, manifest record)."""
+                   batch_size: int = 64, quiet: bool = False, vectors: Optional[dict] = None) -> Tuple[set, dict]:
+    """Score ``corpus`` (or read a scores file) and return (kept docids, manifest record).
+    A ``vectors`` dict is filled with the passage vectors the estimator computed, if it
+    computed any (``config``: their encoder's, ``docids``, ``array``), for the dense sub-index."""
     p = check_share(prune)
     quality = quality or DEFAULT_ESTIMATOR
     docs = _docs(corpus, empty)
@@ -149,6 +151,8 @@ def prune_keep_set(corpus, prune: float, quality: Optional[str] = None, empty: s
         est = get_estimator(quality)
         scores = est.score([d.contents for d in docs], batch_size=batch_size, quiet=quiet)
         record = est.describe()
+        if vectors is not None and getattr(est, "vectors", None) is not None:
+            vectors.update(config=est.vectors[0], docids=docids, array=est.vectors[1])
     keep = select_keep(docids, scores, p)
     record.update({"share": p, "considered": len(docids),
                    "threshold": float(np.min(scores[[i for i, d in enumerate(docids) if d in keep]]))
@@ -161,8 +165,10 @@ def build_pruned_index(corpus, index_dir, prune: float, quality: Optional[str] =
     """:func:`retrieval.index.build_index` on the top ``1 - prune`` share of ``corpus``."""
     from retrieval.index import build_index
 
-    keep, record = prune_keep_set(corpus, prune, quality, empty=empty, quiet=quiet)
-    return build_index(corpus, index_dir, empty=empty, quiet=quiet, keep=keep, pruning=record, **build_kwargs)
+    vectors: dict = {}
+    keep, record = prune_keep_set(corpus, prune, quality, empty=empty, quiet=quiet, vectors=vectors)
+    return build_index(corpus, index_dir, empty=empty, quiet=quiet, keep=keep, pruning=record,
+                       dense_vectors=vectors or None, **build_kwargs)
 
 
 __all__ = ["ESTIMATORS", "DEFAULT_ESTIMATOR", "Estimator", "QualityError", "get_estimator", "score_corpus",

@@ -114,6 +114,9 @@ class LearnedQuality(Estimator):
             self._feat = _Features(self.head["body"], self.device, self.head.get("max_length"),
                                    self.head.get("normalize", True))
         X = self._feat(texts, batch_size, quiet)
+        # the body vectors of the passages just scored, with the encoder that made them: a dense
+        # sub-index with the same encoder can take them instead of encoding the kept passages again
+        self.vectors = (self._feat.enc.config(), X[:, :-1])
         T = None
         if "lexical" in self.head:
             if self._lex is None:

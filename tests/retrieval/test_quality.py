@@ -138,3 +138,29 @@ def test_scores_file_round_trip_and_missing_ids(small_corpus, tmp_path, docs):
     (tmp_path / "bad.tsv").write_text("a\tnan\n")
     with pytest.raises(QualityError, match="not finite"):
         read_scores(tmp_path / "bad.tsv")
+
+
+def test_pruned_dense_build_reuses_the_learned_estimators_vectors(small_corpus, tmp_path):
+    from retrieval.index import build_index
+    from retrieval.subindexes import DenseSpec, _reusable
+
+    idx = build_pruned_index(small_corpus, tmp_path / "P", 0.3, "learned", dense=DenseSpec(), quiet=True)
+    e = idx.manifest["subindexes"]["dense"]
+    assert e["vectors_from"].startswith("quality estimator") and e["doc_count"] == len(idx)
+    keep = {row[0] for row in idx.docstore.iter_docs()}
+    fresh = build_index(small_corpus, tmp_path / "F", keep=keep, dense=DenseSpec(), quiet=True)
+    assert fresh.manifest["subindexes"]["dense"]["vectors_from"] == "encoded"
+    qs = read_queries(small_corpus / "queries.jsonl")[:20]
+    a = idx.batch_search(qs, k=10, retriever="dense")
+    b = fresh.batch_search(qs, k=10, retriever="dense")
+    for q in a:  # the same vectors up to float noise from other batch padding
+        sa, sb = {h.docid: h.score for h in a[q]}, {h.docid: h.score for h in b[q]}
+        common = set(sa) & set(sb)
+        assert len(common) >= 9 and all(abs(sa[d] - sb[d]) < 1e-4 for d in common)
+    # another encoder, or a document the vectors lack: encode instead
+    cfg = fresh.manifest["subindexes"]["dense"]["encoder"]
+    pre = {"config": dict(cfg), "docids": ["a", "b"], "array": np.eye(2, dtype=np.float32)}
+    assert _reusable(pre, cfg, ["b", "a"]).tolist() == [[0, 1], [1, 0]]
+    assert _reusable(pre, cfg, ["a", "c"]) is None
+    assert _reusable(dict(pre, config=dict(cfg, pooling="cls")), cfg, ["a"]) is None
+    assert _reusable(dict(pre, config=dict(cfg, max_length=128)), cfg, ["a"]) is None
