@@ -43,7 +43,15 @@ def _add_dense(folder: Path, entry: dict, docs: NewDocs, threads: int, quiet: bo
     return dict(entry, faiss=fi.describe(folder))
 
 
-ADDERS: Dict[str, Callable] = {"bm25": _add_bm25, "dense": _add_dense}
+def _add_deepct(folder: Path, entry: dict, docs: NewDocs, threads: int, quiet: bool) -> dict:
+    if entry.get("alias_of"):  # deepct-query shares its target's folder: updated with it, below
+        return entry
+    from retrieval.deepct_index import append_deepct
+
+    return append_deepct(folder, entry, [(d.docid, d.contents) for d in docs], threads=threads, quiet=quiet)
+
+
+ADDERS: Dict[str, Callable] = {"bm25": _add_bm25, "dense": _add_dense, "deepct": _add_deepct}
 
 
 def add_documents(index, corpus: Union[str, Path, Iterable[Document]], threads: int = 2, empty: str = "error",
@@ -79,6 +87,11 @@ def add_documents(index, corpus: Union[str, Path, Iterable[Document]], threads: 
         for name, entry in m["subindexes"].items():
             e = ADDERS[entry["kind"]](tmp / entry["path"], entry, docs, threads, quiet)
             new["subindexes"][name] = dict(e, doc_count=int(e["doc_count"]) + len(docs), updated_at=mf.now())
+        for name, e in new["subindexes"].items():  # an alias (deepct-query) mirrors its target's new state
+            if e.get("alias_of") in new["subindexes"]:
+                t = new["subindexes"][e["alias_of"]]
+                new["subindexes"][name] = dict(e, **{k: t[k] for k in ("variant_bytes", "documents_without_terms")
+                                                     if k in t})
         h = hashlib.sha256(m["corpus"]["fingerprint"].encode())
         for d in docs:
             h.update(f"{d.docid}\x00{d.contents}\x01".encode())

@@ -91,9 +91,10 @@ class DeepCTSpec:
 
 
 # ----------------------------------------------------------------------------------- Lucene
-def _index_vectors(vectors, folder: Path, impact: bool, threads: int) -> float:
+def _index_vectors(vectors, folder: Path, impact: bool, threads: int, append: bool = False) -> float:
     """JsonVectorCollection -> Lucene; with ``impact`` an impact index, else a BM25
-    index whose term frequencies are the weights (whitespace-analysed, pre-tokenised)."""
+    index whose term frequencies are the weights (whitespace-analysed, pre-tokenised).
+    ``append`` adds the documents to the index already in ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="retr-deepct-", dir=folder.parent) as tmp:
         w = ShardWriter(Path(tmp), threads)
@@ -105,7 +106,8 @@ def _index_vectors(vectors, folder: Path, impact: bool, threads: int) -> float:
         cmd = [jvm.java_executable(), f"-Xmx{jvm.java_heap()}", "-cp", jvm.anserini_jar(),
                "io.anserini.index.IndexCollection", "-collection", "JsonVectorCollection",
                "-input", tmp, "-index", str(folder), "-generator", "DefaultLuceneDocumentGenerator",
-               "-threads", str(max(1, threads)), "-pretokenized"] + (["-impact"] if impact else [])
+               "-threads", str(max(1, threads)), "-pretokenized"] + (["-impact"] if impact else []) \
+            + (["-append"] if append else [])
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
                               env=dict(os.environ, JAVA_HOME=jvm.java_home()))
@@ -379,6 +381,48 @@ def tune_default_fusion(idx, name: str = "deepct", quiet: bool = True) -> Option
                 save=True, quiet=quiet)
 
 
+def entry_encoder(entry: dict, purpose: str, threads: Optional[int] = 1, stride: bool = False):
+    """The DeepCT encoder a sub-index was built with (same weights, checked by hash, same
+    window); ``stride`` also restores the window step, which only passage encoding uses."""
+    from retrieval.encoders.deepct import DeepCTEncoder
+    from retrieval.encoders.models import ModelDirError
+
+    m, cfg = entry.get("model", {}), entry.get("encoder", {})
+    if not m.get("path") or not Path(m["path"]).exists():
+        raise ModelDirError(f"{purpose} needs the model this index was built with; not found: {m.get('path')}")
+    enc = DeepCTEncoder(m["path"], max_length=cfg.get("max_length"), threads=threads,
+                        stride=cfg.get("stride") if stride else None)
+    if m.get("sha256") and enc.model_hash != m["sha256"]:
+        raise ModelDirError(f"model at {m['path']} (sha256 {enc.model_hash}) differs from the one this "
+                            f"index was built with ({m['sha256']})")
+    return enc
+
+
+def append_deepct(folder: Path, entry: dict, docs: Sequence[Tuple[str, str]], threads: int = 2,
+                  quiet: bool = True) -> dict:
+    """Encode ``(docid, contents)`` pairs with the sub-index's own model and append them
+    to its stored weights and every Lucene variant; returns the updated entry. The
+    defaults (mode, scale, k1/b) stay as tuned; the new documents are not tuned on."""
+    from retrieval.encoders.deepct import to_impacts
+
+    enc = entry_encoder(entry, "adding documents to a DeepCT sub-index", threads=threads, stride=True)
+    ids = [d for d, _t in docs]
+    weights = enc.encode([t for _d, t in docs], quiet=quiet)
+    with gzip.open(folder / WEIGHTS_FILE, "at", encoding="utf-8") as f:  # a further gzip member
+        for d, w in zip(ids, weights):
+            f.write(json.dumps({"id": d, "w": {t: round(v, 5) for t, v in w.items()}}) + "\n")
+    sizes = {}
+    for scale in SCALES:
+        imps = [to_impacts(w, scale) for w in weights]
+        for mode in MODES:
+            v = variant_name(mode, scale)
+            _index_vectors(zip(ids, imps), folder / v, impact=(mode == "impact"), threads=threads, append=True)
+            sizes[v] = mf.folder_size(folder / v)
+    empty = sum(1 for w in weights if not to_impacts(w, "linear"))
+    return dict(entry, variant_bytes=sizes,
+                documents_without_terms=int(entry.get("documents_without_terms", 0)) + empty)
+
+
 # ----------------------------------------------------------------------------------- search
 class DeepCTRetriever:
     """Searches a DeepCT sub-index. ``configure`` switches mode (impact | bm25),
@@ -428,19 +472,7 @@ class DeepCTRetriever:
     @property
     def encoder(self):
         if self._encoder is None:
-            from retrieval.encoders.deepct import DeepCTEncoder
-            from retrieval.encoders.models import ModelDirError
-
-            m = self.entry.get("model", {})
-            enc_cfg = self.entry.get("encoder", {})
-            if not m.get("path") or not Path(m["path"]).exists():
-                raise ModelDirError(f"DeepCT-Query needs the model this index was built with; not found: "
-                                    f"{m.get('path')}")
-            enc = DeepCTEncoder(m["path"], max_length=enc_cfg.get("max_length"), threads=1)
-            if m.get("sha256") and enc.model_hash != m["sha256"]:
-                raise ModelDirError(f"model at {m['path']} (sha256 {enc.model_hash}) differs from the one this "
-                                    f"index was built with ({m['sha256']})")
-            self._encoder = enc
+            self._encoder = entry_encoder(self.entry, "DeepCT-Query", threads=1)
         return self._encoder
 
     def query_terms(self, texts: Sequence[str], query: Optional[str] = None) -> List[Dict[str, int]]:

@@ -267,3 +267,35 @@ def test_training_without_any_usable_qrels_fails_clearly(tmp_path, tiny_beir):
     r = run_retr("train", "deepct", "--corpus", tiny_beir, "--queries", tiny_beir / "queries.jsonl",
                  "--qrels", tmp_path / "q.tsv", "--output", tmp_path / "M", "--base", "splade-tiny", "--quiet")
     assert r.returncode == 2 and "no training passages" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_retr_add_grows_the_deepct_sub_index(tmp_path, tiny_beir, model_dir):
+    import gzip
+
+    import retrieval
+    from retrieval.append import add_documents
+    from retrieval.deepct_index import DeepCTSpec
+    from retrieval.types import Document
+
+    from retrieval.index import index_corpus
+
+    idx = index_corpus(tiny_beir, tmp_path / "IDX", deepct=DeepCTSpec(model=str(model_dir)), quiet=True)
+    before = idx.manifest["subindexes"]["deepct"]
+    new = [Document("new-1", "zyxwvut quokka habitat on rottnest island", "Quokka"),
+           Document("new-2", "marsupial populations and island ecology")]
+    idx2 = add_documents(idx, new, quiet=True)
+    m = idx2.manifest["subindexes"]
+    assert m["deepct"]["doc_count"] == m["deepct-query"]["doc_count"] == m["bm25"]["doc_count"] == 92
+    assert m["deepct"]["config"] == before["config"]  # the tuned defaults stay
+    assert m["deepct-query"]["variant_bytes"] == m["deepct"]["variant_bytes"] != before["variant_bytes"]
+    with gzip.open(idx2.path / "deepct" / "weights.jsonl.gz", "rt", encoding="utf-8") as f:
+        rows = [json.loads(l)["id"] for l in f]
+    assert len(rows) == 92 and rows[-2:] == ["new-1", "new-2"]
+    for mode in ("impact", "bm25"):
+        for scale in ("linear", "sqrt"):
+            idx2.retriever("deepct").configure(mode=mode, scale=scale)
+            assert idx2.search("zyxwvut quokka", k=1, retriever="deepct")[0].docid == "new-1", (mode, scale)
+    # the alias shares the grown folder (plain query terms: a 2-epoch model may weight a query term at 0)
+    idx2.retriever("deepct-query").configure(query="plain")
+    assert idx2.search("zyxwvut", k=1, retriever="deepct-query")[0].docid == "new-1"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["IDX"]
