@@ -106,15 +106,20 @@ def index_cmd(corpus, index_dir, k1, b, dense_model, deepct_model, deepct_mode, 
               help="What a document without text does.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def add_cmd(index_dir, corpus, threads, empty, quiet):
-    """Add documents to every sub-index of an existing folder (all or nothing)."""
+    """Add documents to every sub-index of an existing folder (all or nothing).
+    A folder pruned by passage quality scores them first and adds those that
+    reach its threshold."""
     from retrieval.append import add_documents
     from retrieval.index import open_index
 
     idx = open_index(index_dir)
-    before = len(idx)
-    idx = add_documents(idx, corpus, threads=threads, empty=empty, quiet=quiet)
+    rep: dict = {}
+    idx = add_documents(idx, corpus, threads=threads, empty=empty, quiet=quiet, report=rep)
     if not quiet:
-        click.echo(f"added {len(idx) - before:,} documents to {index_dir} ({', '.join(idx.retrievers)}); "
+        if rep["pruned"]:
+            click.echo(f"pruned {rep['pruned']:,} of {rep['read']:,} new documents below the folder's quality "
+                       f"threshold", err=True)
+        click.echo(f"added {rep['added']:,} documents to {index_dir} ({', '.join(idx.retrievers)}); "
                    f"now {len(idx):,}", err=True)
 
 

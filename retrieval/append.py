@@ -13,7 +13,7 @@ import json
 import sqlite3
 import time
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Union
+from typing import Callable, Dict, Iterable, List, Optional, Union
 
 from indexes import manifest as mf
 from indexes.errors import InputError
@@ -55,8 +55,11 @@ ADDERS: Dict[str, Callable] = {"bm25": _add_bm25, "dense": _add_dense, "deepct":
 
 
 def add_documents(index, corpus: Union[str, Path, Iterable[Document]], threads: int = 2, empty: str = "error",
-                  quiet: bool = False):
-    """Add the documents of ``corpus`` to every sub-index of ``index``; returns the reopened Index."""
+                  quiet: bool = False, report: Optional[dict] = None):
+    """Add the documents of ``corpus`` to every sub-index of ``index``; returns the reopened Index.
+    In a folder pruned by passage quality, new documents pass the same estimator and
+    threshold first, and only those it keeps are added. ``report`` (a dict) receives
+    the counts: ``read``, ``added``, ``pruned``."""
     from retrieval.index import DOCSTORE, Index, _checked
 
     m = index.manifest
@@ -64,8 +67,7 @@ def add_documents(index, corpus: Union[str, Path, Iterable[Document]], threads: 
     if unsupported:
         raise InputError(f"sub-index kind(s) {', '.join(unsupported)} cannot take new documents; rebuild the "
                          f"index from the full corpus instead", index.path)
-    if m.get("pruning"):
-        raise InputError("index was pruned by passage quality; rebuild it from the full corpus instead", index.path)
+    pruning = m.get("pruning")
     docs = list(read_corpus(corpus, empty=empty) if isinstance(corpus, (str, Path)) else _checked(corpus))
     if not docs:
         raise InputError("no documents to add", corpus if isinstance(corpus, (str, Path)) else None)
@@ -74,6 +76,18 @@ def add_documents(index, corpus: Union[str, Path, Iterable[Document]], threads: 
         first = next(d.docid for d in docs if d.docid in existing)
         raise InputError(f"{len(existing)} document id(s) are already in the index (first: {first!r})",
                          corpus if isinstance(corpus, (str, Path)) else None)
+    read = len(docs)
+    if pruning:
+        from retrieval.quality import QualityError, prune_additions
+
+        try:
+            docs = prune_additions(pruning, docs, quiet=quiet)
+        except QualityError as e:
+            raise InputError(str(e), index.path) from None
+    if report is not None:
+        report.update(read=read, added=len(docs), pruned=read - len(docs))
+    if not docs:
+        return index  # every new document fell below the pruning threshold: nothing changes
     t0 = time.perf_counter()
     with mf.atomic_folder(index.path, overwrite=True, copy_from=index.path) as tmp:
         con = sqlite3.connect(tmp / DOCSTORE)
@@ -102,6 +116,9 @@ def add_documents(index, corpus: Union[str, Path, Iterable[Document]], threads: 
                                   "documents": len(docs), "at": mf.now(),
                                   "seconds": round(time.perf_counter() - t0, 2)}])
         new["docstore"] = dict(m["docstore"], doc_count=n)
+        if pruning:
+            new["pruning"] = dict(pruning, considered=int(pruning.get("considered", 0)) + read,
+                                  dropped=int(pruning.get("dropped", 0)) + read - len(docs), kept=n)
         new.pop("pipelines", None)  # tuned on the old collection: retune
         mf.write_manifest(tmp, new)
     return Index.open(index.path)

@@ -150,7 +150,7 @@ def prune_keep_set(corpus, prune: float, quality: Optional[str] = None, empty: s
     else:
         est = get_estimator(quality)
         scores = est.score([d.contents for d in docs], batch_size=batch_size, quiet=quiet)
-        record = est.describe()
+        record = dict(est.describe(), spec=quality)  # spec: what scores documents added later
         if vectors is not None and getattr(est, "vectors", None) is not None:
             vectors.update(config=est.vectors[0], docids=docids, array=est.vectors[1])
     keep = select_keep(docids, scores, p)
@@ -158,6 +158,19 @@ def prune_keep_set(corpus, prune: float, quality: Optional[str] = None, empty: s
                    "threshold": float(np.min(scores[[i for i, d in enumerate(docids) if d in keep]]))
                    if keep else None})
     return keep, record
+
+
+def prune_additions(record: dict, docs: list, quiet: bool = False) -> list:
+    """The documents of ``docs`` that the pruning of an existing folder (its manifest's
+    ``pruning`` record) would have kept: those its estimator scores at or above the
+    recorded threshold. Folders pruned with a scores file cannot score new documents."""
+    if record.get("estimator") == "scores-file" or not record.get("spec"):
+        raise QualityError("this index was pruned with a scores file (or by an older retr that did not record its "
+                           "estimator), so new documents cannot be scored; rebuild it from the full corpus")
+    if record.get("threshold") is None:
+        return []  # everything was pruned
+    scores = get_estimator(record["spec"]).score([d.contents for d in docs], quiet=quiet)
+    return [d for d, v in zip(docs, scores) if float(v) >= record["threshold"]]
 
 
 def build_pruned_index(corpus, index_dir, prune: float, quality: Optional[str] = None, empty: str = "error",
@@ -172,4 +185,5 @@ def build_pruned_index(corpus, index_dir, prune: float, quality: Optional[str] =
 
 
 __all__ = ["ESTIMATORS", "DEFAULT_ESTIMATOR", "Estimator", "QualityError", "get_estimator", "score_corpus",
-           "write_scores", "read_scores", "select_keep", "prune_keep_set", "build_pruned_index", "check_share"]
+           "write_scores", "read_scores", "select_keep", "prune_keep_set", "prune_additions", "build_pruned_index",
+           "check_share"]

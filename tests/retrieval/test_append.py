@@ -46,3 +46,34 @@ def test_cli_add_rejects_bad_corpus_and_keeps_index(retr, tmp_path, small_corpus
     assert "now 401" in r.stderr
     r = retr("search", "--index", path, "zebrafish fins", "--k", "1")
     assert "n1" in r.stdout
+
+
+def test_add_to_a_pruned_folder_applies_its_estimator_and_threshold(retr, tmp_path, small_corpus):
+    from retrieval.quality import build_pruned_index, score_corpus, write_scores
+
+    idx = build_pruned_index(small_corpus, tmp_path / "P", 0.3, "length", quiet=True)
+    pr = idx.manifest["pruning"]
+    long_text = "zyxwvut quokka habitat " + " ".join(["island ecology of marsupials"] * 60)
+    new = tmp_path / "new.jsonl"
+    new.write_text(json.dumps({"_id": "long", "text": long_text}) + "\n"
+                   + json.dumps({"_id": "short", "text": "zyxwvut"}) + "\n")
+    r = retr("add", "--index", tmp_path / "P", "--corpus", new)
+    assert r.returncode == 0, r.stderr
+    assert "pruned 1 of 2 new documents" in r.stderr and "added 1 documents" in r.stderr
+    idx2 = retrieval.open_index(tmp_path / "P")
+    assert len(idx2) == len(idx) + 1 and idx2.get("long") is not None and idx2.get("short") is None
+    assert [h.docid for h in idx2.search("zyxwvut", k=5)] == ["long"]
+    pr2 = idx2.manifest["pruning"]
+    assert (pr2["considered"], pr2["dropped"], pr2["kept"]) == (pr["considered"] + 2, pr["dropped"] + 1, len(idx2))
+    # every new document below the threshold: the folder is left as it was
+    before = (tmp_path / "P" / "manifest.json").read_text()
+    rep = {}
+    assert len(add_documents(idx2, [Document("tiny", "a b")], quiet=True, report=rep)) == len(idx2)
+    assert rep == {"read": 1, "added": 0, "pruned": 1}
+    assert (tmp_path / "P" / "manifest.json").read_text() == before
+    # a folder pruned with a scores file cannot score new documents
+    ids, s = score_corpus(small_corpus, "length", quiet=True)
+    write_scores(tmp_path / "s.tsv", ids, s)
+    build_pruned_index(small_corpus, tmp_path / "S", 0.3, str(tmp_path / "s.tsv"), quiet=True)
+    r = retr("add", "--index", tmp_path / "S", "--corpus", new)
+    assert r.returncode == 2 and r.stderr.startswith("retr: error:") and "scores file" in r.stderr
