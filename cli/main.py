@@ -269,6 +269,28 @@ def tune_cmd(index_dir, queries, qrels, retriever, metric, depth, threads, dry_r
         click.echo(f"stored as the default for {rep['spec'].split(':')[0]} in {index_dir}/manifest.json", err=True)
 
 
+@retr.command("deepct-tune")
+@click.option("--index", "index_dir", required=True, type=click.Path(path_type=Path), help="Index folder.")
+@click.option("--name", default="deepct", show_default=True, help="The DeepCT sub-index.")
+@click.option("--mode", type=click.Choice(["auto", "impact", "bm25"]), default="auto", show_default=True,
+              help="Pin the mode, or choose it on the dev queries (auto).")
+@click.option("--scale", type=click.Choice(["auto", "linear", "sqrt"]), default="auto", show_default=True,
+              help="Pin the weight scale, or choose it on the dev queries (auto).")
+@click.option("--quiet", "-q", is_flag=True)
+def deepct_tune_cmd(index_dir, name, mode, scale, quiet):
+    """Choose a DeepCT sub-index's defaults again (mode, weight scale, k1/b, then the
+    bm25+NAME fusion) on its model's held-out training queries, without re-encoding."""
+    from retrieval.deepct_index import retune_deepct
+    from retrieval.index import open_index
+
+    idx = retune_deepct(open_index(index_dir), name, mode=mode, scale=scale, quiet=quiet)
+    e = idx.manifest["subindexes"][name]
+    t, c = e["tuning"], e["config"]
+    fusion = idx.manifest.get("pipelines", {}).get(f"bm25+{name}", {}).get("spec", "untuned")
+    click.echo(f"{name}: {c['mode']}-{c['scale']} k1={c['k1']} b={c['b']}; fusion {fusion} "
+               f"({t['queries']} dev queries: {t['mode_choice']})")
+
+
 # ---------------------------------------------------------------------- info
 @retr.command("info")
 @click.option("--index", "index_dir", required=True, type=click.Path(path_type=Path), help="Index folder.")

@@ -233,6 +233,14 @@ def test_index_with_deepct_answers_through_cli_and_api(tmp_path, tiny_beir, mode
     assert pinned.retriever("deepct").search(doc.title, 3)[0][0] == doc.docid
     back = retune_deepct(pinned)
     assert back.manifest["subindexes"]["deepct"]["config"] == e["config"]
+    r = run_retr("deepct-tune", "--index", idx_dir, "--mode", "impact", "--scale", "linear", "--quiet")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("deepct: impact-linear") and "dev queries" in r.stdout
+    assert retrieval.open_index(idx_dir).manifest["subindexes"]["deepct"]["config"]["scale"] == "linear"
+    r = run_retr("deepct-tune", "--index", idx_dir, "--name", "dense")
+    assert r.returncode == 2 and "no DeepCT sub-index named 'dense'" in r.stderr
+    back = retune_deepct(retrieval.open_index(idx_dir))
+    assert back.manifest["subindexes"]["deepct"]["config"] == e["config"]
     assert back.manifest["subindexes"]["deepct"]["model"] == e["model"]
     with pytest.raises(retrieval.InputError, match="no DeepCT sub-index"):
         retune_deepct(back, name="bm25")
