@@ -176,11 +176,34 @@ def _store_docs(store_path: Path):
         yield docid, (f"{title} {text}" if title else text)
 
 
+def _write_deepct(folder: Path, ids: Sequence[str], weights: Sequence[Dict[str, float]], threads: int,
+                  append: bool = False) -> Tuple[Dict[str, int], Dict[str, float], int]:
+    """Store the raw weights and write (or, with ``append``, extend) every Lucene variant;
+    returns (bytes per variant, indexing seconds per variant, documents without terms)."""
+    from retrieval.encoders.deepct import to_impacts
+
+    with gzip.open(folder / WEIGHTS_FILE, "at" if append else "wt", encoding="utf-8") as f:  # append: a new gzip member
+        for d, w in zip(ids, weights):
+            f.write(json.dumps({"id": d, "w": {t: round(v, 5) for t, v in w.items()}}) + "\n")
+    sizes, index_s, empty = {}, {}, 0
+    for scale in SCALES:
+        imps = [to_impacts(w, scale) for w in weights]
+        if scale == "linear":
+            empty = sum(1 for x in imps if not x)
+        for mode in MODES:
+            v = variant_name(mode, scale)
+            # an empty vector would make Anserini skip the document; keep it findable by id only
+            index_s[v] = round(_index_vectors(zip(ids, imps), folder / v, impact=(mode == "impact"),
+                                              threads=threads, append=append), 2)
+            sizes[v] = mf.folder_size(folder / v)
+    return sizes, index_s, empty
+
+
 def build_deepct(folder: Path, name: str, store_path: Path, spec: DeepCTSpec, fingerprint: str,
                  quiet: bool = False) -> dict:
     """Encode every document of the store with the DeepCT model and write the
     Lucene variants into ``folder``; returns the manifest entry."""
-    from retrieval.encoders.deepct import DeepCTEncoder, to_impacts
+    from retrieval.encoders.deepct import DeepCTEncoder
 
     spec.validate()
     t0 = time.perf_counter()
@@ -192,20 +215,7 @@ def build_deepct(folder: Path, name: str, store_path: Path, spec: DeepCTSpec, fi
     ids = [d for d, _t in docs]
     weights = enc.encode([t for _d, t in docs], quiet=quiet)
     encode_s = time.perf_counter() - t0
-    with gzip.open(folder / WEIGHTS_FILE, "wt", encoding="utf-8") as f:
-        for d, w in zip(ids, weights):
-            f.write(json.dumps({"id": d, "w": {t: round(v, 5) for t, v in w.items()}}) + "\n")
-    sizes, index_s, empty = {}, {}, 0
-    for scale in SCALES:
-        imps = [to_impacts(w, scale) for w in weights]
-        if scale == "linear":
-            empty = sum(1 for x in imps if not x)
-        for mode in MODES:
-            v = variant_name(mode, scale)
-            # an empty vector would make Anserini skip the document; keep it findable by id only
-            index_s[v] = round(_index_vectors(((d, x) for d, x in zip(ids, imps)), folder / v,
-                                              impact=(mode == "impact"), threads=spec.index_threads), 2)
-            sizes[v] = mf.folder_size(folder / v)
+    sizes, index_s, empty = _write_deepct(folder, ids, weights, spec.index_threads)
     entry = {
         "kind": "deepct", "path": name, "built_at": mf.now(), "doc_count": len(ids),
         "config": {"mode": DEFAULT_MODE if spec.mode == "auto" else spec.mode,
@@ -241,7 +251,7 @@ def apply_tuning(entry: dict, tuning: Optional[dict], spec: DeepCTSpec) -> None:
         cands.append((best[m], "bm25", best["scale"]))
     if spec.mode in ("auto", "impact"):
         cands += [(tuning[f"impact-{s}"], "impact", s) for s in tuning["scales"]]
-    v, cfg["mode"], cfg["scale"] = max(cands, key=lambda c: c[0])  # max keeps the first of equals
+    _v, cfg["mode"], cfg["scale"] = max(cands, key=lambda c: c[0])  # max keeps the first of equals
     tuning["mode_choice"] = (f"{cfg['mode']}-{cfg['scale']} (dev {m}: "
                              + ", ".join(f"{mo}-{sc} {x}" for x, mo, sc in cands) + ")")
 
@@ -348,11 +358,11 @@ def retune_deepct(index, name: str = "deepct", mode: str = "auto", scale: str = 
     card_path = Path(entry["model"]["path"]) / CARD_FILE
     if not card_path.is_file():
         raise InputError(f"{card_path}: the DeepCT model card is missing; its dev queries are needed to tune")
+    if mode not in MODES + ("auto",) or scale not in SCALES + ("auto",):
+        raise InputError(f"mode must be auto|{'|'.join(MODES)} and scale auto|{'|'.join(SCALES)}")
     entry = json.loads(json.dumps(entry))  # a private copy
     spec_d = dict(entry.get("spec", {}), mode=mode, scale=scale, k1=None, b=None, tune=True)
     spec = DeepCTSpec(**{k: v for k, v in spec_d.items() if k in DeepCTSpec.__dataclass_fields__})
-    if mode not in MODES + ("auto",) or scale not in SCALES + ("auto",):
-        raise InputError(f"mode must be auto|{'|'.join(MODES)} and scale auto|{'|'.join(SCALES)}")
     tuning = tune_bm25(index.path / entry["path"], entry, json.loads(card_path.read_text()),
                        [d for d, *_ in index.docstore.iter_docs()], quiet=quiet,
                        scales=SCALES if scale == "auto" else (scale,))
@@ -403,22 +413,10 @@ def append_deepct(folder: Path, entry: dict, docs: Sequence[Tuple[str, str]], th
     """Encode ``(docid, contents)`` pairs with the sub-index's own model and append them
     to its stored weights and every Lucene variant; returns the updated entry. The
     defaults (mode, scale, k1/b) stay as tuned; the new documents are not tuned on."""
-    from retrieval.encoders.deepct import to_impacts
-
     enc = entry_encoder(entry, "adding documents to a DeepCT sub-index", threads=threads, stride=True)
     ids = [d for d, _t in docs]
-    weights = enc.encode([t for _d, t in docs], quiet=quiet)
-    with gzip.open(folder / WEIGHTS_FILE, "at", encoding="utf-8") as f:  # a further gzip member
-        for d, w in zip(ids, weights):
-            f.write(json.dumps({"id": d, "w": {t: round(v, 5) for t, v in w.items()}}) + "\n")
-    sizes = {}
-    for scale in SCALES:
-        imps = [to_impacts(w, scale) for w in weights]
-        for mode in MODES:
-            v = variant_name(mode, scale)
-            _index_vectors(zip(ids, imps), folder / v, impact=(mode == "impact"), threads=threads, append=True)
-            sizes[v] = mf.folder_size(folder / v)
-    empty = sum(1 for w in weights if not to_impacts(w, "linear"))
+    sizes, _secs, empty = _write_deepct(folder, ids, enc.encode([t for _d, t in docs], quiet=quiet), threads,
+                                        append=True)
     return dict(entry, variant_bytes=sizes,
                 documents_without_terms=int(entry.get("documents_without_terms", 0)) + empty)
 

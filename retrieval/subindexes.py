@@ -89,13 +89,9 @@ def build_dense(folder: Path, name: str, store_path: Path, spec: DenseSpec, fing
     key = hashlib.sha256(json.dumps([cfg, fingerprint, spec.shard_size], sort_keys=True,
                                     default=str).encode()).hexdigest()[:16]
     cache = cache_base.with_name(f"{cache_base.name}-{key}")
-    docids: List[str] = []
-    reused = None
-    if precomputed:
-        docids = [d for d, _t in _docs(store_path)]
-        reused = _reusable(precomputed, cfg, docids)
-        if reused is None:
-            docids = []
+    store_ids = [d for d, _t in _docs(store_path)] if precomputed else []
+    reused = _reusable(precomputed, cfg, store_ids) if precomputed else None
+    docids: List[str] = store_ids if reused is not None else []  # else filled while encoding
 
     def texts():
         for docid, text in _docs(store_path):
