@@ -52,20 +52,38 @@ class ShardWriter:
 
 def run_indexer(input_dir: Path, index_dir: Path, threads: int = 2, impact: bool = False,
                 store_docvectors: bool = False, quiet: bool = True, append: bool = False,
-                meanwhile: Optional[Callable[[], None]] = None) -> float:
+                meanwhile: Optional[Callable[[], None]] = None, pretokenized: Optional[bool] = None) -> float:
     """Run Anserini IndexCollection in a child JVM; returns wall seconds.
-    With ``append`` the documents are added to the existing index.
+
+    ``impact``: an impact index (integer weights); ``pretokenized`` (default: as
+    ``impact``): the input terms are taken as they are, whitespace-split, with no
+    analysis. With ``append`` the documents are added to the index already in
+    ``index_dir``: Anserini accepts ``-append`` but opens its writer with
+    ``OpenMode.CREATE`` whatever it is told (1.7.1), which silently replaced the
+    whole index, so the new documents are indexed into a fresh index beside it and
+    merged in with Lucene's own ``IndexWriter.addIndexes`` (:func:`merge_into`).
     ``meanwhile`` runs in this process while the JVM indexes (its own work
     overlaps Lucene's); if it raises, the indexer is stopped."""
+    if append:
+        index_dir = Path(index_dir)
+        if not any(index_dir.glob("segments_*")):
+            raise RetrError(f"{index_dir}: no Lucene index to add documents to")
+        with tempfile.TemporaryDirectory(prefix=f".{index_dir.name}.new-", dir=index_dir.parent) as fresh:
+            dt = run_indexer(input_dir, Path(fresh), threads, impact, store_docvectors, quiet, False, meanwhile,
+                             pretokenized)
+            t0 = time.perf_counter()
+            merge_into(index_dir, [Path(fresh)])
+        return dt + time.perf_counter() - t0
+    pretokenized = impact if pretokenized is None else pretokenized
     cmd = [jvm.java_executable(), f"-Xmx{jvm.java_heap()}", "-cp", jvm.anserini_jar(),
            "io.anserini.index.IndexCollection",
-           "-collection", "JsonVectorCollection" if impact else "JsonCollection",
+           "-collection", "JsonVectorCollection" if (impact or pretokenized) else "JsonCollection",
            "-input", str(input_dir), "-index", str(index_dir),
            "-generator", "DefaultLuceneDocumentGenerator", "-threads", str(max(1, threads))]
-    if append:
-        cmd += ["-append"]
     if impact:
-        cmd += ["-impact", "-pretokenized"]
+        cmd += ["-impact"]
+    if pretokenized:
+        cmd += ["-pretokenized"]
     else:
         cmd += ["-storePositions"]
         if store_docvectors:
@@ -96,23 +114,56 @@ def run_indexer(input_dir: Path, index_dir: Path, threads: int = 2, impact: bool
     return dt
 
 
+def merge_into(index_dir: Path, sources: Sequence[Path]) -> int:
+    """Add every segment of the Lucene indexes in ``sources`` to the one in
+    ``index_dir`` and commit; returns the documents it then holds. The segments
+    are copied as they are (terms, norms, stored fields, doc values), so the
+    merged index scores exactly as one built from all the documents at once.
+    Until the commit the index in ``index_dir`` is unchanged: Lucene writes the
+    new segments beside the old ones and switches with its segments_N file."""
+    as_dir = jvm.autoclass("org.apache.lucene.store.FSDirectory").open
+    to_path = lambda p: jvm.autoclass("java.io.File")(str(p)).toPath()  # noqa: E731
+    IndexWriterConfig = jvm.autoclass("org.apache.lucene.index.IndexWriterConfig")
+    OpenMode = jvm.autoclass("org.apache.lucene.index.IndexWriterConfig$OpenMode")
+    cfg = IndexWriterConfig()
+    cfg.setOpenMode(OpenMode.APPEND)
+    target = as_dir(to_path(index_dir))
+    from jnius import cast
+
+    srcs = [cast("org.apache.lucene.store.Directory", as_dir(to_path(p))) for p in sources]
+    writer = jvm.autoclass("org.apache.lucene.index.IndexWriter")(target, cfg)
+    try:
+        writer.addIndexes(*srcs)
+        writer.commit()
+        n = int(writer.getDocStats().numDocs)
+    finally:
+        writer.close()
+        for d in srcs + [target]:
+            d.close()
+    return n
+
+
 def build_lucene(docs: Iterable[Tuple[str, object]], index_dir: Path, threads: int = 2, impact: bool = False,
                  store_docvectors: bool = False, quiet: bool = True, append: bool = False,
-                 meanwhile: Optional[Callable[[], None]] = None) -> Dict[str, object]:
-    """Index ``(docid, contents)`` pairs (or ``(docid, {term: int})`` with ``impact``);
-    ``append`` adds them to an existing index; ``meanwhile`` runs while the JVM indexes."""
+                 meanwhile: Optional[Callable[[], None]] = None, pretokenized: Optional[bool] = None
+                 ) -> Dict[str, object]:
+    """Index ``(docid, contents)`` pairs, or ``(docid, {term: int})`` with ``impact``
+    or ``pretokenized`` (see :func:`run_indexer`); ``append`` adds them to an
+    existing index; ``meanwhile`` runs while the JVM indexes."""
+    vectors = impact or bool(pretokenized)
+    Path(index_dir).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="retr-lucene-", dir=Path(index_dir).parent) as tmp:
         w = ShardWriter(Path(tmp), threads)
         try:
             for docid, payload in docs:
-                if impact:
+                if vectors:
                     w.add_vector(docid, payload)  # type: ignore[arg-type]
                 else:
                     w.add_text(docid, payload)  # type: ignore[arg-type]
         finally:
             w.close()
         seconds = run_indexer(Path(tmp), Path(index_dir), threads, impact, store_docvectors, quiet, append,
-                              meanwhile)
+                              meanwhile, pretokenized)
     return {"doc_count": w.count, "seconds": seconds}
 
 

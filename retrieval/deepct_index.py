@@ -19,9 +19,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
-import subprocess
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -32,7 +29,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from indexes import jvm
 from indexes import manifest as mf
 from indexes.errors import InputError, RetrError
-from indexes.lucene import ShardWriter
+from indexes.lucene import build_lucene
 from retrieval.progress import progress
 from retrieval.retrievers import RETRIEVERS
 from retrieval.types import Query
@@ -95,26 +92,8 @@ def _index_vectors(vectors, folder: Path, impact: bool, threads: int, append: bo
     """JsonVectorCollection -> Lucene; with ``impact`` an impact index, else a BM25
     index whose term frequencies are the weights (whitespace-analysed, pre-tokenised).
     ``append`` adds the documents to the index already in ``folder``."""
-    folder.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="retr-deepct-", dir=folder.parent) as tmp:
-        w = ShardWriter(Path(tmp), threads)
-        try:
-            for docid, vec in vectors:
-                w.add_vector(docid, vec)
-        finally:
-            w.close()
-        cmd = [jvm.java_executable(), f"-Xmx{jvm.java_heap()}", "-cp", jvm.anserini_jar(),
-               "io.anserini.index.IndexCollection", "-collection", "JsonVectorCollection",
-               "-input", tmp, "-index", str(folder), "-generator", "DefaultLuceneDocumentGenerator",
-               "-threads", str(max(1, threads)), "-pretokenized"] + (["-impact"] if impact else []) \
-            + (["-append"] if append else [])
-        t0 = time.perf_counter()
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
-                              env=dict(os.environ, JAVA_HOME=jvm.java_home()))
-        if proc.returncode != 0 or not any(folder.glob("segments_*")):
-            tail = "\n".join(proc.stdout.strip().splitlines()[-15:])
-            raise RetrError(f"Anserini indexing of DeepCT weights failed (exit {proc.returncode}):\n{tail}")
-        return time.perf_counter() - t0
+    return float(build_lucene(vectors, folder, threads=threads, impact=impact, pretokenized=True,
+                              append=append)["seconds"])
 
 
 class _Searcher:

@@ -30,6 +30,34 @@ def test_add_documents_to_bm25_and_dense(tmp_path, small_dense_index):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["IDX"]
 
 
+def _lucene_docs(path, impact=False):
+    from indexes.lucene import LuceneIndex
+
+    return LuceneIndex(path, impact=impact).num_docs
+
+
+def test_add_keeps_every_old_document_and_equals_a_fresh_build(tmp_path, small_corpus):
+    """The regression of `retr add` replacing the whole BM25 index with the new documents:
+    after an add, the old queries return their old top 10, Lucene holds every document,
+    and the run equals a fresh build over the old and new documents together."""
+    from retrieval.collections import read_corpus, read_queries
+
+    docs = list(read_corpus(small_corpus / "corpus.jsonl"))
+    old, new = docs[:300], docs[300:]
+    queries = list(read_queries(small_corpus / "queries.jsonl"))
+    idx = retrieval.build_index(old, tmp_path / "A", quiet=True)
+    idx2 = add_documents(idx, new, quiet=True)
+    assert len(idx2) == 400 == idx2.manifest["subindexes"]["bm25"]["doc_count"] == _lucene_docs(idx2.path / "bm25")
+    for d in old[::37] + new[::23]:  # every document is still there, old and new
+        assert idx2.get(d.docid) is not None
+        assert d.docid in [h.docid for h in idx2.search(d.contents[:300], k=10, text=False)]
+    fresh = retrieval.build_index(docs, tmp_path / "F", quiet=True).batch_search(queries, k=100)
+    grown = idx2.batch_search(queries, k=100)
+    for q in queries:
+        assert [h.docid for h in grown[q.qid]] == [h.docid for h in fresh[q.qid]], q.qid
+        assert [round(h.score, 4) for h in grown[q.qid]] == [round(h.score, 4) for h in fresh[q.qid]], q.qid
+
+
 def test_cli_add_rejects_bad_corpus_and_keeps_index(retr, tmp_path, small_corpus):
     path = tmp_path / "IDX"
     assert retr("index", "--corpus", small_corpus, "--index", path, "-q").returncode == 0
@@ -46,6 +74,7 @@ def test_cli_add_rejects_bad_corpus_and_keeps_index(retr, tmp_path, small_corpus
     assert "now 401" in r.stderr
     r = retr("search", "--index", path, "zebrafish fins", "--k", "1")
     assert "n1" in r.stdout
+    assert _lucene_docs(path / "bm25") == 401
 
 
 def test_add_to_a_pruned_folder_applies_its_estimator_and_threshold(retr, tmp_path, small_corpus):
@@ -77,3 +106,28 @@ def test_add_to_a_pruned_folder_applies_its_estimator_and_threshold(retr, tmp_pa
     build_pruned_index(small_corpus, tmp_path / "S", 0.3, str(tmp_path / "s.tsv"), quiet=True)
     r = retr("add", "--index", tmp_path / "S", "--corpus", new)
     assert r.returncode == 2 and r.stderr.startswith("retr: error:") and "scores file" in r.stderr
+
+
+def test_cli_add_to_scifact_keeps_the_old_top_10(retr, tmp_path, scifact_dir):
+    """The reproduction from the bug report, through the CLI: 50 Cranfield passages
+    added to a SciFact folder leave an unrelated query's top 10 as it was."""
+    cran = scifact_dir.parent / "cranfield" / "corpus.jsonl"
+    if not cran.exists():
+        pytest.skip(f"dataset not found: {cran}")
+    lines = cran.read_text(encoding="utf-8").splitlines()[:50]
+    new = tmp_path / "new.jsonl"
+    new.write_text("".join(json.dumps(dict(json.loads(l), _id="cran-" + json.loads(l)["_id"])) + "\n"
+                           for l in lines), encoding="utf-8")
+    path = tmp_path / "A"
+    assert retr("index", "--corpus", scifact_dir, "--index", path, "-q").returncode == 0
+    q = "aspirin colorectal cancer"
+    before = retrieval.open_index(path).search(q, k=10, text=False)
+    r = retr("add", "--index", path, "--corpus", new, "-q")
+    assert r.returncode == 0, r.stderr
+    idx = retrieval.open_index(path)
+    after = idx.search(q, k=10, text=False)
+    assert [h.docid for h in after] == [h.docid for h in before] and len(before) == 10
+    n = len(idx)
+    assert n == 5233 == idx.manifest["subindexes"]["bm25"]["doc_count"] == _lucene_docs(path / "bm25")
+    assert len(idx.docstore) == n
+    assert idx.search("aerodynamics of a wing in a slipstream", k=1)[0].docid == "cran-1"

@@ -299,6 +299,10 @@ def test_retr_add_grows_the_deepct_sub_index(tmp_path, tiny_beir, model_dir):
     with gzip.open(idx2.path / "deepct" / "weights.jsonl.gz", "rt", encoding="utf-8") as f:
         rows = [json.loads(l)["id"] for l in f]
     assert len(rows) == 92 and rows[-2:] == ["new-1", "new-2"]
+    from indexes.lucene import LuceneIndex
+
+    for v in m["deepct"]["config"]["variants"]:  # every variant holds the old documents and the new
+        assert LuceneIndex(idx2.path / "deepct" / v, impact=v.startswith("impact")).num_docs == 92, v
     for mode in ("impact", "bm25"):
         for scale in ("linear", "sqrt"):
             idx2.retriever("deepct").configure(mode=mode, scale=scale)
