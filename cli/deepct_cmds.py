@@ -41,8 +41,8 @@ def deepct(corpus, queries, qrels, output, base, epochs, lr, batch_size, max_len
 
     Resumable: if interrupted, run the same command again and it continues from
     OUTPUT/.checkpoint. Writes OUTPUT/deepct.json and README.md (the model card)."""
-    from retrieval.deepct_targets import QrelsWarning
-    from retrieval.train_deepct import TrainConfig, train_deepct
+    from retrieval.deepct.targets import QrelsWarning
+    from retrieval.deepct.train import TrainConfig, train_deepct
 
     if (queries is None) != (qrels is None):
         raise click.UsageError("give both --queries and --qrels, or neither (with --title only)")

@@ -14,7 +14,7 @@ _MODEL_HELP = "Local Hugging Face model folder, or a bundled model: minilm, spla
 
 
 def _encoder(model, pooling, layer_head, device, max_length, quiet, states=None):
-    from retrieval.encoders.dense import DenseEncoder
+    from retrieval.dense.encoder import DenseEncoder
     return DenseEncoder(model, pooling=pooling, ditto_layer_head=layer_head, ditto_states=states, device=device,
                         max_length=max_length, quiet=quiet)
 
@@ -47,8 +47,8 @@ def ditto_select(model, max_pairs, sts_dir, text, batch_size, max_length, device
     choice is stored under $RETR_HOME/ditto/<weights-hash>.json (RETR_HOME defaults to
     ~/.cache/retr), where `--pooling ditto` finds it for this model from then on.
     """
-    from retrieval import sts
-    from retrieval.encoders.pooling import DITTO_STATES
+    from retrieval.dense import sts
+    from retrieval.dense.pooling import DITTO_STATES
 
     enc = _encoder(model, "mean", None, device, max_length, quiet)
     rec = sts.select_ditto_head(enc, max_pairs=max_pairs, text=text, sts_dir=sts_dir, batch_size=batch_size,
@@ -87,8 +87,8 @@ def ditto_select(model, max_pairs, sts_dir, text, batch_size, max_length, device
 def sts(model, poolings, layer, head, states, sets, text, sts_dir, batch_size, max_length, device, output, quiet):
     """Spearman x100 on STS12-16 ("all"), STS-B test and SICK-R test, and their average."""
     from indexes.errors import InputError
-    from retrieval import sts as sts_mod
-    from retrieval.encoders.pooling import canonical_name
+    from retrieval.dense import sts as sts_mod
+    from retrieval.dense.pooling import canonical_name
 
     poolings = [canonical_name(p) for p in poolings]
     if (layer is None) != (head is None):

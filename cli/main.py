@@ -74,15 +74,15 @@ def index_cmd(corpus, index_dir, k1, b, dense_model, deepct_model, deepct_mode, 
     and DeepCT sub-indexes, optionally pruned by passage quality) from a
     corpus. On an existing folder built from the same corpus, add the
     requested sub-indexes to it."""
-    from retrieval.index import index_corpus
-    from retrieval.subindexes import DenseSpec
+    from retrieval.writer import index_corpus
+    from retrieval.dense.subindex import DenseSpec
 
     spec = dspec = None
     if dense_model is not None:
         spec = DenseSpec(model=None if dense_model == "minilm" else dense_model, pooling=pooling, factory=factory,
                          dtype=dtype, device=device, batch_size=batch_size)
     if deepct_model is not None:
-        from retrieval.deepct_index import DeepCTSpec
+        from retrieval.deepct.subindex import DeepCTSpec
         dspec = DeepCTSpec(model=str(deepct_model), mode=deepct_mode, scale=deepct_scale, device=device,
                            batch_size=batch_size)
     if quality is not None and prune is None:
@@ -109,7 +109,7 @@ def add_cmd(index_dir, corpus, threads, empty, quiet):
     """Add documents to every sub-index of an existing folder (all or nothing).
     A folder pruned by passage quality scores them first and adds those that
     reach its threshold."""
-    from retrieval.append import add_documents
+    from retrieval.writer import add_documents
     from retrieval.index import open_index
 
     idx = open_index(index_dir)
@@ -172,17 +172,9 @@ def search_cmd(text, index_dir, queries, output, fmt, qrels, split, retriever, f
     idx = open_index(index_dir)
     pipeline = idx.pipeline(retriever, fusion)
     if deepct_mode or deepct_scale:
-        dc = [n for n in pipeline.retrievers if getattr(idx.retriever(n), "kind", None) == "deepct"]
-        if not dc:
-            raise InputError(f"--deepct-mode/--deepct-scale apply to DeepCT retrievers, and {pipeline} has none")
-        for n in dc:
-            idx.retriever(n).configure(mode=deepct_mode, scale=deepct_scale)
+        idx.configure(str(pipeline), mode=deepct_mode, scale=deepct_scale)
     if k1 is not None or b is not None:
-        bm25 = [n for n in pipeline.retrievers if hasattr(idx.retriever(n), "configure")]
-        if not bm25:
-            raise InputError(f"--k1/--b apply to BM25 retrievers, and {pipeline} has none")
-        for n in bm25:
-            idx.retriever(n).configure(k1=k1, b=b)
+        idx.configure(str(pipeline), k1=k1, b=b)
     spec = str(pipeline)
     from cli.dimsel_cmds import dimsel_options
 
@@ -280,7 +272,7 @@ def tune_cmd(index_dir, queries, qrels, retriever, metric, depth, threads, dry_r
 def deepct_tune_cmd(index_dir, name, mode, scale, quiet):
     """Choose a DeepCT sub-index's defaults again (mode, weight scale, k1/b, then the
     bm25+NAME fusion) on its model's held-out training queries, without re-encoding."""
-    from retrieval.deepct_index import retune_deepct
+    from retrieval.deepct.subindex import retune_deepct
     from retrieval.index import open_index
 
     idx = retune_deepct(open_index(index_dir), name, mode=mode, scale=scale, quiet=quiet)

@@ -1,6 +1,6 @@
 """faiss vector index with a docid map: build, add, save, open (memory-mapped), search.
 
-Model-free: it stores and searches vectors; the encoder lives in ``retrieval.encoders``.
+Model-free: it stores and searches vectors; the encoders live in ``retrieval.dense``.
 Scores are inner products (cosine when the vectors are L2-normalised, as DenseEncoder makes them).
 
 Usage::

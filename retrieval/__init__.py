@@ -15,14 +15,17 @@ __version__ = "0.1.0"
 
 def __getattr__(name):
     # Lazy: `import retrieval` stays cheap (no JVM, no torch) until an index is used.
-    if name in ("open_index", "build_index", "Index"):
+    if name in ("open_index", "Index"):
         from retrieval import index as _index
         return getattr(_index, name)
+    if name in ("build_index", "index_corpus", "add_documents"):
+        from retrieval import writer as _writer
+        return getattr(_writer, name)
     if name in ("read_corpus", "read_queries"):
         from retrieval import collections as _c
         return getattr(_c, name)
     raise AttributeError(f"module 'retrieval' has no attribute {name!r}")
 
 
-__all__ = ["Document", "Query", "Hit", "open_index", "build_index", "Index",
+__all__ = ["Document", "Query", "Hit", "open_index", "build_index", "index_corpus", "add_documents", "Index",
            "read_corpus", "read_queries", "RetrError", "InputError", "IndexFormatError"]

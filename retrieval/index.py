@@ -1,4 +1,5 @@
-"""The index folder as one object: build it, open it, search it.
+"""The reader: open an index folder and search it. Every change to a folder
+(build, add, ...) is in :mod:`retrieval.writer`; this module imports no builder.
 
     INDEX/manifest.json   config, counts, versions, sub-indexes (see indexes.manifest)
     INDEX/docs.sqlite     document store (title, text, metadata)
@@ -7,19 +8,17 @@
 """
 from __future__ import annotations
 
-import hashlib
 import threading
 import time
 from pathlib import Path
-from typing import AbstractSet, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Union
 
 from indexes import manifest as mf
-from indexes.docstore import DocStore, DocStoreWriter
+from indexes.docstore import DocStore
 from indexes.errors import IndexFormatError, InputError
-from retrieval.collections import count_lines, read_corpus
 from retrieval.fusion import Pipeline, fuse, parse_pipeline
+from retrieval.kinds import kind_of
 from retrieval.progress import progress
-from retrieval.subindexes import DenseSpec, build_dense
 from retrieval.types import Document, Hit, Query
 
 DOCSTORE = "docs.sqlite"
@@ -29,201 +28,6 @@ DEPTH = 100  # candidates each fused retriever returns, at least (more when k is
 def _tick(timings: Optional[Dict[str, float]], stage: str, t0: float) -> None:
     if timings is not None:
         timings[stage] = timings.get(stage, 0.0) + time.perf_counter() - t0
-
-
-def _fingerprint_update(h, doc: Document) -> None:
-    h.update(doc.docid.encode())
-    h.update(b"\x00")
-    h.update(doc.contents.encode())
-    h.update(b"\x01")
-
-
-def build_index(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[str, Path], *,
-                k1: float = 0.9, b: float = 0.4, threads: int = 2, overwrite: bool = False,
-                store_docvectors: bool = False, empty: str = "error", dense: Optional[DenseSpec] = None,
-                quiet: bool = False, keep: Union[AbstractSet[str], Callable[[Document], bool], None] = None,
-                pruning: Optional[dict] = None, dense_vectors: Optional[dict] = None) -> "Index":
-    """Build an index folder with a document store and a Lucene BM25 sub-index.
-
-    ``corpus`` is a path (BEIR folder, JSONL, TSV, .gz) or an iterable of
-    :class:`Document`. ``empty`` is the policy for documents without text
-    (``error``, ``skip`` or ``keep``). With ``dense`` a dense sub-index is
-    built too. The folder appears only when every sub-index is built.
-
-    ``keep`` (a set of docids or a predicate on :class:`Document`) filters the
-    document stream: other documents enter no sub-index and no document store,
-    so they are never encoded (static pruning, see :mod:`retrieval.quality`).
-    The corpus fingerprint still covers every document. ``pruning`` is recorded
-    in the manifest as-is, with the number of documents dropped added.
-    ``dense_vectors`` (see :func:`retrieval.subindexes.build_dense`) are vectors
-    already computed for the documents, used when their encoder is ``dense``'s.
-    """
-    from indexes.lucene import build_lucene
-
-    index_dir = Path(index_dir)
-    if dense is not None:
-        dense.validate()  # fail on a bad option before reading the corpus
-    source = str(corpus) if isinstance(corpus, (str, Path)) else "<python iterable>"
-    total = count_lines(corpus) if isinstance(corpus, (str, Path)) else None
-    skipped: List[str] = []
-    docs = (read_corpus(corpus, empty=empty, skipped=skipped) if isinstance(corpus, (str, Path))
-            else _checked(corpus))
-    t0 = time.perf_counter()
-    with mf.atomic_folder(index_dir, overwrite=overwrite) as tmp:
-        store = DocStoreWriter(tmp / DOCSTORE)
-        h = hashlib.sha256()
-        kept = keep if keep is None or callable(keep) else (lambda d, ids=keep: d.docid in ids)
-        dropped = [0]
-
-        # A corpus file is read twice: the first pass validates, fingerprints and
-        # writes Anserini's input; the document store is filled by the second
-        # pass while the JVM indexes, so the two overlap. A Python iterable can
-        # be read once only, so it fills the store in the first pass.
-        from_file = isinstance(corpus, (str, Path))
-
-        def stream():
-            for doc in progress(docs, total=total, desc="reading corpus", unit="doc", quiet=quiet):
-                _fingerprint_update(h, doc)
-                if kept is not None and not kept(doc):
-                    dropped[0] += 1
-                    continue
-                if not from_file:
-                    store.add(doc.docid, doc.title, doc.text, doc.metadata or None)
-                yield doc.docid, doc.contents
-
-        def fill_store():
-            for doc in read_corpus(corpus, empty=empty, check_duplicates=False):
-                if kept is None or kept(doc):
-                    store.add(doc.docid, doc.title, doc.text, doc.metadata or None)
-
-        (tmp / "bm25").mkdir()
-        try:
-            info = build_lucene(stream(), tmp / "bm25", threads=threads, store_docvectors=store_docvectors,
-                                quiet=quiet, meanwhile=fill_store if from_file else None)
-        finally:
-            n_docs = store.close()
-        if n_docs == 0:
-            raise InputError("corpus has no documents", source)
-        if n_docs != int(info["doc_count"]):
-            raise InputError(f"the corpus changed while it was being indexed ({info['doc_count']} documents "
-                             f"in the first pass, {n_docs} in the second)", source)
-        m = mf.new_manifest({"threads": threads, "empty": empty})
-        m["corpus"] = {"source": source, "doc_count": n_docs, "fingerprint": "sha256:" + h.hexdigest(),
-                       "skipped_empty": len(skipped)}
-        m["docstore"] = {"path": DOCSTORE, "doc_count": n_docs}
-        if keep is not None or pruning is not None:
-            m["pruning"] = {**(pruning or {}), "dropped": dropped[0], "kept": n_docs}
-        m["subindexes"]["bm25"] = {
-            "kind": "bm25", "path": "bm25", "built_at": mf.now(), "doc_count": int(info["doc_count"]),
-            "config": {"k1": k1, "b": b, "analyzer": "anserini-default-english", "store_docvectors": store_docvectors},
-            "model": None, "build_seconds": round(time.perf_counter() - t0, 3),
-        }
-        if dense is not None:
-            m["subindexes"]["dense"] = build_dense(tmp / "dense", "dense", tmp / DOCSTORE, dense,
-                                                   m["corpus"]["fingerprint"], _cache_base(index_dir), quiet,
-                                                   precomputed=dense_vectors)
-        mf.write_manifest(tmp, m)
-    return Index.open(index_dir)
-
-
-def _cache_base(index_dir: Path) -> Path:
-    # Keyed by the final folder name, so a rerun after a crash (another pid) resumes the encoding.
-    return index_dir.parent / f".{index_dir.name.split('.tmp-')[0]}.encode"
-
-
-def index_corpus(corpus: Union[str, Path], index_dir: Union[str, Path], *, dense: Optional[DenseSpec] = None,
-                 deepct=None, prune: Optional[float] = None, quality: Optional[str] = None,
-                 k1: float = 0.9, b: float = 0.4, threads: int = 2, overwrite: bool = False,
-                 empty: str = "error", store_docvectors: bool = False, quiet: bool = False) -> "Index":
-    """What `retr index` does, as one call.
-
-    - A new folder (or ``overwrite``) gets the document store, BM25 and every
-      requested sub-index (``dense``: a :class:`DenseSpec`; ``deepct``: a
-      ``retrieval.deepct_index.DeepCTSpec``), optionally pruned to the top
-      ``1 - prune`` share by the ``quality`` estimator. All of it is built in
-      a staging folder that replaces ``index_dir`` only when everything succeeded.
-    - An existing folder built from the same corpus (same fingerprint) gains
-      the requested sub-indexes; ``overwrite`` then rebuilds those only.
-    """
-    index_dir = Path(index_dir)
-    if dense is not None:
-        dense.validate()
-    if deepct is not None:
-        deepct.validate()
-    if quality is not None and prune is None:
-        raise InputError("a quality estimator only applies with a pruning share (prune=P, --prune P)")
-    if prune is not None:
-        from retrieval.quality import check_share
-        check_share(prune)
-    existing = (index_dir / "manifest.json").exists()
-    adding = existing and prune is None and (dense is not None or deepct is not None)
-    if existing and not adding and not overwrite:
-        hint = "pass --overwrite to rebuild it" + (" pruned" if prune is not None else
-                                                     ", or --dense / --deepct to add a sub-index")
-        raise InputError(f"index folder already exists; {hint}", index_dir)
-    if adding:
-        idx = Index.open(index_dir)
-        fp, _ = corpus_fingerprint(corpus, empty=idx.manifest.get("config", {}).get("empty", "error"))
-        if fp != idx.manifest["corpus"]["fingerprint"]:
-            raise InputError("was built from a different corpus; pass a new --index or rebuild it with --overwrite",
-                             index_dir)
-        if dense is not None:
-            idx = add_dense(idx, dense, overwrite=overwrite, quiet=quiet)
-        if deepct is not None:
-            from retrieval.deepct_index import add_deepct
-            idx = add_deepct(idx, deepct, overwrite=overwrite, quiet=quiet)
-        return idx
-    kw = dict(k1=k1, b=b, threads=threads, overwrite=True, store_docvectors=store_docvectors, empty=empty,
-              dense=dense, quiet=quiet)
-    with mf.atomic_folder(index_dir, overwrite=overwrite) as stage:
-        if prune is not None:
-            from retrieval.quality import build_pruned_index
-            idx = build_pruned_index(corpus, stage, prune, quality, **kw)
-        else:
-            idx = build_index(corpus, stage, **kw)
-        if deepct is not None:
-            from retrieval.deepct_index import add_deepct
-            add_deepct(idx, deepct, quiet=quiet)
-    return Index.open(index_dir)
-
-
-def corpus_fingerprint(corpus: Union[str, Path], empty: str = "error") -> Tuple[str, int]:
-    """The fingerprint ``build_index`` records, without building anything."""
-    h = hashlib.sha256()
-    n = 0
-    for doc in read_corpus(corpus, empty=empty):
-        _fingerprint_update(h, doc)
-        n += 1
-    return "sha256:" + h.hexdigest(), n
-
-
-def add_dense(index: "Index", spec: DenseSpec, name: str = "dense", overwrite: bool = False,
-              quiet: bool = False) -> "Index":
-    """Add a dense sub-index to an existing folder, from its document store.
-    It becomes visible only when the manifest that lists it is swapped in."""
-    spec.validate()
-    if name in index.manifest["subindexes"] and not overwrite:
-        raise InputError(f"index already has a {name!r} sub-index (pass --overwrite to rebuild it)", index.path)
-    with mf.staged_subindex(index.path, name) as tmp:
-        entry = build_dense(tmp, name, index.path / DOCSTORE, spec, index.manifest["corpus"]["fingerprint"],
-                            _cache_base(index.path), quiet)
-    mf.add_subindex_entry(index.path, name, entry)
-    return Index.open(index.path)
-
-
-def _checked(docs: Iterable[Document]) -> Iterable[Document]:
-    seen = set()
-    for i, d in enumerate(docs, 1):
-        if not isinstance(d, Document):
-            raise InputError(f"item {i} is a {type(d).__name__}, expected retrieval.Document")
-        if not d.docid or any(c.isspace() for c in d.docid):
-            raise InputError(f"item {i}: invalid document id {d.docid!r}")
-        if d.docid in seen:
-            raise InputError(f"item {i}: duplicate document id {d.docid!r}")
-        if not d.contents.strip():
-            raise InputError(f"item {i}: document {d.docid!r} has empty text")
-        seen.add(d.docid)
-        yield d
 
 
 class Index:
@@ -275,8 +79,6 @@ class Index:
         return self._docstore
 
     def retriever(self, name: str):
-        from retrieval.retrievers import RETRIEVERS
-
         with self._lock:
             r = self._retrievers.get(name)
             if r is None:
@@ -285,12 +87,32 @@ class Index:
                     raise InputError(f"index has no {name!r} sub-index (it has: {', '.join(entries) or 'none'})",
                                      self.path)
                 entry = entries[name]
-                cls = RETRIEVERS.get(entry["kind"])
-                if cls is None:
-                    raise IndexFormatError(f"{self.path}: unknown sub-index kind {entry['kind']!r}")
-                r = cls(self.path / entry["path"], entry)
+                r = kind_of(entry).retriever(self.path / entry["path"], entry)
                 self._retrievers[name] = r
             return r
+
+    def configure(self, retriever: str = "bm25", **options) -> List[str]:
+        """Set search options (``k1``, ``b``; DeepCT's ``mode``, ``scale``, ``query``) on every
+        member of the pipeline ``retriever`` whose retriever takes them (its ``options``);
+        options left None are kept. Returns the names configured; an option that no
+        member takes is an error, naming the pipeline."""
+        given = {k: v for k, v in options.items() if v is not None}
+        if not given:
+            return []
+        p = self.pipeline(retriever)
+        done = []
+        for key in given:
+            takers = [n for n in p.retrievers if key in getattr(self.retriever(n), "options", ())]
+            if not takers:
+                what = {"k1": "--k1/--b", "b": "--k1/--b", "mode": "--deepct-mode/--deepct-scale",
+                        "scale": "--deepct-mode/--deepct-scale"}.get(key, key)
+                who = "BM25" if key in ("k1", "b") else "DeepCT"
+                raise InputError(f"{what} apply to {who} retrievers, and {p} has none")
+            done += [n for n in takers if n not in done]
+        for n in done:
+            r = self.retriever(n)
+            r.configure(**{k: v for k, v in given.items() if k in r.options})
+        return done
 
     # -- search --------------------------------------------------------
     def pipeline(self, retriever: str = "bm25", fusion: Optional[str] = None) -> Pipeline:
@@ -314,7 +136,7 @@ class Index:
         ``bm25+dense`` or ``bm25+dense:rrf(k=60)`` (see :mod:`retrieval.fusion`);
         fused retrievers each return ``max(k, depth or 100)`` candidates.
         ``timings``, when given, accumulates seconds per stage. ``dimsel``: query-aware
-        dimension selection on the dense retriever(s) (see :func:`retrieval.dimsel.wrap`)."""
+        dimension selection on the dense retriever(s) (see :func:`retrieval.dense.dimsel.wrap`)."""
         if not isinstance(query, str) or not query.strip():
             raise InputError("query text is empty")
         _check_k(k)
@@ -358,13 +180,12 @@ class Index:
 
     def _pick(self, name: str, dimsel=None, fused: bool = False):
         """The retriever for ``name``; with ``dimsel`` (a mode name, a dict of options or a
-        retrieval.dimsel.DimSel) the dense one searches with masked query vectors. In a fused
-        pipeline only the dense members are wrapped."""
-        if dimsel is None or (fused and self.manifest["subindexes"][name].get("kind") != "dense"):
+        retrieval.dense.dimsel.DimSel) the dense one searches with masked query vectors. In a fused
+        pipeline only the members whose kind takes dimension selection are wrapped."""
+        kind = kind_of(self.manifest["subindexes"][name])
+        if dimsel is None or (fused and not kind.dimsel):
             return self.retriever(name)
-        from retrieval.dimsel import wrap
-
-        return wrap(self, name, dimsel)
+        return kind.with_dimsel(self, name, dimsel)
 
     def _result(self, p: Pipeline, lists, k, text, qid, timings) -> List[Hit]:
         if not p.fused:

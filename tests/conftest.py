@@ -63,8 +63,8 @@ def small_dense_index(tmp_path_factory, small_corpus):
     """BM25 + MiniLM dense (mean pooling) over the 400 passages; the dense
     sub-index is added to the existing folder, as `retr index --dense` does."""
     import retrieval
-    from retrieval.index import add_dense
-    from retrieval.subindexes import DenseSpec
+    from retrieval.writer import add_dense
+    from retrieval.dense.subindex import DenseSpec
 
     path = tmp_path_factory.mktemp("dense") / "IDX"
     idx = retrieval.build_index(small_corpus, path, quiet=True)

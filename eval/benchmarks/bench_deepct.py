@@ -62,7 +62,7 @@ def vaswani_split(col, seed=7):
 
 
 def train(col, folder, kwargs, data):
-    from retrieval.train_deepct import TrainConfig, train_deepct
+    from retrieval.deepct.train import TrainConfig, train_deepct
 
     out = MODELS / folder
     if (out / "deepct.json").exists():
@@ -85,7 +85,7 @@ def throughput(model_dir, texts):
     mapping and max-pooling), one truncating each passage at max_length (what a naive loop does)."""
     import torch
 
-    from retrieval.encoders.deepct import DeepCTEncoder, pad_batch
+    from retrieval.deepct.model import DeepCTEncoder, pad_batch
 
     enc = DeepCTEncoder(model_dir, threads=1)
     enc.encode(texts[:8])  # warm caches, JVM
@@ -132,7 +132,8 @@ def latency(idx, names, qs, n=100):
 
 
 def run_collection(col, threads, rebuild=False, retune=False):
-    from retrieval.deepct_index import DeepCTSpec, add_deepct, retune_deepct
+    from retrieval.deepct.subindex import DeepCTSpec, retune_deepct
+    from retrieval.writer import add_deepct
 
     from common import bench_index
 
@@ -153,7 +154,7 @@ def run_collection(col, threads, rebuild=False, retune=False):
     for sub, folder, kwargs, data in plans(col.name):
         t0 = time.perf_counter()
         card = train(col, folder, kwargs, data)
-        from retrieval.encoders.deepct import deepct_hash
+        from retrieval.deepct.model import deepct_hash
         stale = sub in idx.retrievers and \
             idx.manifest["subindexes"][sub].get("model", {}).get("sha256") != deepct_hash(MODELS / folder)
         stale = stale or (rebuild and sub in idx.retrievers)

@@ -24,10 +24,10 @@ from common import COLLECTIONS, RESULTS, bench_index, by_name, machine, md_table
 
 from eval import evaluate
 from eval.significance import compare
-from retrieval import sts
-from retrieval.encoders import ditto_store
-from retrieval.encoders.dense import DenseEncoder
-from retrieval.encoders.pooling import get_pooler
+from retrieval.dense import sts
+from retrieval.dense import ditto_store
+from retrieval.dense.encoder import DenseEncoder
+from retrieval.dense.pooling import get_pooler
 
 MEASURES = ["nDCG@10", "R@100", "R@1000"]
 POOLINGS = ("mean", "cls", "first-last", "ditto", "ditto-fl")

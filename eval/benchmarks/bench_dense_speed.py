@@ -30,7 +30,7 @@ import torch
 from common import DATA, RESULTS, machine, md_table, write_results
 
 from indexes.faiss_index import FaissIndex
-from retrieval.encoders.dense import DenseEncoder
+from retrieval.dense.encoder import DenseEncoder
 
 DIM = 384
 _GEN = {}

@@ -18,8 +18,8 @@ from common import bench_index, by_name, machine, md_table, write_results
 from tqdm import tqdm
 
 from eval import evaluate
-from retrieval.encoders.dense import DenseEncoder
-from retrieval.encoders.pooling import DITTO_STATES, ditto_all_heads, mean_pool
+from retrieval.dense.encoder import DenseEncoder
+from retrieval.dense.pooling import DITTO_STATES, ditto_all_heads, mean_pool
 
 
 def encode_all_heads(enc: DenseEncoder, texts, quiet=False) -> dict:

@@ -86,7 +86,8 @@ def main():
     from eval.io import read_qrels
     from indexes.faiss_index import FaissIndex, gpu_available
     from retrieval.collections import read_corpus, read_queries
-    from retrieval.encoders.dense import DenseEncoder, pick_device
+    from retrieval.dense.encoder import DenseEncoder
+    from retrieval.models import pick_device
 
     sf = Path(args.scifact)
     docs = list(read_corpus(sf))[:args.limit or None]

@@ -62,7 +62,7 @@ def _vectors(idx, docids):
 
 def _features(idx, docs, X):
     """The learned estimator's features, from the stored (normalised MiniLM) vectors."""
-    from retrieval.encoders.dense import DenseEncoder
+    from retrieval.dense.encoder import DenseEncoder
     enc = DenseEncoder(None, quiet=True)
     toks = enc.tokenize([d.contents for d in docs])
     return np.hstack([X, np.log1p([len(t) for t in toks])[:, None]]).astype(np.float64)
@@ -156,7 +156,7 @@ def deepct_weight_scores(idx, sub, docs, stat):
     """deepct-mass / deepct-max from the raw term weights the DeepCT sub-index stored when it encoded
     the corpus: the numbers the estimator would compute with the same model (rounded to 1e-5)."""
     import gzip
-    from retrieval.deepct_index import WEIGHTS_FILE
+    from retrieval.deepct.subindex import WEIGHTS_FILE
     got = {}
     with gzip.open(idx.path / idx.manifest["subindexes"][sub]["path"] / WEIGHTS_FILE, "rt") as fh:
         for line in fh:
@@ -340,9 +340,8 @@ def folder_bytes(p: Path) -> int:
 def savings(col, p, estimators):
     """Real end-to-end builds (BM25 + dense, with encoding), unpruned vs pruned with each
     estimator at share ``p``, all in one run; ratios pruned / unpruned."""
-    from retrieval.index import build_index
-    from retrieval.quality import build_pruned_index
-    from retrieval.subindexes import DenseSpec
+    from retrieval.writer import build_index, build_pruned_index
+    from retrieval.dense.subindex import DenseSpec
     root = QDIR / "savings"
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)

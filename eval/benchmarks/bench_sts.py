@@ -14,9 +14,9 @@ import time
 import numpy as np
 from common import machine, md_table, write_results
 
-from retrieval import sts
-from retrieval.encoders.pooling import get_pooler
-from retrieval.encoders.dense import DenseEncoder
+from retrieval.dense import sts
+from retrieval.dense.pooling import get_pooler
+from retrieval.dense.encoder import DenseEncoder
 
 POOLINGS = ["mean", "cls", "first-last", "ditto"]
 AUTHORS = "authors' ditto vs first-last"
@@ -45,7 +45,7 @@ def main():
           "\"all\" aggregation (one correlation over the concatenated subsets), STS-B and SICK-R their test split.",
           "`senteval` = SentEval's tokenised text (what published SimCSE/Ditto numbers use), `raw` = original text.",
           "Ditto's (layer, head) and token states (first-last average or last layer) are chosen together on STS-B dev "
-          "(1500 pairs, same text variant) by `retrieval.sts.select_ditto_head`; `ditto-fl` is the authors' first-last "
+          "(1500 pairs, same text variant) by `retrieval.dense.sts.select_ditto_head`; `ditto-fl` is the authors' first-last "
           "Ditto at its best head on STS-B dev.",
           "Reproduce: `.venv/bin/python eval/benchmarks/bench_sts.py`.", ""]
     for m in a.models:

@@ -96,8 +96,8 @@ def bench_index(col: Collection, dense: Sequence[str] = ()):
     by every benchmark): BM25 plus the requested dense sub-indexes, named
     ``dense`` (MiniLM, mean pooling) or ``dense-<pooling>`` (MiniLM)."""
     import retrieval
-    from retrieval.index import add_dense
-    from retrieval.subindexes import DenseSpec
+    from retrieval.writer import add_dense
+    from retrieval.dense.subindex import DenseSpec
 
     import fcntl
 

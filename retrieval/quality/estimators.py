@@ -123,7 +123,7 @@ class DenseNorm(Estimator):
         self._enc = None
 
     def _score(self, texts, batch_size, quiet):
-        from retrieval.encoders.dense import DenseEncoder
+        from retrieval.dense.encoder import DenseEncoder
 
         if self._enc is None:
             self._enc = DenseEncoder(self.model, pooling=self.pooling, device=self.device, normalize=False,
@@ -164,8 +164,8 @@ class PseudoPerplexity(Estimator):
         self._m = None
 
     def _load(self):
-        from retrieval.encoders.dense import _quiet_transformers, pick_device
-        from retrieval.encoders.models import resolve_model_path
+        from retrieval.models import _quiet_transformers, pick_device
+        from retrieval.models import resolve_model_path
 
         _quiet_transformers()
         from transformers import AutoModelForMaskedLM, AutoTokenizer
@@ -260,7 +260,7 @@ class DeepCTWeight(Estimator):
         self._enc = None
 
     def _score(self, texts, batch_size, quiet):
-        from retrieval.encoders.deepct import DeepCTEncoder
+        from retrieval.deepct.model import DeepCTEncoder
 
         if self._enc is None:
             self._enc = DeepCTEncoder(self.model, device=self.device, batch_size=batch_size)

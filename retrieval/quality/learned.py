@@ -34,7 +34,7 @@ class _Features:
 
     def __init__(self, body: str = "minilm", device: str = "auto", max_length: Optional[int] = None,
                  normalize: bool = True):
-        from retrieval.encoders.dense import DenseEncoder
+        from retrieval.dense.encoder import DenseEncoder
 
         self.enc = DenseEncoder(body, pooling="mean", normalize=normalize, device=device, max_length=max_length,
                                 quiet=True)

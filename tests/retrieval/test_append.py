@@ -4,7 +4,7 @@ import pytest
 
 import retrieval
 from indexes.errors import InputError
-from retrieval.append import add_documents
+from retrieval.writer import add_documents
 from retrieval.types import Document
 
 
@@ -78,7 +78,8 @@ def test_cli_add_rejects_bad_corpus_and_keeps_index(retr, tmp_path, small_corpus
 
 
 def test_add_to_a_pruned_folder_applies_its_estimator_and_threshold(retr, tmp_path, small_corpus):
-    from retrieval.quality import build_pruned_index, score_corpus, write_scores
+    from retrieval.quality import score_corpus, write_scores
+    from retrieval.writer import build_pruned_index
 
     idx = build_pruned_index(small_corpus, tmp_path / "P", 0.3, "length", quiet=True)
     pr = idx.manifest["pruning"]

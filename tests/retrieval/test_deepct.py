@@ -37,7 +37,7 @@ def tiny_beir(tmp_path_factory, scifact_dir):
 
 
 def _cfg(**kw):
-    from retrieval.train_deepct import TrainConfig
+    from retrieval.deepct.train import TrainConfig
 
     base = dict(base="splade-tiny", epochs=3, lr=1e-3, batch_size=8, max_length=64, dev_fraction=0.0,
                 max_windows=1, checkpoint_every=1000)
@@ -60,7 +60,7 @@ def model_dir(tmp_path_factory, tiny_beir):
 
 # ------------------------------------------------------------------------------------- targets
 def test_query_term_recall_on_hand_made_example():
-    from retrieval.deepct_targets import QrelsWarning, query_term_recall
+    from retrieval.deepct.targets import QrelsWarning, query_term_recall
 
     docs = {"d1": "Cats chase the mice quickly.", "d2": "The dog barks."}
     queries = {"q1": "cat chasing", "q2": "Mice!", "q3": "dog", "q4": "unknown doc"}
@@ -76,7 +76,7 @@ def test_query_term_recall_on_hand_made_example():
 
 
 def test_title_weak_supervision_uses_title_as_pseudo_query():
-    from retrieval.deepct_targets import title_targets
+    from retrieval.deepct.targets import title_targets
     from retrieval.types import Document
 
     docs = [Document("a", "wing flutter . the flutter of wings at high speed", "Wing flutter ."),
@@ -88,7 +88,7 @@ def test_title_weak_supervision_uses_title_as_pseudo_query():
 
 
 def test_terms_match_the_bm25_analyzer_on_words():
-    from retrieval.deepct_targets import analyzer
+    from retrieval.deepct.targets import analyzer
 
     an = analyzer()
     assert an.terms("The Diffusion-weighted MRIs, café!") == ["diffus", "weight", "mri", "cafe"]
@@ -96,7 +96,7 @@ def test_terms_match_the_bm25_analyzer_on_words():
 
 # ------------------------------------------------------------------------------------- impacts
 def test_impacts_are_integers_and_follow_the_rules():
-    from retrieval.encoders.deepct import to_impacts
+    from retrieval.deepct.model import to_impacts
 
     w = {"a": 0.004, "b": 0.5, "c": -0.2, "d": 1.234, "e": 0.00499}
     lin = to_impacts(w)
@@ -109,7 +109,7 @@ def test_impacts_are_integers_and_follow_the_rules():
 
 
 def test_encoder_takes_first_piece_max_over_repeats_and_windows(model_dir):
-    from retrieval.encoders.deepct import DeepCTEncoder
+    from retrieval.deepct.model import DeepCTEncoder
 
     enc = DeepCTEncoder(model_dir, max_length=24, threads=1)  # 22 pieces per window
     words = [f"zz{i}x" for i in range(60)]  # several pieces each: many windows
@@ -127,7 +127,7 @@ def test_encoder_takes_first_piece_max_over_repeats_and_windows(model_dir):
 def test_training_lowers_loss_is_deterministic_and_resumes(tmp_path, tiny_beir):
     from safetensors.torch import load_file
 
-    from retrieval.train_deepct import train_deepct
+    from retrieval.deepct.train import train_deepct
 
     args = (tiny_beir, )
     kw = dict(queries=tiny_beir / "queries.jsonl", qrels=tiny_beir / "qrels" / "train.tsv", quiet=True)
@@ -156,7 +156,7 @@ def test_training_lowers_loss_is_deterministic_and_resumes(tmp_path, tiny_beir):
 
 # ------------------------------------------------------------------------------- sub-index
 def test_heavily_weighted_term_is_returned_first(tmp_path):
-    from retrieval.deepct_index import DeepCTRetriever, _index_vectors
+    from retrieval.deepct.subindex import DeepCTRetriever, _index_vectors
     from retrieval.types import Query
 
     vecs = {"d1": {"zebra": 5, "cat": 90}, "d2": {"zebra": 80, "dog": 3}, "d3": {"zebra": 30}, "d4": {"cat": 7}}
@@ -223,7 +223,7 @@ def test_index_with_deepct_answers_through_cli_and_api(tmp_path, tiny_beir, mode
     assert r.returncode == 2 and "apply to DeepCT retrievers" in r.stderr
 
     # re-choosing the defaults of the built sub-index (no re-encoding): pinned, then back to auto
-    from retrieval.deepct_index import retune_deepct
+    from retrieval.deepct.subindex import retune_deepct
 
     pinned = retune_deepct(idx, mode="impact", scale="sqrt")
     for name in ("deepct", "deepct-query"):
@@ -254,9 +254,9 @@ def test_missing_model_dir_fails_clearly(tmp_path, tiny_beir):
 
 
 def test_model_without_tokenizer_or_head_fails_clearly(tmp_path, model_dir):
-    from retrieval.deepct_index import DeepCTSpec
-    from retrieval.encoders.deepct import load_model
-    from retrieval.encoders.models import ModelDirError, bundled_model_path
+    from retrieval.deepct.subindex import DeepCTSpec
+    from retrieval.deepct.model import load_model
+    from retrieval.models import ModelDirError, bundled_model_path
 
     broken = tmp_path / "M"
     shutil.copytree(model_dir, broken)
@@ -281,11 +281,11 @@ def test_retr_add_grows_the_deepct_sub_index(tmp_path, tiny_beir, model_dir):
     import gzip
 
     import retrieval
-    from retrieval.append import add_documents
-    from retrieval.deepct_index import DeepCTSpec
+    from retrieval.writer import add_documents
+    from retrieval.deepct.subindex import DeepCTSpec
     from retrieval.types import Document
 
-    from retrieval.index import index_corpus
+    from retrieval.writer import index_corpus
 
     idx = index_corpus(tiny_beir, tmp_path / "IDX", deepct=DeepCTSpec(model=str(model_dir)), quiet=True)
     before = idx.manifest["subindexes"]["deepct"]

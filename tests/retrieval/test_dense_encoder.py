@@ -9,9 +9,9 @@ import pytest
 
 from indexes.errors import InputError
 from indexes.faiss_index import FaissIndex
-from retrieval.encoders.dense import DenseEncoder, load_shards
-from retrieval.encoders.models import ModelDirError, bundled_model_path, resolve_model_path
-from retrieval.encoders.pooling import UnknownPoolingError
+from retrieval.dense.encoder import DenseEncoder, load_shards
+from retrieval.models import ModelDirError, bundled_model_path, resolve_model_path
+from retrieval.dense.pooling import UnknownPoolingError
 
 TEXTS = ["Aspirin reduces fever.", "", "Dense retrieval encodes passages into vectors that are compared by "
          "inner product; long passages are truncated to the model's limit.",

@@ -6,7 +6,7 @@ import pytest
 import retrieval
 from indexes.errors import InputError
 from retrieval.collections import read_corpus, read_queries
-from retrieval.subindexes import DenseSpec
+from retrieval.dense.subindex import DenseSpec
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,7 @@ def test_dense_top10_equals_brute_force(dense_index, small_corpus):
 
 
 def test_add_twice_needs_overwrite_and_bad_pooling(dense_index):
-    from retrieval.index import add_dense
+    from retrieval.writer import add_dense
 
     with pytest.raises(InputError, match="already has a 'dense'"):
         add_dense(dense_index, DenseSpec(), quiet=True)

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import retrieval
-from retrieval import dimsel as ds
+from retrieval.dense import dimsel as ds
 from retrieval.collections import read_queries
-from retrieval.subindexes import DenseSpec
+from retrieval.dense.subindex import DenseSpec
 
 
 @pytest.fixture(scope="module")

@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from indexes.errors import InputError
-from retrieval.encoders.pooling import POOLERS, UnknownPoolingError, canonical_name, ditto_weights, get_pooler
+from retrieval.dense.pooling import POOLERS, UnknownPoolingError, canonical_name, ditto_weights, get_pooler
 
 
 @pytest.fixture(scope="module")
 def minilm():
-    from retrieval.encoders.dense import DenseEncoder
+    from retrieval.dense.encoder import DenseEncoder
     return DenseEncoder("minilm", pooling="mean", device="cpu")
 
 

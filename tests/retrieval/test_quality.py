@@ -8,8 +8,9 @@ import pytest
 
 import retrieval
 from retrieval.collections import read_corpus, read_queries
-from retrieval.quality import (ESTIMATORS, QualityError, build_pruned_index, get_estimator, prune_keep_set,
-                               read_scores, select_keep, write_scores)
+from retrieval.quality import (ESTIMATORS, QualityError, get_estimator, prune_keep_set, read_scores, select_keep,
+                               write_scores)
+from retrieval.writer import build_pruned_index
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +34,7 @@ def test_each_estimator_gives_one_finite_score_per_passage(name, texts):
 
 
 def test_deepct_estimators_score_with_a_model_folder(texts, tmp_path):
-    from retrieval.encoders.deepct import init_model, save_model
+    from retrieval.deepct.model import init_model, save_model
 
     model, tok, base = init_model("splade-tiny")  # untrained head: enough to exercise the path
     save_model(model, tok, tmp_path / "dct", {"base_model": str(base), "max_length": 128})
@@ -141,8 +142,8 @@ def test_scores_file_round_trip_and_missing_ids(small_corpus, tmp_path, docs):
 
 
 def test_pruned_dense_build_reuses_the_learned_estimators_vectors(small_corpus, tmp_path):
-    from retrieval.index import build_index
-    from retrieval.subindexes import DenseSpec, _reusable
+    from retrieval.writer import build_index
+    from retrieval.dense.subindex import DenseSpec, _reusable
 
     idx = build_pruned_index(small_corpus, tmp_path / "P", 0.3, "learned", dense=DenseSpec(), quiet=True)
     e = idx.manifest["subindexes"]["dense"]

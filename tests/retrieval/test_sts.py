@@ -9,9 +9,9 @@ from click.testing import CliRunner
 from scipy.stats import spearmanr
 
 from indexes.errors import InputError
-from retrieval import sts
-from retrieval.encoders.dense import DenseEncoder
-from retrieval.encoders.pooling import UnknownPoolingError
+from retrieval.dense import sts
+from retrieval.dense.encoder import DenseEncoder
+from retrieval.dense.pooling import UnknownPoolingError
 
 
 @pytest.fixture(scope="module")

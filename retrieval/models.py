@@ -91,3 +91,26 @@ def model_hash(path: str | os.PathLike) -> str:
                     h.update(block)
         _HASH_CACHE[key] = h.hexdigest()[:16]
     return _HASH_CACHE[key]
+
+
+def pick_device(device: str = "auto") -> str:
+    """``auto`` -> ``cuda`` when torch sees a GPU, else ``cpu``."""
+    import torch
+
+    device = str(device).lower()
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise InputError("device 'cuda' requested but torch sees no GPU (use --device cpu or auto)")
+        return device
+    if device != "cpu":
+        raise InputError(f"unknown device {device!r} (choose from: auto, cpu, cuda)")
+    return device
+
+
+def _quiet_transformers() -> None:
+    """No transformers warnings or download bars: retr prints its own progress."""
+    import transformers
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()

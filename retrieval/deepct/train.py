@@ -31,8 +31,8 @@ import torch
 
 from indexes import manifest as mf
 from indexes.errors import InputError
-from retrieval.encoders import deepct as dc
-from retrieval.encoders.models import model_hash
+from retrieval.deepct import model as dc
+from retrieval.models import model_hash
 from retrieval.progress import progress
 
 CHECKPOINT = ".checkpoint"
@@ -88,7 +88,7 @@ class TrainData:
 def build_training_data(corpus, queries=None, qrels=None, cfg: TrainConfig = TrainConfig()) -> TrainData:
     """Read the corpus (and queries/qrels) and compute the targets."""
     from retrieval.collections import read_corpus, read_queries
-    from retrieval.deepct_targets import query_term_recall, read_qrels_pairs, split_queries, title_targets
+    from retrieval.deepct.targets import query_term_recall, read_qrels_pairs, split_queries, title_targets
 
     if (queries is None) != (qrels is None):
         raise InputError("give both queries and qrels, or neither (title weak supervision)")
@@ -156,7 +156,7 @@ def train_deepct(corpus, output, queries=None, qrels=None, cfg: Optional[TrainCo
     """
     from transformers import get_linear_schedule_with_warmup
 
-    from retrieval.encoders.dense import pick_device
+    from retrieval.models import pick_device
 
     cfg = (cfg or TrainConfig()).validate()
     out = Path(output)

@@ -22,8 +22,8 @@ from scipy.stats import spearmanr
 from tqdm import tqdm
 
 from indexes.errors import InputError
-from retrieval.encoders import ditto_store
-from retrieval.encoders.pooling import DITTO_STATES, check_ditto_states, ditto_all_heads, get_pooler
+from retrieval.dense import ditto_store
+from retrieval.dense.pooling import DITTO_STATES, check_ditto_states, ditto_all_heads, get_pooler
 
 SETS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STS-B", "SICK-R")
 _FILES = {"STS12": "sts12/test", "STS13": "sts13/test", "STS14": "sts14/test", "STS15": "sts15/test",
@@ -107,10 +107,10 @@ def evaluate(encoder, poolings: Sequence[str] = ("mean",), sets: Sequence[str] =
              quiet: bool = False, ditto_states: Optional[str] = None, extra: Optional[dict] = None) -> dict:
     """Spearman x100 per set and their average, for each pooling, from one pass of ``encoder``'s model.
 
-    ``extra`` maps more labels to :class:`~retrieval.encoders.pooling.Pooler` objects (say, a second
+    ``extra`` maps more labels to :class:`~retrieval.dense.pooling.Pooler` objects (say, a second
     Ditto variant) scored in the same pass.
 
-    ``encoder`` is a :class:`~retrieval.encoders.dense.DenseEncoder` (only its model/tokenizer are
+    ``encoder`` is a :class:`~retrieval.dense.encoder.DenseEncoder` (only its model/tokenizer are
     used). Ditto uses ``ditto_layer_head`` (and ``ditto_states``), else the encoder's own choice,
     else the stored one. Returns
     ``{pooling: {set: score, ..., "avg": score}}``.
@@ -168,7 +168,7 @@ def sweep_ditto_heads(encoder, max_pairs: Optional[int] = None, text: str = "sen
 
     One forward pass per batch with attentions; each head's Ditto embedding is formed from the
     stored attention diagonals of that batch, for each choice of token states
-    (:data:`retrieval.encoders.pooling.DITTO_STATES`). ``max_pairs`` takes a fixed random sample (seed 0).
+    (:data:`retrieval.dense.pooling.DITTO_STATES`). ``max_pairs`` takes a fixed random sample (seed 0).
     """
     s1, s2, y = load_dev_pairs(max_pairs, text, sts_dir, split)
     sents, pos = _unique(s1 + s2)
@@ -192,7 +192,7 @@ def select_ditto_head(encoder, max_pairs: Optional[int] = None, text: str = "sen
                       batch_size: int = 128, store: bool = True, quiet: bool = False,
                       states: Sequence[str] = DITTO_STATES) -> dict:
     """Pick the (states, layer, head) with the best STS-B dev Spearman; store it for the model (see
-    :mod:`retrieval.encoders.ditto_store`) when ``store``. Returns the stored record.
+    :mod:`retrieval.dense.ditto_store`) when ``store``. Returns the stored record.
 
     ``states`` are the token-state choices swept (all of them by default): the authors' first-last
     average and the last layer; both come from the same forward pass."""

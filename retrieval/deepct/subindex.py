@@ -8,7 +8,7 @@ model, written into real Lucene indexes through Anserini, and its retriever.
     INDEX/deepct/bm25-sqrt/           pseudo term frequencies under BM25 (k1/b tuned)
 
 Terms are BERT words passed through Anserini's English analyzer (see
-:mod:`retrieval.deepct_targets`); queries go through the same function, and are
+:mod:`retrieval.deepct.targets`); queries go through the same function, and are
 then matched with a whitespace analyzer (the index is pre-tokenised), so stems
 are never stemmed twice. With DeepCT-Query the model weights the query terms too.
 
@@ -30,8 +30,8 @@ from indexes import jvm
 from indexes import manifest as mf
 from indexes.errors import InputError, RetrError
 from indexes.lucene import build_lucene
+from retrieval.kinds import BuildContext, SubIndexKind
 from retrieval.progress import progress
-from retrieval.retrievers import RETRIEVERS
 from retrieval.types import Query
 
 Scored = List[Tuple[str, float]]
@@ -73,9 +73,9 @@ class DeepCTSpec:
             raise InputError(f"unknown DeepCT scale {self.scale!r} (choose from: auto, {', '.join(SCALES)})")
         if self.batch_size < 1:
             raise InputError("batch size must be positive")
-        from retrieval.encoders.deepct import load_model  # noqa: F401  (fail early on a bad folder below)
-        from retrieval.encoders.deepct import is_deepct_dir
-        from retrieval.encoders.models import ModelDirError, resolve_model_path
+        from retrieval.deepct.model import load_model  # noqa: F401  (fail early on a bad folder below)
+        from retrieval.deepct.model import is_deepct_dir
+        from retrieval.models import ModelDirError, resolve_model_path
 
         p = Path(self.model).expanduser()
         if not p.exists():
@@ -159,7 +159,7 @@ def _write_deepct(folder: Path, ids: Sequence[str], weights: Sequence[Dict[str, 
                   append: bool = False) -> Tuple[Dict[str, int], Dict[str, float], int]:
     """Store the raw weights and write (or, with ``append``, extend) every Lucene variant;
     returns (bytes per variant, indexing seconds per variant, documents without terms)."""
-    from retrieval.encoders.deepct import to_impacts
+    from retrieval.deepct.model import to_impacts
 
     with gzip.open(folder / WEIGHTS_FILE, "at" if append else "wt", encoding="utf-8") as f:  # append: a new gzip member
         for d, w in zip(ids, weights):
@@ -182,7 +182,7 @@ def build_deepct(folder: Path, name: str, store_path: Path, spec: DeepCTSpec, fi
                  quiet: bool = False) -> dict:
     """Encode every document of the store with the DeepCT model and write the
     Lucene variants into ``folder``; returns the manifest entry."""
-    from retrieval.encoders.deepct import DeepCTEncoder
+    from retrieval.deepct.model import DeepCTEncoder
 
     spec.validate()
     t0 = time.perf_counter()
@@ -239,7 +239,7 @@ def dev_queries_of(card: dict, docids: Sequence[str]) -> Optional[Tuple[List[Que
     """The held-out training queries recorded in a model card, with their qrels,
     when the files are still there and the qrels point into this corpus."""
     from retrieval.collections import read_queries
-    from retrieval.deepct_targets import read_qrels_pairs
+    from retrieval.deepct.targets import read_qrels_pairs
 
     data = card.get("data", {})
     dev = data.get("dev_queries") or []
@@ -292,31 +292,19 @@ def _run(res: Dict[str, Scored]) -> Dict[str, Dict[str, float]]:
     return {q: {d: s for d, s in hits} for q, hits in res.items()}
 
 
-def add_deepct(index, spec: DeepCTSpec, name: str = "deepct", overwrite: bool = False, quiet: bool = False,
-               tune_fusion: bool = True):
-    """Add a DeepCT sub-index to an existing index folder (from its document store).
-    Also records ``<name>-query``: the same sub-index searched with DeepCT-Query.
-    With ``tune_fusion`` the default fusion of ``bm25+<name>`` is tuned on the
-    model's held-out training queries (when the model card names them)."""
-    from retrieval.index import DOCSTORE
-
-    spec.validate()
-    if name in index.manifest["subindexes"] and not overwrite:
-        raise InputError(f"index already has a {name!r} sub-index (pass --overwrite to rebuild it)", index.path)
-    with mf.staged_subindex(index.path, name) as tmp:
-        entry = build_deepct(tmp, name, index.path / DOCSTORE, spec, index.manifest["corpus"]["fingerprint"],
-                             quiet=quiet)
-    return _record(index.path, name, entry, tune_fusion, quiet)
+def with_alias(name: str, entry: dict) -> Dict[str, dict]:
+    """``name`` and its DeepCT-Query alias ``<name>-query`` over the same folder."""
+    q_entry = dict(entry, config=dict(entry["config"], query="deepct"), alias_of=name)
+    q_entry.pop("tuning", None)
+    return {name: entry, f"{name}-query": q_entry}
 
 
 def _record(path: Path, name: str, entry: dict, tune_fusion: bool, quiet: bool):
     """Write ``name`` and its DeepCT-Query alias into the manifest, then tune the fusion."""
     from retrieval.index import Index
 
-    mf.add_subindex_entry(path, name, entry)
-    q_entry = dict(entry, config=dict(entry["config"], query="deepct"), alias_of=name)
-    q_entry.pop("tuning", None)
-    mf.add_subindex_entry(path, f"{name}-query", q_entry)
+    for n, e in with_alias(name, entry).items():
+        mf.add_subindex_entry(path, n, e)
     idx = Index.open(path)
     if tune_fusion and "bm25" in idx.retrievers:
         tune_default_fusion(idx, name, quiet=quiet)
@@ -329,7 +317,7 @@ def retune_deepct(index, name: str = "deepct", mode: str = "auto", scale: str = 
     ``bm25+<name>`` fusion) on its model's held-out training queries, without
     re-encoding: every variant is already on disk. For folders built before the
     scale was tuned, or to pin a mode/scale. Returns the reopened index."""
-    from retrieval.encoders.deepct import CARD_FILE
+    from retrieval.deepct.model import CARD_FILE
 
     entry = index.manifest["subindexes"].get(name)
     if entry is None or entry.get("kind") != "deepct" or entry.get("alias_of"):
@@ -355,7 +343,7 @@ def retune_deepct(index, name: str = "deepct", mode: str = "auto", scale: str = 
 def tune_default_fusion(idx, name: str = "deepct", quiet: bool = True) -> Optional[dict]:
     """Tune ``bm25+<name>`` (retrieval.tune) on the model card's held-out training
     queries and store it as the folder's default fusion; None without such queries."""
-    from retrieval.encoders.deepct import CARD_FILE
+    from retrieval.deepct.model import CARD_FILE
     from retrieval.tune import tune
 
     entry = idx.manifest["subindexes"][name]
@@ -373,8 +361,8 @@ def tune_default_fusion(idx, name: str = "deepct", quiet: bool = True) -> Option
 def entry_encoder(entry: dict, purpose: str, threads: Optional[int] = 1, stride: bool = False):
     """The DeepCT encoder a sub-index was built with (same weights, checked by hash, same
     window); ``stride`` also restores the window step, which only passage encoding uses."""
-    from retrieval.encoders.deepct import DeepCTEncoder
-    from retrieval.encoders.models import ModelDirError
+    from retrieval.deepct.model import DeepCTEncoder
+    from retrieval.models import ModelDirError
 
     m, cfg = entry.get("model", {}), entry.get("encoder", {})
     if not m.get("path") or not Path(m["path"]).exists():
@@ -406,6 +394,7 @@ class DeepCTRetriever:
     scale (linear | sqrt), query weighting (plain | deepct) and BM25 k1/b."""
 
     kind = "deepct"
+    options = ("k1", "b", "mode", "scale", "query")  # what Index.configure may set
 
     def __init__(self, path: Path, entry: dict):
         self.path = Path(path)
@@ -454,7 +443,7 @@ class DeepCTRetriever:
 
     def query_terms(self, texts: Sequence[str], query: Optional[str] = None) -> List[Dict[str, int]]:
         """Integer query term weights: counts (plain) or DeepCT-Query weights."""
-        from retrieval.deepct_targets import analyzer
+        from retrieval.deepct.targets import analyzer
 
         if (query or self.query) == "deepct":
             out = []
@@ -475,4 +464,34 @@ class DeepCTRetriever:
         return s.batch(weights, [q.qid for q in queries], k, threads)
 
 
-RETRIEVERS["deepct"] = DeepCTRetriever
+class DeepCTKind(SubIndexKind):
+    name = "deepct"
+
+    def build(self, folder: Path, name: str, ctx: BuildContext, spec: DeepCTSpec) -> dict:
+        return build_deepct(folder, name, ctx.store_path, spec, ctx.fingerprint, quiet=ctx.quiet)
+
+    def append(self, folder: Path, entry: dict, docs: Sequence, ctx: BuildContext) -> dict:
+        if entry.get("alias_of"):  # deepct-query shares its target's folder: the writer mirrors the target
+            return entry
+        return append_deepct(folder, entry, [(d.docid, d.contents) for d in docs], threads=ctx.threads,
+                             quiet=ctx.quiet)
+
+    def retriever(self, folder: Path, entry: dict) -> DeepCTRetriever:
+        return DeepCTRetriever(folder, entry)
+
+    def count(self, folder: Path, entry: dict) -> Dict[str, int]:
+        from indexes.lucene import LuceneIndex
+
+        return {v: LuceneIndex(folder / v, impact=v.startswith("impact")).num_docs
+                for v in entry.get("config", {}).get("variants", [])}
+
+    def entries(self, name: str, entry: dict) -> Dict[str, dict]:
+        return with_alias(name, entry)
+
+    def after_add(self, index, name: str, quiet: bool = False, tune_fusion: bool = True):
+        """Tune ``bm25+<name>`` on the model's held-out training queries, when there are any."""
+        if tune_fusion and "bm25" in index.retrievers:
+            tune_default_fusion(index, name, quiet=quiet)
+
+
+KIND = DeepCTKind()

@@ -25,35 +25,16 @@ import torch
 from tqdm import tqdm
 
 from indexes.errors import InputError
-from retrieval.encoders import ditto_store
-from retrieval.encoders.models import ModelDirError, bundled_model_path, model_hash, resolve_model_path
-from retrieval.encoders.pooling import UnknownPoolingError, canonical_name, get_pooler
+from retrieval.dense import ditto_store
+from retrieval.models import (ModelDirError, _quiet_transformers, bundled_model_path, model_hash, pick_device,
+                              resolve_model_path)
+from retrieval.dense.pooling import UnknownPoolingError, canonical_name, get_pooler
 
 _DTYPES = {"float32": np.float32, "fp32": np.float32, "float16": np.float16, "fp16": np.float16}
 
 
-def _quiet_transformers() -> None:
-    import transformers
-    transformers.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-
-
 def get_pooler_needs_attn(name: str) -> bool:
     return canonical_name(name) == "ditto"
-
-
-def pick_device(device: str = "auto") -> str:
-    """``auto`` -> ``cuda`` when torch sees a GPU, else ``cpu``."""
-    device = str(device).lower()
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise InputError("device 'cuda' requested but torch sees no GPU (use --device cpu or auto)")
-        return device
-    if device != "cpu":
-        raise InputError(f"unknown device {device!r} (choose from: auto, cpu, cuda)")
-    return device
 
 
 class DenseEncoder:
@@ -62,7 +43,7 @@ class DenseEncoder:
     Args:
         model: a local Hugging Face folder, ``"minilm"``/``"splade-tiny"``, or None for the bundled
             all-MiniLM-L6-v2. Only the transformer body is used (an MLM head is ignored).
-        pooling: ``mean`` | ``cls`` | ``first-last`` | ``ditto`` (see :mod:`retrieval.encoders.pooling`).
+        pooling: ``mean`` | ``cls`` | ``first-last`` | ``ditto`` (see :mod:`retrieval.dense.pooling`).
         ditto_layer_head: (layer, head) for Ditto. If None: the choice stored by ``retr ditto-select``
             for this model's weights, else the paper's pair for the checkpoints it names, else (when
             ``auto_select``) a selection on STS-B dev is run now and stored.
@@ -134,7 +115,7 @@ class DenseEncoder:
             elif ditto_store.paper_default(self.model_path) is not None:
                 pair, self.ditto_source = ditto_store.paper_default(self.model_path), "paper"
             elif auto_select:
-                from retrieval import sts  # lazy: sts imports this module
+                from retrieval.dense import sts  # lazy: sts imports this module
                 if not quiet:
                     print(f"retr: no Ditto (layer, head) stored for {self.model_path.name}; selecting on STS-B dev "
                           f"(stored in {ditto_store.choice_path(self.model_hash)})", file=sys.stderr)

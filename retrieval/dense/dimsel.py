@@ -27,7 +27,7 @@ reaches ``threshold``.
 
 Usage::
 
-    from retrieval.dimsel import DimSel, train_selector
+    from retrieval.dense.dimsel import DimSel, train_selector
     idx = retrieval.open_index("IDX")
     train_selector(idx, "queries.jsonl", "qrels/train.tsv")          # -> IDX/dense/dimsel/
     r = DimSel(idx.retriever("dense"), mode="learned")             # or mode="prf", alpha=0.5, prf_k=5

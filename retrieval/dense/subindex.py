@@ -1,7 +1,6 @@
-"""Builders for the sub-indexes that hold model output (dense, ...). Each
-takes the documents of the folder's document store and writes one sub-index
-folder, returning its manifest entry. The BM25 sub-index is built in
-:func:`retrieval.index.build_index` while the corpus streams in."""
+"""The dense sub-index: passages encoded by a transformer (mean, CLS,
+first-last or Ditto pooling) into a faiss index, built from the folder's
+document store, and its retriever (queries encoded by the same encoder)."""
 from __future__ import annotations
 
 import hashlib
@@ -10,10 +9,14 @@ import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from indexes import manifest as mf
 from indexes.errors import InputError
+from retrieval.kinds import BuildContext, SubIndexKind
+from retrieval.types import Query
+
+Scored = List[Tuple[str, float]]
 
 
 @dataclass
@@ -30,7 +33,7 @@ class DenseSpec:
     shard_size: int = 50_000              # encoding shards (resumable)
 
     def validate(self) -> "DenseSpec":
-        from retrieval.encoders.pooling import canonical_name
+        from retrieval.dense.pooling import canonical_name
 
         canonical_name(self.pooling)  # raises on an unknown pooling
         if self.batch_size < 1 or self.shard_size < 1:
@@ -78,7 +81,7 @@ def build_dense(folder: Path, name: str, store_path: Path, spec: DenseSpec, fing
     import numpy as np
 
     from indexes.faiss_index import FaissIndex
-    from retrieval.encoders.dense import DenseEncoder
+    from retrieval.dense.encoder import DenseEncoder
 
     spec.validate()
     t0 = time.perf_counter()
@@ -134,3 +137,76 @@ def build_dense(folder: Path, name: str, store_path: Path, spec: DenseSpec, fing
         "vectors_from": "quality estimator (pruning pass)" if reused is not None else "encoded",
         "spec": asdict(spec),
     }
+
+
+class DenseRetriever:
+    """faiss search over vectors from the dense encoder recorded in the manifest.
+    The encoder (torch + transformers) loads on the first query."""
+
+    kind = "dense"
+
+    def __init__(self, path: Path, entry: dict):
+        from indexes.faiss_index import FaissIndex
+
+        self.path = Path(path)
+        self.entry = entry
+        self._index = FaissIndex.open(self.path)
+        self._encoder = None
+
+    @property
+    def encoder(self):
+        if self._encoder is None:
+            from retrieval.dense.encoder import DenseEncoder
+
+            self._encoder = DenseEncoder.from_config(self.entry["encoder"], quiet=True)
+        return self._encoder
+
+    def encode_queries(self, texts: Sequence[str]):
+        return self.encoder.encode(list(texts), quiet=True).astype("float32", copy=False)
+
+    def search_vectors(self, vectors, k: int) -> List[Scored]:
+        scores, names = self._index.search(vectors, k)
+        return [list(zip(n, map(float, s))) for n, s in zip(names, scores)]
+
+    def search(self, text: str, k: int) -> Scored:
+        return self.search_vectors(self.encode_queries([text]), k)[0]
+
+    def batch_search(self, queries: Sequence[Query], k: int, threads: int = 1) -> Dict[str, Scored]:
+        res = self.search_vectors(self.encode_queries([q.text for q in queries]), k)
+        return {q.qid: r for q, r in zip(queries, res)}
+
+
+class DenseKind(SubIndexKind):
+    name = "dense"
+    dimsel = True
+
+    def build(self, folder: Path, name: str, ctx: BuildContext, spec: DenseSpec) -> dict:
+        return build_dense(folder, name, ctx.store_path, spec, ctx.fingerprint, ctx.cache_base, ctx.quiet,
+                           precomputed=ctx.precomputed)
+
+    def append(self, folder: Path, entry: dict, docs: Sequence, ctx: BuildContext) -> dict:
+        from indexes.faiss_index import FaissIndex
+        from retrieval.dense.encoder import DenseEncoder
+
+        enc = DenseEncoder.from_config(entry["encoder"], quiet=True)
+        vectors = enc.encode([d.contents for d in docs], quiet=ctx.quiet).astype("float32", copy=False)
+        fi = FaissIndex.open(folder, mmap=False)
+        fi.add(vectors, [d.docid for d in docs])
+        fi.save(folder)
+        return dict(entry, faiss=fi.describe(folder))
+
+    def retriever(self, folder: Path, entry: dict) -> DenseRetriever:
+        return DenseRetriever(folder, entry)
+
+    def count(self, folder: Path, entry: dict) -> Dict[str, int]:
+        from indexes.faiss_index import FaissIndex
+
+        return {"faiss": int(FaissIndex.open(folder).ntotal)}
+
+    def with_dimsel(self, index, name: str, dimsel):
+        from retrieval.dense.dimsel import wrap
+
+        return wrap(index, name, dimsel)
+
+
+KIND = DenseKind()

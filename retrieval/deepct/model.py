@@ -8,7 +8,7 @@ A saved model is a folder that any Hugging Face loader reads as the body::
     MODEL/deepct_head.safetensors          the regression head (weight [1, hidden], bias [1])
     MODEL/deepct.json, README.md           the model card
 
-Passages are split into words and terms by :mod:`retrieval.deepct_targets` (BERT
+Passages are split into words and terms by :mod:`retrieval.deepct.targets` (BERT
 words, Lucene English stems); a word takes its first word-piece's weight and a
 repeated term keeps its max. Passages longer than the model window are scored
 over overlapping windows (max per term), never truncated.
@@ -27,7 +27,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from retrieval.encoders.models import ModelDirError, resolve_model_path, weight_files
+from retrieval.models import ModelDirError, _quiet_transformers, pick_device, resolve_model_path, weight_files
 from retrieval.progress import progress
 
 HEAD_FILE = "deepct_head.safetensors"
@@ -35,13 +35,6 @@ CARD_FILE = "deepct.json"
 CARD_MD = "README.md"
 FORMAT = "retr-deepct"
 SCALES = ("linear", "sqrt")
-
-
-def _quiet_transformers() -> None:
-    import transformers
-
-    transformers.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
 
 
 class DeepCTModel(nn.Module):
@@ -141,7 +134,7 @@ def card_markdown(card: dict) -> str:
     t = card.get("training", {})
     lines = ["# DeepCT term-weight model (retr)", "",
              "Body + dropout + linear head; trained to predict query term recall per word "
-             "(MSE on each word's first word-piece). Load with `retrieval.encoders.deepct.load_model`.", "",
+             "(MSE on each word's first word-piece). Load with `retrieval.deepct.model.load_model`.", "",
              "| field | value |", "|---|---|"]
     rows = [("base model", card.get("base_model")), ("base sha256", card.get("base_sha256")),
             ("targets", card.get("targets", {}).get("kind")), ("data", json.dumps(card.get("data", {}))),
@@ -185,7 +178,7 @@ class Preparer:
     """Splits texts into words/terms and model windows (aligned to word starts)."""
 
     def __init__(self, tokenizer, max_length: int, stride: Optional[int] = None, term_analyzer=None):
-        from retrieval.deepct_targets import analyzer
+        from retrieval.deepct.targets import analyzer
 
         self.tok = tokenizer
         self.an = term_analyzer or analyzer()
@@ -274,7 +267,6 @@ class DeepCTEncoder:
 
     def __init__(self, model_dir: str | os.PathLike, device: str = "auto", max_length: Optional[int] = None,
                  batch_size: int = 32, stride: Optional[int] = None, threads: Optional[int] = None):
-        from retrieval.encoders.dense import pick_device
 
         self.model, self.tokenizer, self.card = load_model(model_dir)
         self.model_dir = Path(model_dir).expanduser().resolve()

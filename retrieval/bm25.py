@@ -1,0 +1,84 @@
+"""The BM25 sub-index: Lucene over analysed text (Anserini's default English
+analyser), built while the corpus streams in, and its retriever."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from indexes import manifest as mf
+from retrieval.kinds import BuildContext, SubIndexKind
+from retrieval.types import Query
+
+Scored = List[Tuple[str, float]]
+
+
+@dataclass
+class BM25Spec:
+    k1: float = 0.9
+    b: float = 0.4
+    store_docvectors: bool = False
+
+
+class BM25Retriever:
+    """Lucene BM25 over analysed text (Anserini's default English analyser)."""
+
+    kind = "bm25"
+    options = ("k1", "b")  # what Index.configure may set
+
+    def __init__(self, path: Path, entry: dict):
+        from indexes.lucene import LuceneIndex
+
+        cfg = entry.get("config", {})
+        self.k1 = float(cfg.get("k1", 0.9))
+        self.b = float(cfg.get("b", 0.4))
+        self._index = LuceneIndex(path, k1=self.k1, b=self.b)
+
+    def configure(self, k1: Optional[float] = None, b: Optional[float] = None) -> None:
+        if k1 is not None or b is not None:
+            self._index.set_bm25(self.k1 if k1 is None else k1, self.b if b is None else b)
+            self.k1, self.b = self._index.k1, self._index.b
+
+    def search(self, text: str, k: int) -> Scored:
+        return self._index.search(text, k)
+
+    def batch_search(self, queries: Sequence[Query], k: int, threads: int = 1) -> Dict[str, Scored]:
+        res = self._index.batch_search([q.text for q in queries], [q.qid for q in queries], k, threads)
+        return {q.qid: res.get(q.qid, []) for q in queries}
+
+
+class BM25Kind(SubIndexKind):
+    name = "bm25"
+
+    def build(self, folder: Path, name: str, ctx: BuildContext, spec: BM25Spec) -> dict:
+        from indexes.lucene import build_lucene
+
+        t0 = time.perf_counter()
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        info = build_lucene(ctx.docs(), folder, threads=ctx.threads, store_docvectors=spec.store_docvectors,
+                            quiet=ctx.quiet, meanwhile=ctx.meanwhile)
+        return {
+            "kind": "bm25", "path": name, "built_at": mf.now(), "doc_count": int(info["doc_count"]),
+            "config": {"k1": spec.k1, "b": spec.b, "analyzer": "anserini-default-english",
+                       "store_docvectors": spec.store_docvectors},
+            "model": None, "build_seconds": round(time.perf_counter() - t0, 3),
+        }
+
+    def append(self, folder: Path, entry: dict, docs: Sequence, ctx: BuildContext) -> dict:
+        from indexes.lucene import build_lucene
+
+        build_lucene(((d.docid, d.contents) for d in docs), folder, threads=ctx.threads, quiet=True, append=True,
+                     store_docvectors=bool(entry.get("config", {}).get("store_docvectors")))
+        return entry
+
+    def retriever(self, folder: Path, entry: dict) -> BM25Retriever:
+        return BM25Retriever(folder, entry)
+
+    def count(self, folder: Path, entry: dict) -> Dict[str, int]:
+        from indexes.lucene import LuceneIndex
+
+        return {"lucene": LuceneIndex(folder).num_docs}
+
+
+KIND = BM25Kind()
