@@ -30,6 +30,48 @@ def retr():
     one search command and an evaluator that handles partial judgments."""
 
 
+# ------------------------------------------------------------------ executor
+def executor_options(f):
+    """The options that say where model stages run (``retr index``, ``retr add``, and any
+    later command that encodes documents); the command receives ``executor``
+    (a :class:`retrieval.executors.Executor`)."""
+    import functools
+
+    opts = [
+        click.option("--executor", "executor_kind", type=click.Choice(["local", "ray"]), default="local",
+                     show_default=True, help="Where the model stages (dense, DeepCT, quality scores) run: in this "
+                     "process, or on a Ray cluster (pip install 'retr[ray]')."),
+        click.option("--ray-address", default=None, metavar="auto|HOST:PORT",
+                     help="With --executor ray: join this running cluster [default: start a local one sized to "
+                          "this machine, and stop it afterwards]."),
+        click.option("--workers", type=int, default=None,
+                     help="With --executor ray: model workers (actors) [default: the cluster's CPUs, or GPUs "
+                          "with --gpus-per-worker]."),
+        click.option("--cpus-per-worker", type=float, default=None,
+                     help="With --executor ray: CPUs each worker reserves, fractions allowed [default: 1, less "
+                          "when that would reserve every CPU]."),
+        click.option("--gpus-per-worker", type=float, default=None, help="With --executor ray: GPUs per worker [0]."),
+        click.option("--block-size", type=int, default=None,
+                     help="Documents per block sent to a worker [default: the stage's own: dense 1024, "
+                          "DeepCT 2048, quality 4096; other sizes change the float rounding of vectors, ~1e-7]."),
+    ]
+
+    @functools.wraps(f)
+    def wrapper(*args, executor_kind, ray_address, workers, cpus_per_worker, gpus_per_worker, block_size, **kw):
+        from retrieval.executors import Executor
+
+        kw["executor"] = Executor(executor_kind, address=ray_address, workers=workers,
+                                  cpus_per_worker=cpus_per_worker, gpus_per_worker=gpus_per_worker or 0.0,
+                                  block_size=block_size)
+        if executor_kind == "local" and gpus_per_worker is not None:
+            raise click.UsageError("--gpus-per-worker only applies with --executor ray")
+        return f(*args, **kw)
+
+    for o in reversed(opts):
+        wrapper = o(wrapper)
+    return wrapper
+
+
 # --------------------------------------------------------------------- index
 @retr.command("index")
 @click.option("--corpus", "corpus", required=True, type=click.Path(path_type=Path),
@@ -56,7 +98,8 @@ def retr():
               help="Precision of the stored dense vectors.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
               help="Where the dense encoder runs.")
-@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True, help="Encoding batch size.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Encoding batch size (texts per forward pass, in every worker).")
 @click.option("--threads", type=click.IntRange(1, 256), default=2, show_default=True, help="Indexing threads.")
 @click.option("--overwrite", is_flag=True, help="Rebuild: replace the folder (or the named sub-index) on success.")
 @click.option("--empty", type=click.Choice(["error", "skip", "keep"]), default="error", show_default=True,
@@ -67,9 +110,10 @@ def retr():
 @click.option("--quality", default=None, metavar="E|FILE",
               help="With --prune: a quality estimator (see retr quality score) or a docid<TAB>score file "
                    "[default: the best measured estimator].")
+@executor_options
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def index_cmd(corpus, index_dir, k1, b, dense_model, deepct_model, deepct_mode, deepct_scale, pooling, factory, dtype, device, batch_size, threads,
-              overwrite, empty, docvectors, prune, quality, quiet):
+              overwrite, empty, docvectors, prune, quality, quiet, executor):
     """Build an index folder (document store + Lucene BM25, and optional dense
     and DeepCT sub-indexes, optionally pruned by passage quality) from a
     corpus. On an existing folder built from the same corpus, add the
@@ -88,7 +132,8 @@ def index_cmd(corpus, index_dir, k1, b, dense_model, deepct_model, deepct_mode, 
     if quality is not None and prune is None:
         raise click.UsageError("--quality needs --prune P")
     idx = index_corpus(corpus, index_dir, dense=spec, deepct=dspec, prune=prune, quality=quality, k1=k1, b=b,
-                       threads=threads, overwrite=overwrite, empty=empty, store_docvectors=docvectors, quiet=quiet)
+                       threads=threads, overwrite=overwrite, empty=empty, store_docvectors=docvectors, quiet=quiet,
+                       executor=executor)
     if not quiet:
         pr = idx.manifest.get("pruning")
         if pr:
@@ -104,8 +149,9 @@ def index_cmd(corpus, index_dir, k1, b, dense_model, deepct_model, deepct_mode, 
 @click.option("--threads", type=click.IntRange(1, 256), default=2, show_default=True, help="Indexing threads.")
 @click.option("--empty", type=click.Choice(["error", "skip", "keep"]), default="error", show_default=True,
               help="What a document without text does.")
+@executor_options
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
-def add_cmd(index_dir, corpus, threads, empty, quiet):
+def add_cmd(index_dir, corpus, threads, empty, quiet, executor):
     """Add documents to every sub-index of an existing folder (all or nothing).
     A folder pruned by passage quality scores them first and adds those that
     reach its threshold."""
@@ -114,7 +160,7 @@ def add_cmd(index_dir, corpus, threads, empty, quiet):
 
     idx = open_index(index_dir)
     rep: dict = {}
-    idx = add_documents(idx, corpus, threads=threads, empty=empty, quiet=quiet, report=rep)
+    idx = add_documents(idx, corpus, threads=threads, empty=empty, quiet=quiet, report=rep, executor=executor)
     if not quiet:
         if rep["pruned"]:
             click.echo(f"pruned {rep['pruned']:,} of {rep['read']:,} new documents below the folder's quality "

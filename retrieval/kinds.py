@@ -38,7 +38,8 @@ KINDS: Dict[str, str] = {
 class BuildContext:
     """What a kind may read while it builds: the document store (``docs()`` streams
     ``(docid, contents)`` from it), the corpus fingerprint, a cache folder for
-    resumable work, and vectors another stage already computed."""
+    resumable work, vectors another stage already computed, and the executor that
+    runs the kind's model (``retrieval.executors.runner_of(ctx.executor)``)."""
 
     store_path: Path
     fingerprint: str
@@ -48,6 +49,7 @@ class BuildContext:
     precomputed: Optional[dict] = None
     stream: Optional[Iterable[Tuple[str, str]]] = None   # docs as they are read (BM25 during a build)
     meanwhile: Optional[Callable[[], None]] = None       # work that overlaps the Lucene indexer
+    executor: Any = None  # where model stages run: an opened runner of retrieval.executors (None: in-process)
     extra: Dict[str, Any] = field(default_factory=dict)
 
     def docs(self) -> Iterable[Tuple[str, str]]:

@@ -22,6 +22,7 @@ from indexes.errors import InputError
 from retrieval.bm25 import BM25Spec
 from retrieval.collections import count_lines, read_corpus
 from retrieval.dense.subindex import DenseSpec
+from retrieval.executors import Executor, open_executor
 from retrieval.index import DOCSTORE, Index
 from retrieval.kinds import BuildContext, SubIndexKind, get_kind, kind_of
 from retrieval.progress import progress
@@ -39,7 +40,7 @@ def build_index(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[s
                 k1: float = 0.9, b: float = 0.4, threads: int = 2, overwrite: bool = False,
                 store_docvectors: bool = False, empty: str = "error", dense: Optional[DenseSpec] = None,
                 quiet: bool = False, keep: Union[AbstractSet[str], Callable[[Document], bool], None] = None,
-                pruning: Optional[dict] = None, dense_vectors: Optional[dict] = None) -> Index:
+                pruning: Optional[dict] = None, dense_vectors: Optional[dict] = None, executor=None) -> Index:
     """Build an index folder with a document store and a Lucene BM25 sub-index.
 
     ``corpus`` is a path (BEIR folder, JSONL, TSV, .gz) or an iterable of
@@ -54,6 +55,8 @@ def build_index(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[s
     in the manifest as-is, with the number of documents dropped added.
     ``dense_vectors`` (see :func:`retrieval.dense.subindex.build_dense`) are vectors
     already computed for the documents, used when their encoder is ``dense``'s.
+    ``executor`` (:class:`retrieval.executors.Executor`, or an opened runner) says where
+    the dense encoder runs; BM25 (Lucene) is always built here.
     """
     index_dir = Path(index_dir)
     if dense is not None:
@@ -110,9 +113,10 @@ def build_index(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[s
             m["pruning"] = {**(pruning or {}), "dropped": dropped[0], "kept": n_docs}
         m["subindexes"]["bm25"] = dict(bm25, build_seconds=round(time.perf_counter() - t0, 3))
         if dense is not None:
-            ctx = BuildContext(tmp / DOCSTORE, m["corpus"]["fingerprint"], _cache_base(index_dir), quiet=quiet,
-                               threads=threads, precomputed=dense_vectors)
-            m["subindexes"]["dense"] = get_kind("dense").build(tmp / "dense", "dense", ctx, dense)
+            with open_executor(executor) as ex:
+                ctx = BuildContext(tmp / DOCSTORE, m["corpus"]["fingerprint"], _cache_base(index_dir), quiet=quiet,
+                                   threads=threads, precomputed=dense_vectors, executor=ex)
+                m["subindexes"]["dense"] = get_kind("dense").build(tmp / "dense", "dense", ctx, dense)
         mf.write_manifest(tmp, m)
     return Index.open(index_dir)
 
@@ -125,7 +129,8 @@ def _cache_base(index_dir: Path) -> Path:
 def index_corpus(corpus: Union[str, Path], index_dir: Union[str, Path], *, dense: Optional[DenseSpec] = None,
                  deepct=None, prune: Optional[float] = None, quality: Optional[str] = None,
                  k1: float = 0.9, b: float = 0.4, threads: int = 2, overwrite: bool = False,
-                 empty: str = "error", store_docvectors: bool = False, quiet: bool = False) -> Index:
+                 empty: str = "error", store_docvectors: bool = False, quiet: bool = False,
+                 executor=None) -> Index:
     """What `retr index` does, as one call.
 
     - A new folder (or ``overwrite``) gets the document store, BM25 and every
@@ -135,8 +140,11 @@ def index_corpus(corpus: Union[str, Path], index_dir: Union[str, Path], *, dense
       a staging folder that replaces ``index_dir`` only when everything succeeded.
     - An existing folder built from the same corpus (same fingerprint) gains
       the requested sub-indexes; ``overwrite`` then rebuilds those only.
+    - ``executor`` (:class:`retrieval.executors.Executor`: ``local`` or ``ray``) runs the
+      model stages (quality scores, dense, DeepCT); one Ray session serves them all.
     """
     index_dir = Path(index_dir)
+    executor = _executor_spec(executor)
     if dense is not None:
         dense.validate()
     if deepct is not None:
@@ -146,6 +154,8 @@ def index_corpus(corpus: Union[str, Path], index_dir: Union[str, Path], *, dense
     if prune is not None:
         from retrieval.quality.prune import check_share
         check_share(prune)
+    if isinstance(executor, Executor) and executor.kind == "ray" and dense is None and deepct is None and prune is None:
+        raise InputError("--executor ray runs the model stages (--dense, --deepct, --prune); this build has none")
     existing = (index_dir / "manifest.json").exists()
     adding = existing and prune is None and (dense is not None or deepct is not None)
     if existing and not adding and not overwrite:
@@ -158,21 +168,31 @@ def index_corpus(corpus: Union[str, Path], index_dir: Union[str, Path], *, dense
         if fp != idx.manifest["corpus"]["fingerprint"]:
             raise InputError("was built from a different corpus; pass a new --index or rebuild it with --overwrite",
                              index_dir)
-        if dense is not None:
-            idx = add_dense(idx, dense, overwrite=overwrite, quiet=quiet)
-        if deepct is not None:
-            idx = add_deepct(idx, deepct, overwrite=overwrite, quiet=quiet)
+        with open_executor(executor) as ex:
+            if dense is not None:
+                idx = add_dense(idx, dense, overwrite=overwrite, quiet=quiet, executor=ex)
+            if deepct is not None:
+                idx = add_deepct(idx, deepct, overwrite=overwrite, quiet=quiet, executor=ex)
         return idx
     kw = dict(k1=k1, b=b, threads=threads, overwrite=True, store_docvectors=store_docvectors, empty=empty,
               dense=dense, quiet=quiet)
-    with mf.atomic_folder(index_dir, overwrite=overwrite) as stage:
+    with mf.atomic_folder(index_dir, overwrite=overwrite) as stage, open_executor(executor) as ex:
         if prune is not None:
-            idx = build_pruned_index(corpus, stage, prune, quality, **kw)
+            idx = build_pruned_index(corpus, stage, prune, quality, executor=ex, **kw)
         else:
-            idx = build_index(corpus, stage, **kw)
+            idx = build_index(corpus, stage, executor=ex, **kw)
         if deepct is not None:
-            add_deepct(idx, deepct, quiet=quiet)
+            add_deepct(idx, deepct, quiet=quiet, executor=ex)
     return Index.open(index_dir)
+
+
+def _executor_spec(executor):
+    """An :class:`Executor` (validated: fails before any work), an opened runner, or None."""
+    if isinstance(executor, str):
+        executor = Executor(executor)
+    if isinstance(executor, Executor):
+        executor.validate()
+    return executor
 
 
 def corpus_fingerprint(corpus: Union[str, Path], empty: str = "error") -> Tuple[str, int]:
@@ -186,7 +206,7 @@ def corpus_fingerprint(corpus: Union[str, Path], empty: str = "error") -> Tuple[
 
 
 def add_subindex(index: Index, kind: str, spec, name: Optional[str] = None, overwrite: bool = False,
-                 quiet: bool = False, **options) -> Index:
+                 quiet: bool = False, executor=None, **options) -> Index:
     """Build a sub-index of ``kind`` from the folder's document store and list it.
     It is built beside the others and becomes visible only when the manifest that
     lists it is swapped in. ``options`` go to the kind's ``after_add`` step."""
@@ -195,9 +215,9 @@ def add_subindex(index: Index, kind: str, spec, name: Optional[str] = None, over
     spec.validate()
     if name in index.manifest["subindexes"] and not overwrite:
         raise InputError(f"index already has a {name!r} sub-index (pass --overwrite to rebuild it)", index.path)
-    ctx = BuildContext(index.path / DOCSTORE, index.manifest["corpus"]["fingerprint"], _cache_base(index.path),
-                       quiet=quiet)
-    with mf.staged_subindex(index.path, name) as tmp:
+    with mf.staged_subindex(index.path, name) as tmp, open_executor(_executor_spec(executor)) as ex:
+        ctx = BuildContext(index.path / DOCSTORE, index.manifest["corpus"]["fingerprint"], _cache_base(index.path),
+                           quiet=quiet, executor=ex)
         entry = k.build(tmp, name, ctx, spec)
     for n, e in k.entries(name, entry).items():
         mf.add_subindex_entry(index.path, n, e)
@@ -206,30 +226,32 @@ def add_subindex(index: Index, kind: str, spec, name: Optional[str] = None, over
 
 
 def add_dense(index: Index, spec: DenseSpec, name: str = "dense", overwrite: bool = False,
-              quiet: bool = False) -> Index:
+              quiet: bool = False, executor=None) -> Index:
     """Add a dense sub-index (:class:`DenseSpec`) to an existing folder."""
-    return add_subindex(index, "dense", spec, name, overwrite=overwrite, quiet=quiet)
+    return add_subindex(index, "dense", spec, name, overwrite=overwrite, quiet=quiet, executor=executor)
 
 
 def add_deepct(index: Index, spec, name: str = "deepct", overwrite: bool = False, quiet: bool = False,
-               tune_fusion: bool = True) -> Index:
+               tune_fusion: bool = True, executor=None) -> Index:
     """Add a DeepCT sub-index (``retrieval.deepct.subindex.DeepCTSpec``) to an existing folder.
     Also records ``<name>-query``: the same sub-index searched with DeepCT-Query. With
     ``tune_fusion`` the default fusion of ``bm25+<name>`` is tuned on the model's held-out
     training queries (when the model card names them)."""
-    return add_subindex(index, "deepct", spec, name, overwrite=overwrite, quiet=quiet, tune_fusion=tune_fusion)
+    return add_subindex(index, "deepct", spec, name, overwrite=overwrite, quiet=quiet, executor=executor,
+                        tune_fusion=tune_fusion)
 
 
 def build_pruned_index(corpus, index_dir, prune: float, quality: Optional[str] = None, empty: str = "error",
-                       quiet: bool = False, **build_kwargs) -> Index:
+                       quiet: bool = False, executor=None, **build_kwargs) -> Index:
     """:func:`build_index` on the top ``1 - prune`` share of ``corpus`` by passage quality
     (:func:`retrieval.quality.prune.prune_keep_set`)."""
     from retrieval.quality.prune import prune_keep_set
 
     vectors: dict = {}
-    keep, record = prune_keep_set(corpus, prune, quality, empty=empty, quiet=quiet, vectors=vectors)
-    return build_index(corpus, index_dir, empty=empty, quiet=quiet, keep=keep, pruning=record,
-                       dense_vectors=vectors or None, **build_kwargs)
+    with open_executor(_executor_spec(executor)) as ex:
+        keep, record = prune_keep_set(corpus, prune, quality, empty=empty, quiet=quiet, vectors=vectors, executor=ex)
+        return build_index(corpus, index_dir, empty=empty, quiet=quiet, keep=keep, pruning=record,
+                           dense_vectors=vectors or None, executor=ex, **build_kwargs)
 
 
 def _checked(docs: Iterable[Document]) -> Iterable[Document]:
@@ -249,11 +271,17 @@ def _checked(docs: Iterable[Document]) -> Iterable[Document]:
 
 
 def add_documents(index, corpus: Union[str, Path, Iterable[Document]], threads: int = 2, empty: str = "error",
-                  quiet: bool = False, report: Optional[dict] = None):
+                  quiet: bool = False, report: Optional[dict] = None, executor=None):
     """Add the documents of ``corpus`` to every sub-index of ``index``; returns the reopened Index.
     In a folder pruned by passage quality, new documents pass the same estimator and
     threshold first, and only those it keeps are added. ``report`` (a dict) receives
-    the counts: ``read``, ``added``, ``pruned``."""
+    the counts: ``read``, ``added``, ``pruned``. ``executor`` runs the model stages
+    (:class:`retrieval.executors.Executor`), as in :func:`index_corpus`."""
+    with open_executor(_executor_spec(executor)) as ex:
+        return _add_documents(index, corpus, threads, empty, quiet, report, ex)
+
+
+def _add_documents(index, corpus, threads, empty, quiet, report, executor):
     m = index.manifest
     kinds = {name: kind_of(e) for name, e in m["subindexes"].items()}
     fixed = sorted({k.name for k in kinds.values() if type(k).append is SubIndexKind.append})
@@ -274,7 +302,7 @@ def add_documents(index, corpus: Union[str, Path, Iterable[Document]], threads: 
         from retrieval.quality.prune import QualityError, prune_additions
 
         try:
-            docs = prune_additions(pruning, docs, quiet=quiet)
+            docs = prune_additions(pruning, docs, quiet=quiet, executor=executor)
         except QualityError as e:
             raise InputError(str(e), index.path) from None
     if report is not None:
@@ -292,7 +320,7 @@ def add_documents(index, corpus: Union[str, Path, Iterable[Document]], threads: 
         new = dict(m)
         new["subindexes"] = {}
         ctx = BuildContext(tmp / DOCSTORE, m["corpus"]["fingerprint"], _cache_base(index.path), quiet=quiet,
-                           threads=threads)
+                           threads=threads, executor=executor)
         for name, entry in m["subindexes"].items():
             e = kinds[name].append(tmp / entry["path"], entry, docs, ctx)
             new["subindexes"][name] = dict(e, doc_count=int(e["doc_count"]) + len(docs), updated_at=mf.now())

@@ -80,3 +80,16 @@ def run_retr(*args, cwd=None, input=None, timeout=600):
 @pytest.fixture
 def retr():
     return run_retr
+
+
+@pytest.fixture(scope="session")
+def ray_address():
+    """ONE local Ray cluster for every test that needs one (2 CPUs: actors take fractional CPUs),
+    started once (about 6 s) and shut down at the end. The builds under test run their Ray
+    driver in a child process that joins it by this address."""
+    ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'retr[ray]')")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()

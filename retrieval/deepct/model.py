@@ -207,15 +207,17 @@ class Preparer:
             cand = word_starts[j] if j >= 0 else nxt
             s = cand if cand > s else nxt
 
-    def prepare(self, texts: Sequence[str], targets: Optional[Sequence[Optional[Dict[str, float]]]] = None
-                ) -> List[Prepared]:
+    def prepare(self, texts: Sequence[str], targets: Optional[Sequence[Optional[Dict[str, float]]]] = None,
+                stems: bool = True) -> List[Prepared]:
+        """Words and windows per text. Without ``stems`` (no JVM: an executor's worker),
+        ``Prepared.words`` holds each word itself, as a 1-tuple, for the driver to stem."""
         enc = self.tok(list(texts), add_special_tokens=False, return_offsets_mapping=True, truncation=False,
                        padding=False, return_attention_mask=False, verbose=False)
         out = []
         for i, text in enumerate(texts):
             ids, offs = enc["input_ids"][i], enc["offset_mapping"][i]
             words = self.an.words(text)
-            stems = [self.an.stems(w) for w, _s, _e in words]
+            stems_ = [self.an.stems(w) if stems else (w,) for w, _s, _e in words]
             first: List[Tuple[int, int]] = []  # (piece index, word index)
             p = 0
             for k, (_w, ws, we) in enumerate(words):
@@ -232,9 +234,9 @@ class Preparer:
                 w = Window(i, self.head_ids + ids[s:e] + self.tail_ids,
                            [q - s + self.prefix for q, _k in sel], [k for _q, k in sel])
                 if tg is not None:
-                    w.labels = [max((tg.get(t, 0.0) for t in stems[k]), default=0.0) for k in w.words]
+                    w.labels = [max((tg.get(t, 0.0) for t in stems_[k]), default=0.0) for k in w.words]
                 wins.append(w)
-            out.append(Prepared(stems, wins))
+            out.append(Prepared(stems_, wins))
         return out
 
 
@@ -298,12 +300,19 @@ class DeepCTEncoder:
     def encode(self, texts: Sequence[str], quiet: bool = True, chunk: int = 2048, desc: str = "DeepCT encoding"
                ) -> List[Dict[str, float]]:
         """Raw term weights per text (max over repeated words and windows)."""
-        out: List[Dict[str, float]] = []
+        return terms_of_words(self.encode_words(texts, quiet=quiet, chunk=chunk, desc=desc), self.prep.an)
+
+    def encode_words(self, texts: Sequence[str], quiet: bool = True, chunk: int = 2048,
+                     desc: str = "DeepCT encoding") -> List[List[Tuple[str, float]]]:
+        """Per text, each distinct word with its weight (its first piece's, max over repeats
+        and windows), in the order the words were first scored. Needs no JVM: the stems
+        (:func:`terms_of_words`) are taken where the analyzer runs."""
+        out: List[List[Tuple[str, float]]] = []
         self.model.eval()
         with torch.inference_mode(), progress(total=len(texts), desc=desc, unit="doc", quiet=quiet) as bar:
             for c0 in range(0, len(texts), chunk):
                 part = texts[c0:c0 + chunk]
-                prepared = self.prep.prepare(part)
+                prepared = self.prep.prepare(part, stems=False)
                 wins = sorted((w for p in prepared for w in p.windows), key=lambda w: len(w.ids))
                 best: List[Dict[int, float]] = [dict() for _ in part]
                 shown = 0  # windows run in length order, so progress is the share of this chunk's windows
@@ -318,15 +327,66 @@ class DeepCTEncoder:
                     bar.update(now - shown)
                     shown = now
                 for p, bw in zip(prepared, best):
-                    terms: Dict[str, float] = {}
+                    words: Dict[str, float] = {}
                     for k, v in bw.items():
-                        for t in p.words[k]:
-                            if t not in terms or v > terms[t]:
-                                terms[t] = v
-                    out.append(terms)
+                        word = p.words[k][0]
+                        if word not in words or v > words[word]:
+                            words[word] = v
+                    out.append(list(words.items()))
                 bar.update(len(part) - shown)
         return out
+
+    def stage(self, block_size: int = 2048) -> "DeepCTStage":
+        """This encoder as an executor stage (:mod:`retrieval.executors`)."""
+        return DeepCTStage(str(self.model_dir), self.max_length, self.prep.stride, self.batch_size,
+                           self.model_hash, block_size, encoder=self)
 
     def query_weights(self, texts: Sequence[str]) -> List[Dict[str, float]]:
         """DeepCT-Query: the model's weight for each query term."""
         return self.encode(texts, quiet=True)
+
+
+def terms_of_words(words: Sequence[Sequence[Tuple[str, float]]], analyzer) -> List[Dict[str, float]]:
+    """Term weights from :meth:`DeepCTEncoder.encode_words`: each word's stems take its weight,
+    a term the max over the words it comes from (the same dict, in the same order, as a
+    term-level max taken while scoring)."""
+    out = []
+    for ws in words:
+        terms: Dict[str, float] = {}
+        for word, v in ws:
+            for t in analyzer.stems(word):
+                if t not in terms or v > terms[t]:
+                    terms[t] = v
+        out.append(terms)
+    return out
+
+
+class DeepCTStage:
+    """A DeepCT model as an executor stage: workers return word weights (no JVM there);
+    the driver stems them with :func:`terms_of_words`. Blocks of 2048 documents are the
+    in-process encoder's chunks, so the weights are identical wherever they are computed."""
+
+    name = "deepct"
+
+    def __init__(self, model_dir: str, max_length: int, stride: int, batch_size: int, sha256: str,
+                 block_size: int = 2048, encoder: Optional[DeepCTEncoder] = None):
+        self.model_dir, self.max_length, self.stride = model_dir, int(max_length), int(stride)
+        self.batch_size, self.sha256, self.block_size = int(batch_size), sha256, int(block_size)
+        self._enc = encoder
+
+    def __getstate__(self):
+        return dict(self.__dict__, _enc=None)
+
+    def setup(self, threads: Optional[int] = None, gpu: bool = False) -> None:
+        if self._enc is None:
+            self._enc = DeepCTEncoder(self.model_dir, device="cuda" if gpu else "cpu", max_length=self.max_length,
+                                      batch_size=self.batch_size, stride=self.stride, threads=threads)
+            if self._enc.model_hash != self.sha256:
+                raise ModelDirError(f"DeepCT model at {self.model_dir} on this worker (sha256 {self._enc.model_hash}) "
+                                    f"differs from the driver's ({self.sha256})")
+
+    def run(self, texts: List[str]) -> List[List[Tuple[str, float]]]:
+        return self._enc.encode_words(texts, quiet=True, chunk=max(1, len(texts)))
+
+    def device(self) -> str:
+        return str(self._enc.device) if self._enc is not None else "cpu"

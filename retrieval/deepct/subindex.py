@@ -24,7 +24,7 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from indexes import jvm
 from indexes import manifest as mf
@@ -148,53 +148,84 @@ def variant_name(mode: str, scale: str) -> str:
 
 
 # ----------------------------------------------------------------------------------- build
-def _store_docs(store_path: Path):
-    from indexes.docstore import DocStore
-
-    for docid, title, text, _meta in DocStore(store_path).iter_docs():
-        yield docid, (f"{title} {text}" if title else text)
-
-
-def _write_deepct(folder: Path, ids: Sequence[str], weights: Sequence[Dict[str, float]], threads: int,
-                  append: bool = False) -> Tuple[Dict[str, int], Dict[str, float], int]:
-    """Store the raw weights and write (or, with ``append``, extend) every Lucene variant;
-    returns (bytes per variant, indexing seconds per variant, documents without terms)."""
+def _write_deepct(folder: Path, pairs: Iterable[Tuple[str, Dict[str, float]]], threads: int,
+                  append: bool = False) -> Tuple[List[str], Dict[str, int], Dict[str, float], int]:
+    """Store the raw weights of ``(docid, weights)`` pairs (a stream: they are written as they
+    come, so memory stays flat) and write (or, with ``append``, extend) every Lucene variant;
+    returns (docids, bytes per variant, indexing seconds per variant, documents without terms)."""
     from retrieval.deepct.model import to_impacts
 
-    with gzip.open(folder / WEIGHTS_FILE, "at" if append else "wt", encoding="utf-8") as f:  # append: a new gzip member
-        for d, w in zip(ids, weights):
-            f.write(json.dumps({"id": d, "w": {t: round(v, 5) for t, v in w.items()}}) + "\n")
-    sizes, index_s, empty = {}, {}, 0
-    for scale in SCALES:
-        imps = [to_impacts(w, scale) for w in weights]
-        if scale == "linear":
-            empty = sum(1 for x in imps if not x)
-        for mode in MODES:
-            v = variant_name(mode, scale)
-            # an empty vector would make Anserini skip the document; keep it findable by id only
-            index_s[v] = round(_index_vectors(zip(ids, imps), folder / v, impact=(mode == "impact"),
-                                              threads=threads, append=append), 2)
-            sizes[v] = mf.folder_size(folder / v)
-    return sizes, index_s, empty
+    ids: List[str] = []
+    spools = {scale: folder / f".impacts-{scale}.jsonl" for scale in SCALES}
+    empty = 0
+    files = {scale: open(p, "w", encoding="utf-8") for scale, p in spools.items()}
+    try:
+        with gzip.open(folder / WEIGHTS_FILE, "at" if append else "wt", encoding="utf-8") as f:  # append: a new gzip member
+            for d, w in pairs:
+                ids.append(d)
+                f.write(json.dumps({"id": d, "w": {t: round(v, 5) for t, v in w.items()}}) + "\n")
+                for scale, fh in files.items():
+                    imp = to_impacts(w, scale)
+                    if scale == "linear" and not imp:
+                        empty += 1
+                    fh.write(json.dumps([d, imp]) + "\n")
+        for fh in files.values():
+            fh.close()
+
+        def read(scale):
+            with open(spools[scale], encoding="utf-8") as fh:
+                for line in fh:
+                    d, imp = json.loads(line)
+                    yield d, imp
+
+        sizes, index_s = {}, {}
+        for scale in SCALES:
+            for mode in MODES:
+                v = variant_name(mode, scale)
+                # an empty vector would make Anserini skip the document; keep it findable by id only
+                index_s[v] = round(_index_vectors(read(scale), folder / v, impact=(mode == "impact"),
+                                                  threads=threads, append=append), 2)
+                sizes[v] = mf.folder_size(folder / v)
+    finally:
+        for scale, fh in files.items():
+            fh.close()
+            spools[scale].unlink(missing_ok=True)
+    return ids, sizes, index_s, empty
+
+
+def _weights(enc, docs, total: Optional[int], runner, quiet: bool, desc: str = "DeepCT encoding"):
+    """``(BlockRun, stream of (docid, term weights))``: the model runs where ``runner`` says,
+    the words are stemmed here (the analyzer needs the JVM, which stays in this process)."""
+    from retrieval.deepct.model import terms_of_words
+
+    run = runner.map(enc.stage(), docs, total=total, desc=desc, quiet=quiet, threads=None)
+
+    def stream():
+        for ids, words in run:
+            yield from zip(ids, terms_of_words(words, enc.prep.an))
+
+    return run, stream()
 
 
 def build_deepct(folder: Path, name: str, store_path: Path, spec: DeepCTSpec, fingerprint: str,
-                 quiet: bool = False) -> dict:
+                 quiet: bool = False, executor=None) -> dict:
     """Encode every document of the store with the DeepCT model and write the
-    Lucene variants into ``folder``; returns the manifest entry."""
+    Lucene variants into ``folder``; returns the manifest entry. ``executor``: an
+    opened runner of :mod:`retrieval.executors` (None: in-process)."""
     from retrieval.deepct.model import DeepCTEncoder
+    from retrieval.executors import StoreSource, runner_of
 
     spec.validate()
     t0 = time.perf_counter()
     enc = DeepCTEncoder(spec.model, device=spec.device, max_length=spec.max_length, batch_size=spec.batch_size,
                         stride=spec.stride, threads=spec.threads)
-    docs = list(_store_docs(store_path))
-    if not docs:
+    src = StoreSource(store_path)
+    n = len(src)
+    if not n:
         raise InputError("no documents to encode")
-    ids = [d for d, _t in docs]
-    weights = enc.encode([t for _d, t in docs], quiet=quiet)
-    encode_s = time.perf_counter() - t0
-    sizes, index_s, empty = _write_deepct(folder, ids, weights, spec.index_threads)
+    run, pairs = _weights(enc, src, n, runner_of(executor), quiet)
+    ids, sizes, index_s, empty = _write_deepct(folder, pairs, spec.index_threads)
+    encode_s = time.perf_counter() - t0 - sum(index_s.values())
     entry = {
         "kind": "deepct", "path": name, "built_at": mf.now(), "doc_count": len(ids),
         "config": {"mode": DEFAULT_MODE if spec.mode == "auto" else spec.mode,
@@ -207,7 +238,7 @@ def build_deepct(folder: Path, name: str, store_path: Path, spec: DeepCTSpec, fi
                   "training": enc.card.get("training", {}).get("settings")},
         "encoder": enc.config(), "corpus_fingerprint": fingerprint,
         "documents_without_terms": empty, "variant_bytes": sizes, "index_seconds": index_s,
-        "encode_seconds": round(encode_s, 2), "spec": asdict(spec),
+        "encode_seconds": round(encode_s, 2), "encoded_by": run.record(), "spec": asdict(spec),
     }
     if spec.tune and (spec.k1 is None or spec.b is None):
         apply_tuning(entry, tune_bm25(folder, entry, enc.card, ids, quiet=quiet,
@@ -376,14 +407,15 @@ def entry_encoder(entry: dict, purpose: str, threads: Optional[int] = 1, stride:
 
 
 def append_deepct(folder: Path, entry: dict, docs: Sequence[Tuple[str, str]], threads: int = 2,
-                  quiet: bool = True) -> dict:
+                  quiet: bool = True, executor=None) -> dict:
     """Encode ``(docid, contents)`` pairs with the sub-index's own model and append them
     to its stored weights and every Lucene variant; returns the updated entry. The
     defaults (mode, scale, k1/b) stay as tuned; the new documents are not tuned on."""
+    from retrieval.executors import runner_of
+
     enc = entry_encoder(entry, "adding documents to a DeepCT sub-index", threads=threads, stride=True)
-    ids = [d for d, _t in docs]
-    sizes, _secs, empty = _write_deepct(folder, ids, enc.encode([t for _d, t in docs], quiet=quiet), threads,
-                                        append=True)
+    _run, pairs = _weights(enc, docs, len(docs), runner_of(executor), quiet)
+    _ids, sizes, _secs, empty = _write_deepct(folder, pairs, threads, append=True)
     return dict(entry, variant_bytes=sizes,
                 documents_without_terms=int(entry.get("documents_without_terms", 0)) + empty)
 
@@ -468,13 +500,14 @@ class DeepCTKind(SubIndexKind):
     name = "deepct"
 
     def build(self, folder: Path, name: str, ctx: BuildContext, spec: DeepCTSpec) -> dict:
-        return build_deepct(folder, name, ctx.store_path, spec, ctx.fingerprint, quiet=ctx.quiet)
+        return build_deepct(folder, name, ctx.store_path, spec, ctx.fingerprint, quiet=ctx.quiet,
+                            executor=ctx.executor)
 
     def append(self, folder: Path, entry: dict, docs: Sequence, ctx: BuildContext) -> dict:
         if entry.get("alias_of"):  # deepct-query shares its target's folder: the writer mirrors the target
             return entry
         return append_deepct(folder, entry, [(d.docid, d.contents) for d in docs], threads=ctx.threads,
-                             quiet=ctx.quiet)
+                             quiet=ctx.quiet, executor=ctx.executor)
 
     def retriever(self, folder: Path, entry: dict) -> DeepCTRetriever:
         return DeepCTRetriever(folder, entry)

@@ -280,15 +280,20 @@ class DenseEncoder:
                 if not _shard_done(p, len(chunk), self.dim):
                     arr = np.zeros((len(chunk), self.dim), dtype=self.out_dtype)
                     self._encode_into(chunk, arr, batch_size, bar)
-                    fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=p.name, suffix=".tmp")
-                    with os.fdopen(fd, "wb") as fh:
-                        np.save(fh, arr)
-                    os.replace(tmp, p)
+                    write_shard(p, arr)
                 else:
                     bar.update(len(chunk))
                 paths.append(p)
                 i += 1
         return paths
+
+
+def write_shard(p: Path, arr: np.ndarray) -> None:
+    """Save one shard atomically (an interrupted run leaves no half-written shard)."""
+    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=p.name, suffix=".tmp")
+    with os.fdopen(fd, "wb") as fh:
+        np.save(fh, arr)
+    os.replace(tmp, p)
 
 
 def _shard_done(p: Path, rows: int, dim: int) -> bool:
@@ -313,3 +318,34 @@ def load_shards(out_dir: str | os.PathLike) -> np.ndarray:
     if not paths:
         raise InputError("no encoded shards found", path=out_dir)
     return np.concatenate([np.load(p) for p in paths])
+
+
+class DenseStage:
+    """The dense encoder as an executor stage (:mod:`retrieval.executors`): only its
+    config travels; each worker rebuilds the same encoder (weights hash-checked) once."""
+
+    name = "dense"
+    block_size = 1024
+
+    def __init__(self, config: dict, batch_size: int = 64, device: str = "auto", encoder: "DenseEncoder" = None):
+        self.config, self.batch_size, self.want = dict(config), int(batch_size), device
+        self._enc = encoder  # in-process: the driver's own encoder, never pickled
+
+    def __getstate__(self):
+        return dict(self.__dict__, _enc=None)
+
+    def setup(self, threads: Optional[int] = None, gpu: bool = False) -> None:
+        if self._enc is None:
+            dev = self.want if self.want != "auto" else ("cuda" if gpu else "cpu")
+            self._enc = DenseEncoder.from_config(self.config, device=dev, quiet=True)
+            if threads:
+                torch.set_num_threads(int(threads))
+
+    def run(self, texts: list) -> np.ndarray:
+        return self._enc.encode(texts, batch_size=self.batch_size, quiet=True)
+
+    def device(self) -> str:
+        d = str(self._enc.device) if self._enc is not None else "cpu"
+        if d.startswith("cuda") and torch.cuda.is_available():
+            d += f" ({torch.cuda.get_device_name(0)})"
+        return d

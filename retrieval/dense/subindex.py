@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from indexes import manifest as mf
-from indexes.errors import InputError
+from indexes.errors import InputError, RetrError
 from retrieval.kinds import BuildContext, SubIndexKind
 from retrieval.types import Query
 
@@ -65,7 +65,8 @@ def _reusable(precomputed: Optional[dict], cfg: dict, docids: List[str]):
 
 
 def build_dense(folder: Path, name: str, store_path: Path, spec: DenseSpec, fingerprint: str,
-                cache_base: Path, quiet: bool = False, precomputed: Optional[dict] = None) -> dict:
+                cache_base: Path, quiet: bool = False, precomputed: Optional[dict] = None,
+                executor=None) -> dict:
     """Encode every document of the store and write a faiss index into ``folder``
     (which becomes sub-index ``name``); returns its manifest entry.
 
@@ -77,6 +78,9 @@ def build_dense(folder: Path, name: str, store_path: Path, spec: DenseSpec, fing
     quality estimator computed while pruning) replaces encoding when it was made by
     the same encoder (model weights, pooling, max length, normalisation) and covers
     every document; the entry's ``vectors_from`` says so.
+
+    ``executor`` (an opened runner of :mod:`retrieval.executors`; None: in-process)
+    says where the encoder runs; the entry's ``encoded_by`` records it.
     """
     import numpy as np
 
@@ -101,9 +105,18 @@ def build_dense(folder: Path, name: str, store_path: Path, spec: DenseSpec, fing
             docids.append(docid)
             yield text
 
-    if reused is None:
+    from retrieval.executors import runner_of
+
+    runner = runner_of(executor)
+    import torch
+
+    encoded_by = {"executor": "in-process", "workers": 1, "threads": torch.get_num_threads(),
+                  "devices": [str(enc.device)]}
+    if reused is None and runner.kind == "local":
         shards = enc.encode_to_shards(texts(), cache, shard_size=spec.shard_size, batch_size=spec.batch_size,
                                       quiet=quiet)
+    elif reused is None:
+        shards, encoded_by = _encode_shards_on(runner, enc, store_path, cache, spec, docids, quiet)
     encode_s = time.perf_counter() - t0
     if not docids:
         raise InputError("no documents to encode")
@@ -135,8 +148,65 @@ def build_dense(folder: Path, name: str, store_path: Path, spec: DenseSpec, fing
         "encoder": cfg, "faiss": fi.describe(folder),
         "encode_seconds": round(encode_s, 2), "build_seconds": round(time.perf_counter() - t0, 2),
         "vectors_from": "quality estimator (pruning pass)" if reused is not None else "encoded",
+        "encoded_by": None if reused is not None else encoded_by,
         "spec": asdict(spec),
     }
+
+
+def _encode_shards_on(runner, enc, store_path: Path, cache: Path, spec: DenseSpec, docids: List[str],
+                      quiet: bool):
+    """:meth:`DenseEncoder.encode_to_shards` with the encoder run by ``runner`` (Ray): the same
+    resumable shard files, written here as the blocks come back in order. Finished shards
+    are not encoded again. Fills ``docids``; returns (shard paths, how they were encoded)."""
+    import numpy as np
+
+    from retrieval.dense.encoder import DenseStage, _atomic_write_text, _shard_done, write_shard
+    from retrieval.executors import StoreSource
+
+    cache.mkdir(parents=True, exist_ok=True)
+    meta = {"encoder": enc.config(), "shard_size": int(spec.shard_size)}
+    meta_path = cache / "meta.json"
+    if meta_path.is_file():
+        old = json.loads(meta_path.read_text())
+        if ({**old.get("encoder", {}), "model": None} != {**meta["encoder"], "model": None}
+                or old.get("shard_size") != meta["shard_size"]):
+            raise InputError("was encoded with a different encoder or shard size; use a new folder", path=cache)
+    else:
+        _atomic_write_text(meta_path, json.dumps(meta, indent=2))
+    src = StoreSource(store_path)
+    docids.extend(d for d, _t in src)
+    n = len(docids)
+    paths = [cache / f"shard-{i:05d}.npy" for i in range((n + spec.shard_size - 1) // spec.shard_size)]
+    done = 0
+    while done < len(paths) and _shard_done(paths[done], min(spec.shard_size, n - done * spec.shard_size), enc.dim):
+        done += 1
+    record = {"executor": "ray", "resumed_shards": done}
+    if done == len(paths):
+        return paths, record
+    skip = done * spec.shard_size
+
+    def rest():
+        for i, pair in enumerate(src):
+            if i >= skip:
+                yield pair
+
+    run = runner.map(DenseStage(enc.config(), spec.batch_size, spec.device), rest(), total=n - skip,
+                     desc="encoding", quiet=quiet)
+    buf, rows, at, shard = [], 0, skip, done
+    for ids, vecs in run:
+        if ids != docids[at:at + len(ids)]:
+            raise RetrError("the encoded blocks came back out of order (docids differ from the store's)")
+        at += len(ids)
+        buf.append(np.asarray(vecs, dtype=enc.out_dtype))
+        rows += len(ids)
+        while rows >= spec.shard_size or (at == n and rows):
+            allv = np.concatenate(buf)
+            write_shard(paths[shard], allv[:spec.shard_size])
+            shard += 1
+            buf, rows = ([allv[spec.shard_size:]], rows - spec.shard_size) if rows > spec.shard_size else ([], 0)
+    if at != n:
+        raise RetrError(f"{n - at} documents came back without vectors")
+    return paths, dict(run.record(), resumed_shards=done)
 
 
 class DenseRetriever:
@@ -182,14 +252,28 @@ class DenseKind(SubIndexKind):
 
     def build(self, folder: Path, name: str, ctx: BuildContext, spec: DenseSpec) -> dict:
         return build_dense(folder, name, ctx.store_path, spec, ctx.fingerprint, ctx.cache_base, ctx.quiet,
-                           precomputed=ctx.precomputed)
+                           precomputed=ctx.precomputed, executor=ctx.executor)
 
     def append(self, folder: Path, entry: dict, docs: Sequence, ctx: BuildContext) -> dict:
         from indexes.faiss_index import FaissIndex
         from retrieval.dense.encoder import DenseEncoder
 
+        from retrieval.executors import runner_of
+
         enc = DenseEncoder.from_config(entry["encoder"], quiet=True)
-        vectors = enc.encode([d.contents for d in docs], quiet=ctx.quiet).astype("float32", copy=False)
+        runner = runner_of(ctx.executor)
+        if runner.kind == "local":
+            vectors = enc.encode([d.contents for d in docs], quiet=ctx.quiet).astype("float32", copy=False)
+        else:
+            import numpy as np
+
+            stage = DenseStage(entry["encoder"], int(entry.get("spec", {}).get("batch_size", 64)),
+                               entry.get("spec", {}).get("device", "auto"))
+            got = list(runner.map(stage, [(d.docid, d.contents) for d in docs], total=len(docs), desc="encoding",
+                                  quiet=ctx.quiet))
+            if [i for ids, _v in got for i in ids] != [d.docid for d in docs]:
+                raise RetrError("the encoded blocks came back out of order")
+            vectors = np.concatenate([v for _ids, v in got]).astype("float32", copy=False)
         fi = FaissIndex.open(folder, mmap=False)
         fi.add(vectors, [d.docid for d in docs])
         fi.save(folder)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import re
 import sys
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
 
 import numpy as np
 from tqdm import tqdm
@@ -36,6 +36,19 @@ class Estimator:
 
     name = "base"
     needs_training = False
+    #: the scores of a block of passages depend on that block alone, and the model in it runs
+    #: per block of ``block_size`` passages: an executor may score the blocks anywhere
+    #: (:class:`EstimatorStage`) with the same result as :meth:`score` over all of them
+    blockwise = False
+    block_size = 4096
+
+    def block_payload(self, texts: list, batch_size: int = 64):
+        """What a worker computes for one block (see :meth:`from_payload`)."""
+        return self.score(texts, batch_size=batch_size, quiet=True)
+
+    def from_payload(self, payload) -> Tuple[np.ndarray, Optional[tuple]]:
+        """(scores, ``(encoder config, vectors)`` or None) of a block, in the driver."""
+        return np.asarray(payload, dtype=np.float64), None
 
     def score(self, passages: Sequence[str], batch_size: int = 64, quiet: bool = False) -> np.ndarray:
         texts = _texts(passages)
@@ -117,6 +130,7 @@ class DenseNorm(Estimator):
     bundled MiniLM with mean pooling, or any local model). Costs one full encoding pass."""
 
     name = "dense-norm"
+    blockwise = True  # encodes in chunks of 4096, one block
 
     def __init__(self, model: Optional[str] = None, pooling: str = "mean", device: str = "auto"):
         self.model, self.pooling, self.device = model, pooling, device
@@ -137,9 +151,12 @@ class DenseNorm(Estimator):
         return out
 
     def describe(self):
+        from retrieval.models import model_hash, resolve_model_path
+
         enc = self._enc
-        return {"estimator": self.name, "model": str(enc.model_path) if enc else self.model,
-                "model_sha256": enc.model_hash if enc else None, "pooling": self.pooling}
+        path = enc.model_path if enc else resolve_model_path(self.model)  # scored elsewhere: same weights
+        return {"estimator": self.name, "model": str(path),
+                "model_sha256": enc.model_hash if enc else model_hash(path), "pooling": self.pooling}
 
 
 def arr_gold(chunk) -> np.ndarray:
@@ -259,15 +276,76 @@ class DeepCTWeight(Estimator):
         self.name = f"deepct-{stat}"
         self._enc = None
 
-    def _score(self, texts, batch_size, quiet):
+    blockwise = True  # DeepCT encodes in chunks of 2048: two per block
+
+    def _encoder(self, batch_size):
         from retrieval.deepct.model import DeepCTEncoder
 
         if self._enc is None:
             self._enc = DeepCTEncoder(self.model, device=self.device, batch_size=batch_size)
-        weights = self._enc.encode(texts, quiet=quiet, desc=f"quality ({self.name})")
+        return self._enc
+
+    def _stat(self, weights) -> np.ndarray:
         pos = [[max(v, 0.0) for v in w.values()] for w in weights]
         return np.array([(sum(p) if self.stat == "mass" else max(p)) if p else 0.0 for p in pos])
 
+    def _score(self, texts, batch_size, quiet):
+        return self._stat(self._encoder(batch_size).encode(texts, quiet=quiet, desc=f"quality ({self.name})"))
+
+    def block_payload(self, texts, batch_size=64):
+        # word weights only: stemming needs the JVM, which stays in the driver (from_payload)
+        return self._encoder(batch_size).encode_words(texts, quiet=True)
+
+    def from_payload(self, payload):
+        from retrieval.deepct.model import terms_of_words
+        from retrieval.deepct.targets import analyzer
+
+        scores = self._stat(terms_of_words(payload, analyzer()))
+        if not np.isfinite(scores).all():
+            raise QualityError(f"estimator {self.name!r} returned non-finite scores")
+        return scores.astype(np.float64), None
+
     def describe(self):
+        from retrieval.deepct.model import deepct_hash
+
         return {"estimator": self.name, "model": self.model,
-                "model_sha256": self._enc.model_hash if self._enc else None}
+                "model_sha256": self._enc.model_hash if self._enc else deepct_hash(self.model)}
+
+
+#: attributes that hold a loaded model or its outputs: rebuilt lazily wherever a stage runs
+_LOADED = ("_enc", "_feat", "_lex", "_m", "vectors")
+
+
+class EstimatorStage:
+    """A blockwise estimator as an executor stage (:mod:`retrieval.executors`): the
+    estimator travels without its loaded model; each worker loads it once."""
+
+    name = "quality"
+
+    def __init__(self, est: Estimator, batch_size: int = 64):
+        self.est, self.batch_size, self.block_size = est, int(batch_size), int(est.block_size)
+
+    def __getstate__(self):
+        import copy
+
+        est = copy.copy(self.est)
+        for k in _LOADED:
+            if k in vars(est):
+                setattr(est, k, None)
+        return dict(self.__dict__, est=est)
+
+    def setup(self, threads: Optional[int] = None, gpu: bool = False) -> None:
+        if threads:
+            import torch
+
+            torch.set_num_threads(int(threads))
+        if threads is not None and getattr(self.est, "device", None) == "auto":  # a worker: as reserved
+            self.est.device = "cuda" if gpu else "cpu"
+
+    def run(self, texts: list):
+        return self.est.block_payload(texts, self.batch_size)
+
+    def device(self) -> str:
+        from retrieval.models import pick_device
+
+        return pick_device(getattr(self.est, "device", "cpu") or "cpu")

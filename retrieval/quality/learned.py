@@ -85,6 +85,7 @@ class LearnedQuality(Estimator):
     a JSON file written by :func:`train_head`, or None for the shipped default head."""
 
     name = "learned"
+    blockwise = True  # features in chunks of 4096 (one block), the rest per passage
 
     def __init__(self, head=None, device: str = "auto"):
         if head is None:
@@ -123,6 +124,14 @@ class LearnedQuality(Estimator):
                 self._lex = _Lexical(self.head["lexical"]["vocabulary"], self.head["lexical"]["idf"])
             T = self._lex(texts)
         return _apply(self.head, X, T)
+
+    def block_payload(self, texts, batch_size=64):
+        s = self.score(texts, batch_size=batch_size, quiet=True)
+        return s, self.vectors[0], self.vectors[1]
+
+    def from_payload(self, payload):
+        s, cfg, X = payload
+        return np.asarray(s, dtype=np.float64), (cfg, X)
 
     def describe(self):
         h = self.head

@@ -84,16 +84,52 @@ def is_scores_file(quality: str) -> bool:
     return quality.split(":", 1)[0] not in ESTIMATORS and (Path(quality).is_file() or quality.endswith((".tsv", ".txt")))
 
 
+def _pairs(corpus, empty: str):
+    from retrieval.collections import read_corpus
+
+    docs = read_corpus(corpus, empty=empty) if isinstance(corpus, (str, Path)) else corpus
+    for d in docs:
+        yield d.docid, d.contents
+
+
+def score_blocks(est: Estimator, pairs, executor=None, batch_size: int = 64, quiet: bool = False,
+                 total: Optional[int] = None, want_vectors: bool = False):
+    """Score ``(docid, text)`` pairs with a blockwise estimator where ``executor`` says
+    (:mod:`retrieval.executors`; None: in-process), block by block, in order. Returns
+    ``(docids, scores, vectors or None, how they were scored)``; ``vectors`` is
+    ``(encoder config, array)`` when the estimator computed any and ``want_vectors``."""
+    from retrieval.executors import runner_of
+    from retrieval.quality.estimators import EstimatorStage
+
+    run = runner_of(executor).map(EstimatorStage(est, batch_size), pairs, total=total, desc=f"quality ({est.name})",
+                                  quiet=quiet)
+    docids: List[str] = []
+    parts, vparts, cfg = [], [], None
+    for ids, payload in run:
+        s, v = est.from_payload(payload)
+        if len(s) != len(ids):
+            raise QualityError(f"estimator {est.name!r} returned {len(s)} scores for {len(ids)} passages")
+        docids.extend(ids)
+        parts.append(s)
+        if v is not None and want_vectors:
+            cfg = v[0]
+            vparts.append(np.asarray(v[1]))
+    scores = np.concatenate(parts) if parts else np.zeros(0)
+    vecs = (cfg, np.concatenate(vparts)) if vparts else None
+    return docids, scores, vecs, run.record()
+
+
 def prune_keep_set(corpus, prune: float, quality: Optional[str] = None, empty: str = "error",
-                   batch_size: int = 64, quiet: bool = False, vectors: Optional[dict] = None) -> Tuple[set, dict]:
+                   batch_size: int = 64, quiet: bool = False, vectors: Optional[dict] = None,
+                   executor=None) -> Tuple[set, dict]:
     """Score ``corpus`` (or read a scores file) and return (kept docids, manifest record).
     A ``vectors`` dict is filled with the passage vectors the estimator computed, if it
-    computed any (``config``: their encoder's, ``docids``, ``array``), for the dense sub-index."""
+    computed any (``config``: their encoder's, ``docids``, ``array``), for the dense sub-index.
+    A blockwise estimator's model runs where ``executor`` says (the record's ``scored_by``)."""
     p = check_share(prune)
     quality = quality or DEFAULT_ESTIMATOR
-    docs = _docs(corpus, empty)
-    docids = [d.docid for d in docs]
     if is_scores_file(quality):
+        docids = [d for d, _t in _pairs(corpus, empty)]
         given = read_scores(quality)
         missing = [d for d in docids if d not in given]
         if missing:
@@ -103,10 +139,24 @@ def prune_keep_set(corpus, prune: float, quality: Optional[str] = None, empty: s
         record = {"estimator": "scores-file", "scores_file": str(Path(quality).resolve())}
     else:
         est = get_estimator(quality)
-        scores = est.score([d.contents for d in docs], batch_size=batch_size, quiet=quiet)
-        record = dict(est.describe(), spec=quality)  # spec: what scores documents added later
-        if vectors is not None and getattr(est, "vectors", None) is not None:
-            vectors.update(config=est.vectors[0], docids=docids, array=est.vectors[1])
+        if est.blockwise:  # streamed in blocks: the texts are never all in memory
+            total = None
+            if isinstance(corpus, (str, Path)):
+                from retrieval.collections import count_lines
+                total = count_lines(corpus)
+            docids, scores, vecs, how = score_blocks(est, _pairs(corpus, empty), executor, batch_size, quiet,
+                                                     total=total, want_vectors=vectors is not None)
+            record = dict(est.describe(), spec=quality, scored_by=how)
+            if vectors is not None and vecs is not None:
+                vectors.update(config=vecs[0], docids=docids, array=vecs[1])
+        else:
+            docs = _docs(corpus, empty)
+            docids = [d.docid for d in docs]
+            scores = est.score([d.contents for d in docs], batch_size=batch_size, quiet=quiet)
+            record = dict(est.describe(), spec=quality, scored_by={"executor": "in-process",
+                                                                   "note": f"{est.name} scores the whole corpus at once"})
+            if vectors is not None and getattr(est, "vectors", None) is not None:
+                vectors.update(config=est.vectors[0], docids=docids, array=est.vectors[1])
     keep = select_keep(docids, scores, p)
     record.update({"share": p, "considered": len(docids),
                    "threshold": float(np.min(scores[[i for i, d in enumerate(docids) if d in keep]]))
@@ -114,7 +164,7 @@ def prune_keep_set(corpus, prune: float, quality: Optional[str] = None, empty: s
     return keep, record
 
 
-def prune_additions(record: dict, docs: list, quiet: bool = False) -> list:
+def prune_additions(record: dict, docs: list, quiet: bool = False, executor=None) -> list:
     """The documents of ``docs`` that the pruning of an existing folder (its manifest's
     ``pruning`` record) would have kept: those its estimator scores at or above the
     recorded threshold. Folders pruned with a scores file cannot score new documents."""
@@ -123,7 +173,12 @@ def prune_additions(record: dict, docs: list, quiet: bool = False) -> list:
                            "estimator), so new documents cannot be scored; rebuild it from the full corpus")
     if record.get("threshold") is None:
         return []  # everything was pruned
-    scores = get_estimator(record["spec"]).score([d.contents for d in docs], quiet=quiet)
+    est = get_estimator(record["spec"])
+    if est.blockwise:
+        _ids, scores, _v, _how = score_blocks(est, [(d.docid, d.contents) for d in docs], executor, quiet=quiet,
+                                              total=len(docs))
+    else:
+        scores = est.score([d.contents for d in docs], quiet=quiet)
     return [d for d, v in zip(docs, scores) if float(v) >= record["threshold"]]
 
 
