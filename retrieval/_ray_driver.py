@@ -43,12 +43,18 @@ class _StageActor:
     def __call__(self, batch):
         import numpy as np
 
-        out = []
+        import time
+
+        out, secs = [], []
         for data in batch["data"]:
             ids, texts = pickle.loads(data)
-            out.append(pickle.dumps((ids, self.stage.run(list(texts))), protocol=5))
+            t0 = time.perf_counter()
+            res = self.stage.run(list(texts))
+            secs.append(time.perf_counter() - t0)
+            out.append(pickle.dumps((ids, res), protocol=5))
         n = len(out)
-        return {"seq": batch["seq"], "data": np.array(out, dtype=object), "pid": np.full(n, self.pid),
+        return {"seq": batch["seq"], "data": np.array(out, dtype=object), "seconds": np.array(secs),
+                "pid": np.full(n, self.pid),
                 "node": np.array([self.node] * n, dtype=object), "device": np.array([self.dev] * n, dtype=object)}
 
 
@@ -117,6 +123,7 @@ def run_job(ray, job: dict, cluster: dict, out) -> None:
                         num_cpus=p["cpus_per_worker"], num_gpus=p["gpus_per_worker"] or None)
     for row in ds.iter_rows():
         _write_frame(out, {"op": "block", "seq": int(row["seq"]), "data": row["data"], "pid": int(row["pid"]),
+                           "seconds": float(row["seconds"]),
                            "node": str(row["node"]), "device": str(row["device"])})
     _write_frame(out, {"op": "done"})
 
@@ -131,10 +138,20 @@ def main() -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     hello = _read_frame(inp)
+    # Ray 2.60 starts local clusters with token authentication (token in ~/.ray/auth_token), but a process
+    # joining one sends its token only in token mode (read when ray is imported); a cluster without
+    # authentication accepts it too
+    if hello["address"] and "RAY_AUTH_MODE" not in os.environ and (
+            os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")
+            or os.path.isfile(os.path.expanduser("~/.ray/auth_token"))):
+        os.environ["RAY_AUTH_MODE"] = "token"
     try:
         import ray
-    except ImportError as e:  # the parent checks first; this is the fallback
-        _write_frame(out, {"op": "error", "user": True, "message": f"Ray is not installed ({e})"})
+        import ray.data  # noqa: F401
+    except ImportError:  # the parent only looked for the package; importing it is the real test
+        from retrieval.executors import NOT_INSTALLED
+
+        _write_frame(out, {"op": "error", "user": True, "message": NOT_INSTALLED})
         return 2
     logging.getLogger("ray").setLevel(logging.WARNING)
     logging.getLogger("ray.data").setLevel(logging.WARNING)
@@ -148,7 +165,7 @@ def main() -> int:
         else:
             ray.init(**kw)
         cluster = _cluster(ray)
-        plan(cluster, hello["workers"], hello["cpus"], hello["gpus"], 1 << 30)  # fail before any work
+        cluster["plan"] = plan(cluster, hello["workers"], hello["cpus"], hello["gpus"], 1 << 30)  # fail early
     except Exception as e:  # noqa: BLE001 - any failure to connect is reported as one line
         msg, _user = _one_line(e)
         _write_frame(out, {"op": "error", "user": True, "message": msg})

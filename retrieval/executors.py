@@ -48,6 +48,7 @@ from retrieval.progress import progress
 KINDS = ("local", "ray")
 RAY_PIN = "ray[data]==2.60.0"
 INSTALL_HINT = f"pip install 'retr[ray]' (or: pip install '{RAY_PIN}')"
+NOT_INSTALLED = f"--executor ray needs Ray, which is not installed: {INSTALL_HINT}"
 #: CPUs each read task reserves; an actor pool must leave at least this much free (ray-project/ray#44687)
 READ_CPUS = 0.25
 
@@ -69,7 +70,8 @@ class Executor:
     seconds to wait for the cluster (default: ``$RETR_RAY_CONNECT_TIMEOUT`` or 60). ``ship_code``:
     send this process's ``retrieval``/``indexes`` code to the workers (default: when
     joining a cluster). ``on_block`` (not recorded) is called in this process with
-    each block's ``{"seq", "docs", "pid", "node", "device"}`` as it arrives.
+    each block's ``{"seq", "docs", "pid", "node", "device", "seconds"}`` as it arrives
+    (``seconds``: the worker's time in ``stage.run`` for it).
     """
 
     kind: str = "local"
@@ -115,12 +117,14 @@ LOCAL = Executor()
 
 
 def check_ray() -> None:
-    """Raise one clear line when Ray (the ``ray`` extra) is not installed."""
-    try:
-        import ray  # noqa: F401
-        import ray.data  # noqa: F401
-    except ImportError:
-        raise InputError(f"--executor ray needs Ray, which is not installed: {INSTALL_HINT}") from None
+    """Raise one clear line when Ray (the ``ray`` extra) is not installed. Ray is found, not
+    imported: its core worker never runs in this process (the JVM may), only in the child."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("ray")
+    locs = list(spec.submodule_search_locations or []) if spec is not None else []
+    if not any((Path(p) / "data" / "__init__.py").is_file() for p in locs):
+        raise InputError(NOT_INSTALLED)
 
 
 # ------------------------------------------------------------------------------------- stages
@@ -130,6 +134,7 @@ class Stage:
 
     name = "stage"
     block_size = 1024     # documents per block unless the executor names another
+    adaptive_blocks = False  # True: results do not depend on the blocks, which may shrink on small corpora
 
     def setup(self, threads: Optional[int] = None, gpu: bool = False) -> None:
         """Load the model (``gpu``: the worker holds a GPU; ``threads``: torch threads)."""
@@ -387,12 +392,21 @@ class RaySession:
         return frame
 
     # -- work -------------------------------------------------------------------------------
-    def block_size(self, stage: Stage) -> int:
-        return int(self.spec.block_size or stage.block_size)
+    def block_size(self, stage: Stage, total: Optional[int] = None) -> int:
+        """The executor's block size, else the stage's; a stage whose results do not depend on
+        the blocks (``adaptive_blocks``: dense vectors, equal to 1e-5) gets smaller blocks on a
+        small corpus, at least 4 per worker, so that every worker has work until the end."""
+        if self.spec.block_size:
+            return int(self.spec.block_size)
+        size = int(stage.block_size)
+        if getattr(stage, "adaptive_blocks", False) and total:
+            workers = int(self.cluster.get("plan", {}).get("workers", 1))
+            size = max(64, min(size, -(-int(total) // (4 * workers))))
+        return size
 
     def map(self, stage: Stage, docs, total: Optional[int] = None, desc: str = "encoding",
             quiet: bool = False, threads: Optional[int] = None) -> BlockRun:
-        size = self.block_size(stage)
+        size = self.block_size(stage, total)
         info: dict = {"executor": "ray", "address": self.spec.address or "local",
                       "block_size": size, "nodes": self.cluster.get("nodes")}
 
@@ -430,7 +444,8 @@ class RaySession:
                         devices.add(f["device"])
                         if self.spec.on_block is not None:
                             self.spec.on_block({"seq": f["seq"], "docs": len(ids), "pid": f["pid"],
-                                                "node": f["node"], "device": f["device"]})
+                                                "node": f["node"], "device": f["device"],
+                                                "seconds": f.get("seconds")})
                         pending[f["seq"]] = (ids, out)
                         while nxt in pending:  # Ray preserves the order; this only guards it
                             ids, out = pending.pop(nxt)

@@ -85,11 +85,23 @@ def retr():
 @pytest.fixture(scope="session")
 def ray_address():
     """ONE local Ray cluster for every test that needs one (2 CPUs: actors take fractional CPUs),
-    started once (about 6 s) and shut down at the end. The builds under test run their Ray
-    driver in a child process that joins it by this address."""
-    ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'retr[ray]')")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
+    started once (about 6 s) and shut down at the end. It lives in a helper process of its own:
+    the JVM (Lucene searches in this process) and Ray's core worker must not share a process
+    (its signal handlers crash the JVM). The builds under test join it by address."""
+    pytest.importorskip("ray", reason="Ray is not installed (pip install 'retr[ray]')")
+    code = ("import ray, sys; ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, "
+            "logging_level='WARNING'); print(ray.get_runtime_context().gcs_address, flush=True); "
+            "sys.stdin.read(); ray.shutdown()")
+    p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, text=True)
     try:
-        yield ray.get_runtime_context().gcs_address
+        address = p.stdout.readline().strip()
+        assert address, "the Ray helper process did not start a cluster"
+        yield address
     finally:
-        ray.shutdown()
+        p.stdin.close()
+        try:
+            p.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()

@@ -16,7 +16,7 @@ SCRIPTS = {"bm25": ["bench_bm25.py"], "eval": ["bench_eval.py", "all"], "hybrid"
            "dense": ["bench_dense.py"], "ditto_heads": ["bench_ditto_heads.py"],
            "dense_speed": ["bench_dense_speed.py"], "sts": ["bench_sts.py"],
            "dimsel": ["bench_dimsel.py"], "deepct": ["bench_deepct.py"],
-           "quality": ["bench_quality.py", "--expensive-on", "cranfield"]}
+           "quality": ["bench_quality.py", "--expensive-on", "cranfield"], "scale": ["bench_scale.py"]}
 
 
 def main() -> int:

@@ -326,6 +326,7 @@ class DenseStage:
 
     name = "dense"
     block_size = 1024
+    adaptive_blocks = True  # vectors agree to ~1e-7 whatever the blocks (batch padding differs)
 
     def __init__(self, config: dict, batch_size: int = 64, device: str = "auto", encoder: "DenseEncoder" = None):
         self.config, self.batch_size, self.want = dict(config), int(batch_size), device

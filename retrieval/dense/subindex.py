@@ -256,13 +256,12 @@ class DenseKind(SubIndexKind):
 
     def append(self, folder: Path, entry: dict, docs: Sequence, ctx: BuildContext) -> dict:
         from indexes.faiss_index import FaissIndex
-        from retrieval.dense.encoder import DenseEncoder
-
+        from retrieval.dense.encoder import DenseEncoder, DenseStage
         from retrieval.executors import runner_of
 
-        enc = DenseEncoder.from_config(entry["encoder"], quiet=True)
         runner = runner_of(ctx.executor)
         if runner.kind == "local":
+            enc = DenseEncoder.from_config(entry["encoder"], quiet=True)
             vectors = enc.encode([d.contents for d in docs], quiet=ctx.quiet).astype("float32", copy=False)
         else:
             import numpy as np

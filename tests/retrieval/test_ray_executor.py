@@ -62,7 +62,7 @@ def queries(small_corpus):
 
 
 def _descendants(pid):
-    out = subprocess.run(["ps", "-eo", "pid=,ppid=,args="], capture_output=True, text=True).stdout
+    out = subprocess.run(["ps", "-ww", "-eo", "pid=,ppid=,args="], capture_output=True, text=True).stdout
     kids, rows = {}, {}
     for line in out.splitlines():
         p, pp, args = line.split(None, 2) if len(line.split(None, 2)) == 3 else (*line.split(None, 1), "")
@@ -281,5 +281,7 @@ def test_a_cluster_that_goes_away_fails_the_build_with_one_line(tmp_path, small_
             except ProcessLookupError:
                 pass
     r = subprocess.CompletedProcess(p.args, p.returncode, "", stderr)
-    assert "Ray" in _one_error_line(r)
+    line = _one_error_line(r)
+    print(line)
+    assert "Ray" in line
     assert not out.exists() and not list(tmp_path.glob("IDX.tmp-*"))
