@@ -282,7 +282,7 @@ def test_retr_add_grows_the_deepct_sub_index(tmp_path, tiny_beir, model_dir):
 
     import retrieval
     from retrieval.writer import add_documents
-    from retrieval.deepct.subindex import DeepCTSpec
+    from retrieval.deepct.subindex import DeepCTSpec, read_weights
     from retrieval.types import Document
 
     from retrieval.writer import index_corpus
@@ -296,13 +296,16 @@ def test_retr_add_grows_the_deepct_sub_index(tmp_path, tiny_beir, model_dir):
     assert m["deepct"]["doc_count"] == m["deepct-query"]["doc_count"] == m["bm25"]["doc_count"] == 92
     assert m["deepct"]["config"] == before["config"]  # the tuned defaults stay
     assert m["deepct-query"]["variant_bytes"] == m["deepct"]["variant_bytes"] != before["variant_bytes"]
-    with gzip.open(idx2.path / "deepct" / "weights.jsonl.gz", "rt", encoding="utf-8") as f:
-        rows = [json.loads(l)["id"] for l in f]
+    folder = idx2.path / m["deepct"]["path"]
+    assert m["deepct-query"]["path"] == m["deepct"]["path"] != before["path"]  # the new generation's folder
+    with gzip.open(folder / "weights.jsonl.gz", "rt", encoding="utf-8") as f:  # the built file, unchanged
+        assert len([json.loads(l)["id"] for l in f]) == 90
+    rows = [d for d, _w in read_weights(folder)]  # the added weights are in a file of their own
     assert len(rows) == 92 and rows[-2:] == ["new-1", "new-2"]
-    from indexes.lucene import LuceneIndex
+    from indexes.lucene import doc_count
 
     for v in m["deepct"]["config"]["variants"]:  # every variant holds the old documents and the new
-        assert LuceneIndex(idx2.path / "deepct" / v, impact=v.startswith("impact")).num_docs == 92, v
+        assert doc_count(folder / v) == 92, v
     for mode in ("impact", "bm25"):
         for scale in ("linear", "sqrt"):
             idx2.retriever("deepct").configure(mode=mode, scale=scale)
