@@ -303,7 +303,8 @@ def info_cmd(index_dir, as_json):
     click.echo(f"docstore   {_mb(info['docstore_bytes'])}")
     for name, s in info["subindexes"].items():
         cfg = ", ".join(f"{k}={v}" for k, v in s["config"].items())
-        click.echo(f"  {name:<10} {s['kind']:<8} {s['doc_count']:>10,} docs  {_mb(s['size_bytes']):>9}  {cfg}")
+        pending = f" (+{s['deleted_pending']:,} deleted, kept until retr compact)" if s.get("deleted_pending") else ""
+        click.echo(f"  {name:<10} {s['kind']:<8} {s['doc_count']:>10,} docs  {_mb(s['size_bytes']):>9}  {cfg}{pending}")
     v = info["versions"]
     click.echo("versions   " + ", ".join(f"{k} {v[k]}" for k in v))
 

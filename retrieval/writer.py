@@ -504,6 +504,8 @@ def _apply(ch: _Change, removed: Sequence[str], added: Sequence[Document], op: s
             {"source": source, "documents": len(added), "at": rec["at"], "seconds": rec["seconds"]}])[-HISTORY:]
     ch.new["corpus"] = corpus
     ch.new["docstore"] = dict(ch.new.get("docstore") or {}, path=ch.store_rel, doc_count=n, schema=2)
+    if ch.new.get("pruning"):
+        ch.new["pruning"] = dict(ch.new["pruning"], kept=n)
     ch.new.pop("pipelines", None)  # tuned on the old collection: retune
     ch.commit()
 

@@ -1,7 +1,9 @@
 """The DeepCT sub-index (Dai & Callan 2019): passage term weights from a DeepCT
 model, written into real Lucene indexes through Anserini, and its retriever.
 
-    INDEX/deepct/weights.jsonl.gz     raw term weights per passage (to derive variants without re-encoding)
+    INDEX/deepct/weights.jsonl.gz     raw term weights per passage (to derive variants without re-encoding);
+                                      passages added later: weights-g<N>.jsonl.gz, one file per generation,
+                                      merged into weights.jsonl.gz by compaction
     INDEX/deepct/impact-linear/       JsonVectorCollection -impact -pretokenized, tf = round(w*100)
     INDEX/deepct/impact-sqrt/         the same with round(sqrt(w)*100)
     INDEX/deepct/bm25-linear/         JsonVectorCollection -pretokenized (no -impact): the weights become

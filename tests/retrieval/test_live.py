@@ -459,3 +459,34 @@ def test_sigterm_stops_the_java_child_and_removes_the_staging_folder(tmp_path, s
     assert "retr: terminated" in p.rest()
     assert all(gone(k) for k in kids)
     assert folders(tmp_path) == []
+
+
+def test_cli_delete_then_compact_on_scifact_equals_a_fresh_build(retr, tmp_path, scifact_dir):
+    """The check from the issue: delete one SciFact passage, search its exact title (gone),
+    compact, and the BM25 run of every test query equals a fresh build's without it."""
+    path = tmp_path / "A"
+    assert retr("index", "--corpus", scifact_dir, "--index", path, "-q").returncode == 0
+    idx = retrieval.open_index(path)
+    doc = next(d for d in retrieval.read_corpus(scifact_dir)
+               if d.title and idx.search(d.title, k=1, text=False)[0].docid == d.docid)
+    idx.close()
+    r = retr("delete", "--index", path, doc.docid, "-q")
+    assert r.returncode == 0, r.stderr
+    r = retr("search", "--index", path, doc.title, "--k", "10")
+    assert r.returncode == 0 and doc.docid not in r.stdout.split()
+    assert retr("check", "--index", path, "--strict").returncode == 0
+    assert retr("compact", "--index", path, "-q").returncode == 0
+    r = retr("check", "--index", path, "--full", "--strict")
+    assert r.returncode == 0 and "5,182 documents" in r.stdout, r.stdout + r.stderr
+    rest = tmp_path / "rest.jsonl"
+    with open(scifact_dir / "corpus.jsonl", encoding="utf-8") as f, open(rest, "w", encoding="utf-8") as out:
+        out.writelines(line for line in f if json.loads(line)["_id"] != doc.docid)
+    assert retr("index", "--corpus", rest, "--index", tmp_path / "F", "-q").returncode == 0
+    runs = []
+    for p in (path, tmp_path / "F"):
+        run = tmp_path / f"{p.name}.trec"
+        r = retr("search", "--index", p, "--queries", scifact_dir / "queries.jsonl", "--split", "test",
+                 "--output", run, "-q")
+        assert r.returncode == 0, r.stderr
+        runs.append(run.read_text())
+    assert runs[0] == runs[1] and len(runs[0].splitlines()) > 100_000
