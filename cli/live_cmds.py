@@ -9,6 +9,20 @@ import click
 _index = click.option("--index", "index_dir", required=True, type=click.Path(path_type=Path),
                       help="Existing index folder.")
 _quiet = click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+nice_option = click.option("--nice", "nice", type=click.IntRange(0, 19), default=10, show_default=True,
+                           help="Run at this lower CPU priority (Unix nice), so that searches of the folder keep "
+                                "their speed while it changes; 0 for full speed.")
+
+
+def lower_priority(n: int) -> None:
+    """This process (and the Java indexer it starts) yields the CPU to searches."""
+    import os
+
+    if n > 0 and hasattr(os, "nice"):
+        try:
+            os.nice(n)
+        except OSError:  # pragma: no cover - not permitted here: run as is
+            pass
 
 
 @click.command("update")
@@ -19,11 +33,13 @@ _quiet = click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @click.option("--empty", type=click.Choice(["error", "skip", "keep"]), default="error", show_default=True,
               help="What a document without text does.")
 @_quiet
-def update_cmd(index_dir, corpus, threads, empty, quiet):
+@nice_option
+def update_cmd(index_dir, corpus, threads, empty, quiet, nice):
     """Replace the documents whose ids are in CORPUS and add the others, in every sub-index
     (all or nothing). Only the given text is encoded."""
     from retrieval.writer import update_documents
 
+    lower_priority(nice)
     rep: dict = {}
     idx = update_documents(index_dir, corpus, threads=threads, empty=empty, quiet=quiet, report=rep)
     if not quiet:
@@ -41,7 +57,8 @@ def update_cmd(index_dir, corpus, threads, empty, quiet):
               help="A file of document ids, one per line.")
 @click.option("--missing-ok", is_flag=True, help="Ids the index does not hold are skipped, not an error.")
 @_quiet
-def delete_cmd(index_dir, ids, ids_file, missing_ok, quiet):
+@nice_option
+def delete_cmd(index_dir, ids, ids_file, missing_ok, quiet, nice):
     """Remove documents by id (IDS, or --ids FILE) from every sub-index (all or nothing).
     Lucene and faiss skip them at once and drop them at `retr compact`."""
     from retrieval.writer import delete_documents, read_ids
@@ -49,6 +66,7 @@ def delete_cmd(index_dir, ids, ids_file, missing_ok, quiet):
     if bool(ids) == bool(ids_file):
         raise click.UsageError("give document ids, or --ids FILE (not both)")
     docids = read_ids(ids_file) if ids_file else list(ids)
+    lower_priority(nice)
     rep: dict = {}
     idx = delete_documents(index_dir, docids, quiet=quiet, missing_ok=missing_ok, report=rep)
     if not quiet:
@@ -60,11 +78,13 @@ def delete_cmd(index_dir, ids, ids_file, missing_ok, quiet):
 @click.command("compact")
 @_index
 @_quiet
-def compact_cmd(index_dir, quiet):
+@nice_option
+def compact_cmd(index_dir, quiet, nice):
     """Merge Lucene segments with deleted documents expunged, rebuild faiss without masked
     rows, and remove old generations that no reader holds and leftovers of dead processes."""
     from retrieval.writer import compact
 
+    lower_priority(nice)
     rep: dict = {}
     idx = compact(index_dir, quiet=quiet, report=rep)
     if not quiet:

@@ -105,12 +105,17 @@ def index_cmd(corpus, index_dir, k1, b, dense_model, deepct_model, deepct_mode, 
 @click.option("--empty", type=click.Choice(["error", "skip", "keep"]), default="error", show_default=True,
               help="What a document without text does.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
-def add_cmd(index_dir, corpus, threads, empty, quiet):
+@click.option("--nice", "nice", type=click.IntRange(0, 19), default=10, show_default=True,
+              help="Run at this lower CPU priority (Unix nice), so that searches of the folder keep their speed "
+                   "while it changes; 0 for full speed.")
+def add_cmd(index_dir, corpus, threads, empty, quiet, nice):
     """Add documents to every sub-index of an existing folder (all or nothing).
     A folder pruned by passage quality scores them first and adds those that
     reach its threshold."""
+    from cli.live_cmds import lower_priority
     from retrieval.writer import add_documents
 
+    lower_priority(nice)
     rep: dict = {}
     idx = add_documents(index_dir, corpus, threads=threads, empty=empty, quiet=quiet, report=rep)
     if not quiet:

@@ -132,7 +132,10 @@ class _Generation:
                 pass
 
     def __del__(self):  # only the lock: no JVM calls at interpreter shutdown
-        self.drop_lock()
+        try:
+            self.drop_lock()
+        except Exception:  # pragma: no cover - modules already torn down
+            pass
 
 
 def _open_generation(path: Path) -> _Generation:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -177,11 +178,23 @@ class DenseRetriever:
         return {q.qid: r for q, r in zip(queries, res)}
 
 
+_writer_encoders: Dict[str, object] = {}  # encoder config -> loaded encoder, for repeated changes in one process
+_writer_encoders_lock = threading.Lock()
+
+
 def _encode_new(entry: dict, docs: Sequence, quiet: bool):
+    """The vectors of ``docs`` by the sub-index's own encoder (loaded once per process: a service that
+    adds documents often pays the model load once)."""
     from retrieval.dense.encoder import DenseEncoder
 
-    enc = DenseEncoder.from_config(entry["encoder"], quiet=True)
-    return enc.encode([d.contents for d in docs], quiet=quiet).astype("float32", copy=False)
+    key = json.dumps(entry["encoder"], sort_keys=True, default=str)
+    with _writer_encoders_lock:
+        enc = _writer_encoders.get(key)
+        if enc is None:
+            enc = DenseEncoder.from_config(entry["encoder"], quiet=True)
+            _writer_encoders.clear()  # one at a time: a model is large
+            _writer_encoders[key] = enc
+        return enc.encode([d.contents for d in docs], quiet=quiet).astype("float32", copy=False)
 
 
 class DenseKind(SubIndexKind):
