@@ -395,6 +395,34 @@ def collect(folder: Path, manifest: dict) -> List[str]:
     return gone
 
 
+def try_collect(folder: Path | str) -> bool:
+    """Remove the retired folders nobody holds now, if no writer is busy (never waits); for a
+    reader that has just let an old generation go. Returns whether it could look."""
+    from indexes import manifest as mf
+    from indexes.errors import RetrError
+
+    folder = Path(folder)
+    slot = _held.get(os.path.realpath(folder))
+    if slot is not None and slot[2] > 0:  # this process is writing the folder: it collects at its switch
+        return False
+    try:
+        fd = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:  # read-only: nobody can change it, nothing to collect
+        return False
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        try:
+            collect(folder, mf.read_manifest(folder))
+        except (OSError, RetrError):
+            return False
+        return True
+    finally:
+        os.close(fd)
+
+
 def oldest_held(folder: Path, current: int) -> int:
     held = held_generations(folder, current)
     return min(held) if held else current

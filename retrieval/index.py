@@ -65,6 +65,7 @@ class _Generation:
         self.previous: Dict[str, object] = {}   # retrievers of the generation before, for kind.reopen
         self.users = 0
         self.retired = False
+        self.retired_by_newer = False  # a newer generation replaced it (refresh), so writers may collect it
         self.lock = threading.Lock()
 
     @property
@@ -108,8 +109,10 @@ class _Generation:
                     and docstore_path(old.path, old.manifest) == docstore_path(self.path, self.manifest)):
                 self._docstore, old._docstore = old._docstore, None
 
-    def release(self) -> None:
-        """Close what only this generation uses and let writers remove its files."""
+    def release(self, collect: bool = False) -> None:
+        """Close what only this generation uses and let writers remove its files; with ``collect``
+        (an older generation than the folder's current one) remove them now, in the background,
+        if no writer is busy and no other reader holds them."""
         with self.lock:
             for r in list(self.retrievers.values()):
                 if hasattr(r, "close"):
@@ -122,6 +125,8 @@ class _Generation:
                 self._docstore.close()
                 self._docstore = None
             self.drop_lock()
+        if collect and self.retired_by_newer:
+            threading.Thread(target=gens.try_collect, args=(self.path,), name="retr-collect", daemon=True).start()
 
     def drop_lock(self) -> None:
         fd, self._fd = self._fd, None
@@ -217,9 +222,10 @@ class Index:
             self._gen = new
             with old.lock:
                 old.retired = True
+                old.retired_by_newer = new.number != old.number
                 idle = old.users == 0
             if idle:
-                old.release()
+                old.release(collect=True)
             return True
 
     def _enter(self) -> _Generation:
@@ -239,7 +245,7 @@ class Index:
             g.users -= 1
             done = g.retired and g.users == 0
         if done:
-            g.release()
+            g.release(collect=True)
 
     def close(self) -> None:
         with self._lock:
@@ -247,9 +253,10 @@ class Index:
         if g is not None:
             with g.lock:
                 g.retired = True
+                g.retired_by_newer = _stat_key(self.path) != g.key
                 idle = g.users == 0
             if idle:
-                g.release()
+                g.release(collect=True)
 
     def __enter__(self) -> "Index":
         return self

@@ -26,7 +26,7 @@ import hashlib
 import sys
 import time
 from pathlib import Path
-from typing import AbstractSet, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import AbstractSet, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from indexes import generations as gens
 from indexes import manifest as mf
