@@ -96,7 +96,8 @@ def _utf16_length(s: str) -> int:
     return len(s) if s.isascii() else len(s.encode("utf-16-le")) // 2
 
 
-def _check_lengths(docid: str, title: str, text: str, path: Path, n: int) -> None:
+def check_lengths(docid: str, title: str, text: str, path: Optional[Path] = None, n: Optional[int] = None) -> None:
+    """Refuse a document id or passage longer than Lucene can hold (one line, with the place)."""
     if len(docid.encode("utf-8")) > MAX_DOCID_BYTES:
         raise InputError(f"document id of {len(docid.encode('utf-8')):,} bytes is longer than Lucene's limit "
                          f"of {MAX_DOCID_BYTES:,} (UTF-8)", path, n)
@@ -157,7 +158,7 @@ def read_corpus(path: Path | str, check_duplicates: bool = True, empty: str = "e
         if _SPACE.search(docid):
             raise InputError(f"document id {docid[:80]!r} contains whitespace (TREC runs cannot hold it)", path, n)
         if 2 * (len(title) + 1 + len(text)) > MAX_CONTENTS_CHARS or 4 * len(docid) > MAX_DOCID_BYTES:
-            _check_lengths(docid, title, text, path, n)
+            check_lengths(docid, title, text, path, n)
         if not (text.strip() or title.strip()) and empty != "keep":
             if empty == "error":
                 raise InputError(f"document {docid!r} has empty text (--empty skip drops such documents)", path, n)
