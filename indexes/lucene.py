@@ -25,6 +25,8 @@ from indexes import jvm
 from indexes.errors import InputError, RetrError
 
 Result = List[Tuple[str, float]]
+# A pipelined batch's smallest chunk: below it a Java call's fixed cost would show.
+_MIN_CHUNK = 32
 
 
 class ShardWriter:
@@ -211,6 +213,12 @@ class LuceneIndex:
     def num_docs(self) -> int:
         return int(self._snap.js.numDocs())
 
+    @property
+    def searcher(self):
+        """The Java ``retr.lucene.HitSearcher`` of the reader searched now (for tools and benchmarks:
+        ``luceneOnly``, ``postings``, ``setExhaustiveShare``)."""
+        return self._snap.js
+
     def set_bm25(self, k1: float, b: float) -> None:
         if self.impact:
             raise RetrError("BM25 parameters do not apply to an impact index")
@@ -245,9 +253,13 @@ class LuceneIndex:
 
     def batch_search(self, queries: Sequence, qids: Sequence[str], k: int = 10, threads: int = 1
                      ) -> Dict[str, Result]:
-        """All queries in one call, searched on ``threads`` Java threads; hits come
-        back as one array. A query that fails is answered with no hits and a
-        warning; the others are answered as usual."""
+        """Search all queries; hits come back as one array per call. With one thread,
+        one call searches everything. With ``threads`` > 1 the queries go in chunks:
+        ``threads - 1`` Java threads search a chunk while this Python thread turns the
+        previous chunk's arrays into (docid, score) lists, so neither waits for the
+        other (turning hits into Python objects is about as costly as finding them).
+        A query that fails is answered with no hits and a warning; the others are
+        answered as usual."""
         k = _check_k(k)
         qids = [str(q) for q in qids]
         if len(qids) != len(queries):
@@ -255,6 +267,68 @@ class LuceneIndex:
         if not qids:
             return {}
         threads = max(1, int(threads))
+        queries, n = list(queries), len(qids)
+        if threads == 1 or n < 2 * _MIN_CHUNK:
+            snap, data, errors = self._search_part(queries, k, threads)
+            parts = [(snap.decode_batch(data, n), errors)]
+        else:
+            size = max(_MIN_CHUNK, -(-n // (4 * threads)))
+            bounds = [(i, min(n, i + size)) for i in range(0, n, size)]
+            parts = [(snap.decode_batch(data, j - i), errors)
+                     for (i, j), (snap, data, errors) in zip(bounds, self._pipeline(queries, bounds, k, threads - 1))]
+        out: Dict[str, Result] = {}
+        pos = 0
+        for lists, errors in parts:
+            chunk = qids[pos:pos + len(lists)]
+            pos += len(lists)
+            out.update(zip(chunk, lists))
+            for qid, err in zip(chunk, errors or ()):
+                if err is not None:
+                    warnings.warn(f"{self.path}: query {qid!r} failed and has no hits: {err}", RuntimeWarning,
+                                  stacklevel=2)
+        return out
+
+    def _pipeline(self, queries, bounds, k: int, threads: int):
+        """Yield each chunk's Java answer in order while a worker thread already searches the next ones."""
+        answers: List[object] = [None] * len(bounds)
+        ready = [threading.Event() for _ in bounds]
+        stop = threading.Event()
+
+        def work():
+            from jnius import detach
+
+            try:
+                for c, (i, j) in enumerate(bounds):
+                    if stop.is_set():
+                        break
+                    try:
+                        answers[c] = self._search_part(queries[i:j], k, threads)
+                    except BaseException as e:  # handed to the caller
+                        answers[c] = e
+                        break
+                    finally:
+                        ready[c].set()
+            finally:
+                for e in ready:
+                    e.set()
+                detach()  # a thread attached to the JVM must leave it before it ends
+
+        worker = threading.Thread(target=work, name="retr-lucene-batch", daemon=True)
+        worker.start()
+        try:
+            for c in range(len(bounds)):
+                ready[c].wait()
+                if isinstance(answers[c], BaseException):
+                    raise answers[c]
+                if answers[c] is None:
+                    raise RetrError(f"{self.path}: a batch's search stopped early")
+                yield answers[c]
+        finally:
+            stop.set()
+            worker.join()
+
+    def _search_part(self, queries: Sequence, k: int, threads: int):
+        """One Java call over ``queries``: (snapshot, the answer's bytes, errors or None)."""
         if self.impact:
             terms: List[str] = []
             weights: List[int] = []
@@ -264,19 +338,11 @@ class LuceneIndex:
                 terms += t
                 weights += w
                 offsets.append(len(terms))
-            res = self._call(lambda s: (s, s.js.batchSearchWeighted(terms, weights, offsets, k, threads)))
+            snap, batch = self._call(lambda s: (s, s.js.batchSearchWeighted(terms, weights, offsets, k, threads)))
         else:
             texts = [str(q) for q in queries]
-            res = self._call(lambda s: (s, s.js.batchSearch(texts, k, threads)))
-        snap, batch = res
-        lists = snap.decode_batch(batch.data.tostring(), len(qids))
-        errors = batch.errors
-        if errors is not None:
-            for qid, err in zip(qids, errors):
-                if err is not None:
-                    warnings.warn(f"{self.path}: query {qid!r} failed and has no hits: {err}", RuntimeWarning,
-                                  stacklevel=2)
-        return dict(zip(qids, lists))
+            snap, batch = self._call(lambda s: (s, s.js.batchSearch(texts, k, threads)))
+        return snap, batch.data.tostring(), batch.errors
 
     def _call(self, fn):
         """Run ``fn(snapshot)``; if a refresh closed that snapshot's reader in between, once more on the new one."""

@@ -73,7 +73,7 @@ def test_both_search_paths_rank_as_pyserini(scifact_index, scifact_dir, share):
     texts = [q.text for q in read_queries(scifact_dir / "queries.jsonl")[::8]] + _sample_queries(20)
     ref = _pyserini(scifact_index.path / "bm25")
     li = LuceneIndex(scifact_index.path / "bm25")
-    li._snap.js.setExhaustiveShare(share)
+    li.searcher.setExhaustiveShare(share)
     for k in (10, 1000):
         for t in texts:
             _same(li.search(t, k), ref.search(t, k=k), (k, t))

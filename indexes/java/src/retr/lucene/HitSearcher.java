@@ -20,6 +20,7 @@ import java.util.Arrays;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicInteger;
 
 import org.apache.lucene.analysis.Analyzer;
@@ -111,9 +112,10 @@ public final class HitSearcher implements Closeable {
   private final Method textQuery;
   private final Method weightQuery;
   private final ThreadLocal<Scratch> scratch;
-  private volatile IndexSearcher searcher;
-  /** Collection statistics of "contents" for {@link #searcher} (a constant of the reader). */
-  private volatile CollectionStatistics contentsStats;
+  /** The IndexSearcher with the similarity in use, and what the exhaustive path derives from it. */
+  private volatile Generation generation;
+  /** Each query term's per-leaf states and statistics, looked up in the terms dictionary once per reader. */
+  private final ConcurrentHashMap<String, TermInfo> terms = new ConcurrentHashMap<>();
   private volatile Analyzer analyzer;
   /**
    * Exhaustive scoring when k >= share * (postings of the query's terms); 0: always, +inf: never.
@@ -166,7 +168,8 @@ public final class HitSearcher implements Closeable {
     int maxLeafDoc = 0;
     for (LeafReaderContext ctx : leaves) maxLeafDoc = Math.max(maxLeafDoc, ctx.reader().maxDoc());
     final int scratchSize = maxLeafDoc;
-    this.scratch = ThreadLocal.withInitial(() -> new Scratch(scratchSize));
+    final int leafCount = leaves.size();
+    this.scratch = ThreadLocal.withInitial(() -> new Scratch(scratchSize, leafCount));
     setBM25(0.9f, 0.4f);
   }
 
@@ -184,11 +187,10 @@ public final class HitSearcher implements Closeable {
     IndexSearcher next = new IndexSearcher(reader);
     next.setSimilarity(s);
     try {
-      contentsStats = next.collectionStatistics(CONTENTS);
+      generation = new Generation(next, next.collectionStatistics(CONTENTS));
     } catch (IOException e) {
       throw new IllegalStateException(e);
     }
-    searcher = next;
   }
 
   public void setAnalyzer(Analyzer a) {
@@ -249,7 +251,44 @@ public final class HitSearcher implements Closeable {
    * (Lucene's own top k, ties by doc number, no rescoring); returns the hit count, nothing crosses.
    */
   public int luceneOnly(String text, int k) throws IOException {
-    return searcher.search(textQuery(text), k).scoreDocs.length;
+    return generation.searcher.search(textQuery(text), k).scoreDocs.length;
+  }
+
+  /**
+   * Lucene alone on many queries, for the benchmark's floor: IndexSearcher.search(query, k) for each
+   * text on {@code threads} Java threads; returns the total hit count, nothing crosses.
+   */
+  public long luceneOnlyBatch(String[] texts, int k, int threads) throws InterruptedException {
+    AtomicInteger next = new AtomicInteger();
+    java.util.concurrent.atomic.AtomicLong total = new java.util.concurrent.atomic.AtomicLong();
+    Runnable work = () -> {
+      try {
+        for (int i = next.getAndIncrement(); i < texts.length; i = next.getAndIncrement()) {
+          total.addAndGet(generation.searcher.search(textQuery(texts[i]), k).scoreDocs.length);
+        }
+      } catch (IOException e) {
+        throw new IllegalStateException(e);
+      }
+    };
+    Thread[] pool = new Thread[Math.max(0, Math.min(threads, texts.length) - 1)];
+    for (int i = 0; i < pool.length; i++) {
+      pool[i] = new Thread(work, "retr-floor-" + i);
+      pool[i].setDaemon(true);
+      pool[i].start();
+    }
+    work.run();
+    for (Thread t : pool) t.join();
+    return total.get();
+  }
+
+  /** How many postings the exhaustive path would score for this text (the sum of its terms' document frequencies). */
+  public long postings(String text) throws IOException {
+    List<Clause> cs = clauses(generation.searcher.rewrite(textQuery(text)));
+    long n = 0;
+    if (cs != null) {
+      for (Clause c : cs) n += reader.docFreq(c.term);
+    }
+    return n;
   }
 
   /**
@@ -266,7 +305,7 @@ public final class HitSearcher implements Closeable {
       return null;
     }
     HitSearcher s = new HitSearcher(r, true);
-    s.setSimilarity(searcher.getSimilarity());
+    s.setSimilarity(generation.searcher.getSimilarity());
     s.analyzer = analyzer;
     s.exhaustiveShare = exhaustiveShare;
     return s;
@@ -325,10 +364,26 @@ public final class HitSearcher implements Closeable {
     long[] tmp = new long[0];
     int stamp;
 
-    Scratch(int maxLeafDoc) {
+    /** Per leaf, this thread's terms enumerator and postings enumerator (reused from query to query). */
+    final TermsEnum[] enums;
+    final PostingsEnum[] postings;
+
+    Scratch(int maxLeafDoc, int leaves) {
       acc = new double[maxLeafDoc];
       mark = new int[maxLeafDoc];
       touched = new int[maxLeafDoc];
+      enums = new TermsEnum[leaves];
+      postings = new PostingsEnum[leaves];
+    }
+
+    TermsEnum termsEnum(LeafReaderContext ctx) throws IOException {
+      TermsEnum te = enums[ctx.ord];
+      if (te == null) {
+        Terms t = ctx.reader().terms(CONTENTS);
+        if (t == null) return null;
+        te = enums[ctx.ord] = t.iterator();
+      }
+      return te;
     }
 
     void reserve(int n) {
@@ -431,11 +486,12 @@ public final class HitSearcher implements Closeable {
       throw new AlreadyClosedException("this index reader was closed");
     }
     try {
-      IndexSearcher s = searcher;
+      Generation gen = generation;
+      IndexSearcher s = gen.searcher;
       if (lucene8) {
         return hits(s.search(q, k));
       }
-      Hits h = exhaustive(s, q, k);
+      Hits h = exhaustive(gen, q, k);
       if (h == null) {
         TopDocs td = s.search(q, k, sort, true);
         h = hits(td);
@@ -459,6 +515,72 @@ public final class HitSearcher implements Closeable {
     return new Hits(d, s);
   }
 
+  /** The most terms kept in the terms cache; past it the cache starts again empty (it only saves dictionary lookups). */
+  private static final int TERM_CACHE_LIMIT = 1 << 16;
+
+  /** A term's state in each leaf (null where absent) and its index-wide docFreq and totalTermFreq. */
+  private static final class TermInfo {
+    final TermState[] states;
+    final int df;
+    final long ttf;
+
+    TermInfo(TermState[] states, int df, long ttf) {
+      this.states = states;
+      this.df = df;
+      this.ttf = ttf;
+    }
+  }
+
+  /**
+   * What TermStates.build gathers for TermWeight (docFreq and totalTermFreq summed over the
+   * leaves, each leaf's term state), once per term and reader: segments never change.
+   */
+  private TermInfo termInfo(Term term) throws IOException {
+    TermInfo ti = terms.get(term.text());
+    if (ti != null) return ti;
+    List<LeafReaderContext> leaves = reader.leaves();
+    TermState[] states = new TermState[leaves.size()];
+    int df = 0;
+    long ttf = 0;
+    for (LeafReaderContext ctx : leaves) {
+      Terms t = ctx.reader().terms(CONTENTS);
+      if (t == null) continue;
+      TermsEnum te = t.iterator();
+      if (te.seekExact(term.bytes())) {
+        states[ctx.ord] = te.termState();
+        df += te.docFreq();
+        ttf += te.totalTermFreq();
+      }
+    }
+    ti = new TermInfo(states, df, ttf);
+    if (terms.size() >= TERM_CACHE_LIMIT) terms.clear();
+    terms.put(term.text(), ti);
+    return ti;
+  }
+
+  /** An IndexSearcher with its similarity, the collection statistics and the SimScorers made for it. */
+  private static final class Generation {
+    final IndexSearcher searcher;
+    final CollectionStatistics stats;
+    final ConcurrentHashMap<Clause, Similarity.SimScorer> scorers = new ConcurrentHashMap<>();
+
+    Generation(IndexSearcher searcher, CollectionStatistics stats) {
+      this.searcher = searcher;
+      this.stats = stats;
+    }
+
+    /** The SimScorer TermWeight makes: similarity.scorer(boost, collection statistics, term statistics). */
+    Similarity.SimScorer scorer(Clause c, TermInfo ti) throws IOException {
+      Similarity.SimScorer sc = scorers.get(c);
+      if (sc == null) {
+        sc = searcher.getSimilarity().scorer(c.boost, stats, searcher.termStatistics(c.term, ti.df, ti.ttf));
+        if (scorers.size() >= TERM_CACHE_LIMIT) scorers.clear();
+        scorers.put(c, sc);
+      }
+      return sc;
+    }
+  }
+
   /** One SHOULD clause of a flat bag-of-words query. */
   private static final class Clause {
     final Term term;
@@ -467,6 +589,17 @@ public final class HitSearcher implements Closeable {
     Clause(Term term, float boost) {
       this.term = term;
       this.boost = boost;
+    }
+
+    @Override
+    public boolean equals(Object o) {
+      return o instanceof Clause && ((Clause) o).term.equals(term)
+          && Float.floatToIntBits(((Clause) o).boost) == Float.floatToIntBits(boost);
+    }
+
+    @Override
+    public int hashCode() {
+      return 31 * term.hashCode() + Float.floatToIntBits(boost);
     }
   }
 
@@ -504,48 +637,33 @@ public final class HitSearcher implements Closeable {
    * The exhaustive path (see the class comment), or null where it does not apply (another query
    * shape, norms beyond a byte, a negative score) or Lucene's collector is expected to be faster.
    */
-  private Hits exhaustive(IndexSearcher s, Query q, int k) throws IOException {
+  private Hits exhaustive(Generation gen, Query q, int k) throws IOException {
     if (!normsFit || exhaustiveShare == Double.POSITIVE_INFINITY) return null;
-    CollectionStatistics cstats = contentsStats;
+    IndexSearcher s = gen.searcher;
     List<Clause> cs = clauses(s.rewrite(q));
     if (cs == null) return null;
     int m = cs.size();
     List<LeafReaderContext> leaves = reader.leaves();
-    // The statistics TermStates.build gathers for TermWeight (docFreq and totalTermFreq summed over
-    // the leaves), with one terms enumerator per leaf instead of one per term and leaf.
-    TermState[][] states = new TermState[leaves.size()][m];
-    TermsEnum[] enums = new TermsEnum[leaves.size()];
-    int[] df = new int[m];
-    long[] ttf = new long[m];
-    for (LeafReaderContext ctx : leaves) {
-      Terms terms = ctx.reader().terms(CONTENTS);
-      if (terms == null) continue;
-      TermsEnum te = enums[ctx.ord] = terms.iterator();
-      for (int i = 0; i < m; i++) {
-        if (te.seekExact(cs.get(i).term.bytes())) {
-          states[ctx.ord][i] = te.termState();
-          df[i] += te.docFreq();
-          ttf[i] += te.totalTermFreq();
-        }
-      }
-    }
+    TermInfo[] infos = new TermInfo[m];
     Similarity.SimScorer[] scorers = new Similarity.SimScorer[m];
     long postings = 0;
     for (int i = 0; i < m; i++) {
-      if (df[i] == 0) continue;  // no document has the term: TermWeight has no scorer for it either
-      scorers[i] = s.getSimilarity().scorer(cs.get(i).boost, cstats, s.termStatistics(cs.get(i).term, df[i], ttf[i]));
-      postings += df[i];
+      Clause c = cs.get(i);
+      TermInfo ti = infos[i] = termInfo(c.term);
+      if (ti.df == 0) continue;  // no document has the term: TermWeight has no scorer for it either
+      scorers[i] = gen.scorer(c, ti);
+      postings += ti.df;
     }
     if (k < exhaustiveShare * postings) return null;
+    Scratch w = scratch.get();
     // Leaf by leaf (a document's postings all lie in its own leaf): sum into leaf-sized scratch, then
     // keep each touched document's global number and float score as a candidate.
-    Scratch w = scratch.get();
     double[] acc = w.acc;
     int[] mark = w.mark;
     int[] touched = w.touched;
     int n = 0;
     for (LeafReaderContext ctx : leaves) {
-      TermsEnum te = enums[ctx.ord];
+      TermsEnum te = w.termsEnum(ctx);
       if (te == null) continue;
       int stamp = ++w.stamp;
       if (stamp == 0) {  // wrapped around: clear the marks once
@@ -555,12 +673,12 @@ public final class HitSearcher implements Closeable {
       Bits live = ctx.reader().getLiveDocs();
       byte[] nb = norms[ctx.ord];
       int t = 0;
-      PostingsEnum pe = null;
+      PostingsEnum pe = w.postings[ctx.ord];
       for (int i = 0; i < m; i++) {
-        TermState st = states[ctx.ord][i];
+        TermState st = infos[i].states[ctx.ord];
         if (st == null || scorers[i] == null) continue;
         te.seekExact(cs.get(i).term.bytes(), st);
-        pe = te.postings(pe, PostingsEnum.FREQS);
+        pe = w.postings[ctx.ord] = te.postings(pe, PostingsEnum.FREQS);
         Similarity.SimScorer sc = scorers[i];
         for (int d = pe.nextDoc(); d != DocIdSetIterator.NO_MORE_DOCS; d = pe.nextDoc()) {
           if (live != null && !live.get(d)) continue;
