@@ -77,11 +77,13 @@ import org.apache.lucene.util.BytesRef;
  * rank) and rescoring, what Anserini runs. (2) Exhaustive term at a time: every posting of every
  * query term is scored with the SimScorer Lucene's TermWeight builds (same similarity, statistics,
  * boost, norm), summed per document in a double and rounded to float once, as Lucene's disjunction
- * scorers do (they also sum in a double, and a sum of a query's float term scores is exact in a
- * double, so the order of the terms cannot change it); then the top k by (score, id rank) are
- * selected. (2) does no priority-queue work per hit, so it wins when k is a large share of the
+ * scorers do (they also sum in a double); then the top k by (score, id rank) are selected. The sum
+ * of a query's float term scores is exact in a double, so the order in which either side adds them
+ * cannot change the float, as long as the scores span fewer than about 29 - log2(terms) binary
+ * orders of magnitude (BM25 term scores of ordinary queries span far less; impact scores are
+ * integers). (2) does no priority-queue work per hit, so it wins when k is a large share of the
  * matching documents; (1) wins when Lucene can skip most postings (small k, large index). {@link
- * #setExhaustiveShare} sets where the switch lies; both give identical answers.
+ * #setExhaustiveShare} sets where the switch lies; both give the same answers.
  */
 public final class HitSearcher implements Closeable {
   public static final String ID = "id";
