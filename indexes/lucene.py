@@ -251,16 +251,21 @@ class LuceneIndex:
             return self._call(lambda s: s.decode(s.js.searchWeighted(terms, weights, k).tostring()))
         return self._call(lambda s: s.decode(s.js.search(query, k).tostring()))
 
-    def batch_search(self, queries: Sequence, qids: Sequence[str], k: int = 10, threads: int = 1
-                     ) -> Dict[str, Result]:
-        """Search all queries; hits come back as one array per call. With one thread,
-        one call searches everything. With ``threads`` > 1 the queries go in chunks:
-        ``threads - 1`` Java threads search a chunk while this Python thread turns the
-        previous chunk's arrays into (docid, score) lists, so neither waits for the
-        other (turning hits into Python objects is about as costly as finding them).
+    def batch_search(self, queries: Sequence, qids: Sequence[str], k: int = 10, threads: int = 1,
+                     parallel: str = "python") -> Dict[str, Result]:
+        """Search all queries; hits come back as one array per Java call. With one
+        thread, one call searches everything. With ``threads`` > 1 the queries go in
+        chunks to that many Python threads, each searching a chunk in one Java call and
+        turning its hits into (docid, score) lists; pyjnius lets go of the GIL while
+        Java runs, so one thread's search overlaps another's decoding (turning hits
+        into Python objects costs about as much as finding them, and needs the GIL).
+        ``parallel="java"`` instead searches everything in one call on ``threads`` Java
+        threads and decodes afterwards (eval/results/bm25.md compares the two).
         A query that fails is answered with no hits and a warning; the others are
         answered as usual."""
         k = _check_k(k)
+        if parallel not in ("python", "java"):
+            raise RetrError(f"unknown parallel mode {parallel!r} ('python' or 'java')")
         qids = [str(q) for q in qids]
         if len(qids) != len(queries):
             raise RetrError(f"{len(queries)} queries but {len(qids)} ids")
@@ -268,14 +273,13 @@ class LuceneIndex:
             return {}
         threads = max(1, int(threads))
         queries, n = list(queries), len(qids)
-        if threads == 1 or n < 2 * _MIN_CHUNK:
+        if threads == 1 or parallel == "java" or n < 2 * _MIN_CHUNK:
             snap, data, errors = self._search_part(queries, k, threads)
             parts = [(snap.decode_batch(data, n), errors)]
         else:
             size = max(_MIN_CHUNK, -(-n // (4 * threads)))
             bounds = [(i, min(n, i + size)) for i in range(0, n, size)]
-            parts = [(snap.decode_batch(data, j - i), errors)
-                     for (i, j), (snap, data, errors) in zip(bounds, self._pipeline(queries, bounds, k, threads - 1))]
+            parts = self._parallel(queries, bounds, k, threads)
         out: Dict[str, Result] = {}
         pos = 0
         for lists, errors in parts:
@@ -288,44 +292,45 @@ class LuceneIndex:
                                   stacklevel=2)
         return out
 
-    def _pipeline(self, queries, bounds, k: int, threads: int):
-        """Yield each chunk's Java answer in order while a worker thread already searches the next ones."""
-        answers: List[object] = [None] * len(bounds)
-        ready = [threading.Event() for _ in bounds]
-        stop = threading.Event()
+    def _parallel(self, queries, bounds, k: int, threads: int) -> List[Tuple[List[Result], object]]:
+        """Search and decode the chunks ``bounds`` on ``threads`` Python threads (this one included),
+        each taking the next chunk, searching it in one Java call (pyjnius lets go of the GIL while
+        Java runs) and turning its hits into lists; returns (lists, errors) per chunk, in order."""
+        done: List[object] = [None] * len(bounds)
+        chunks = iter(range(len(bounds)))
+        lock = threading.Lock()
+        failed: List[BaseException] = []
 
         def work():
+            while not failed:
+                with lock:
+                    c = next(chunks, None)
+                if c is None:
+                    return
+                i, j = bounds[c]
+                try:
+                    snap, data, errors = self._search_part(queries[i:j], k, 1)
+                    done[c] = (snap.decode_batch(data, j - i), errors)
+                except BaseException as e:  # handed to the caller
+                    failed.append(e)
+
+        def helper():
             from jnius import detach
 
             try:
-                for c, (i, j) in enumerate(bounds):
-                    if stop.is_set():
-                        break
-                    try:
-                        answers[c] = self._search_part(queries[i:j], k, threads)
-                    except BaseException as e:  # handed to the caller
-                        answers[c] = e
-                        break
-                    finally:
-                        ready[c].set()
+                work()
             finally:
-                for e in ready:
-                    e.set()
                 detach()  # a thread attached to the JVM must leave it before it ends
 
-        worker = threading.Thread(target=work, name="retr-lucene-batch", daemon=True)
-        worker.start()
-        try:
-            for c in range(len(bounds)):
-                ready[c].wait()
-                if isinstance(answers[c], BaseException):
-                    raise answers[c]
-                if answers[c] is None:
-                    raise RetrError(f"{self.path}: a batch's search stopped early")
-                yield answers[c]
-        finally:
-            stop.set()
-            worker.join()
+        others = [threading.Thread(target=helper, name=f"retr-lucene-{t}", daemon=True) for t in range(threads - 1)]
+        for t in others:
+            t.start()
+        work()
+        for t in others:
+            t.join()
+        if failed:
+            raise failed[0]
+        return done  # type: ignore[return-value]
 
     def _search_part(self, queries: Sequence, k: int, threads: int):
         """One Java call over ``queries``: (snapshot, the answer's bytes, errors or None)."""
@@ -390,11 +395,11 @@ class _Snapshot:
         total = int(counts.sum())
         docs = np.frombuffer(buf, dtype="<i4", count=total, offset=4 * nq)
         scores = np.frombuffer(buf, dtype="<f4", count=total, offset=4 * (nq + total))
-        ids = self.ids[docs].tolist()
-        sc = scores.tolist()
+        # query by query: a thousand hits' objects at a time stay in the CPU's caches
+        ids = self.ids
         out, i = [], 0
         for c in counts.tolist():
-            out.append(list(zip(ids[i:i + c], sc[i:i + c])))
+            out.append(list(zip(ids[docs[i:i + c]].tolist(), scores[i:i + c].tolist())))
             i += c
         return out
 

@@ -258,6 +258,8 @@ def batch_speed(sc: SpeedCorpus, ref, bm, threads_list, repeats: int, k: int = 1
             "Lucene alone (IndexSearcher.search on Java threads)": lambda th=th: js.luceneOnlyBatch(texts, k, th),
         }
         if th > 1:
+            systems["retr, one Java call on Java threads (parallel='java')"] = \
+                lambda th=th: r._index.batch_search(texts, qids, k, th, parallel="java")
             systems["retr retriever.search, one query per call on Python threads"] = py_threads
         best = {n: float("inf") for n in systems}
         names = list(systems)
@@ -462,10 +464,11 @@ def main():
           "## Search speed (same machine, same run, same queries)", "",
           "Systems: `retr` is `Index.search(q, k, text=False)` (hits as `Hit` objects) and, batched, the BM25 "
           "retriever's `batch_search` ((docid, score) lists; `Index.batch_search` adds `Hit` objects): with 1 "
-          "thread one Java call searches every query; with t threads the queries go in chunks, t-1 Java threads "
-          "search a chunk while the calling Python thread turns the previous chunk's hits into Python objects; "
-          "the row with Python threads instead calls `search` once per query from t Python threads (pyjnius "
-          "releases the GIL while Java runs). "
+          "thread one Java call searches every query; with t threads the queries go in chunks to t Python "
+          "threads, each searching a chunk in one Java call (pyjnius releases the GIL while Java runs) and "
+          "turning its hits into Python objects, so one thread's search overlaps another's decoding. The "
+          "other two rows of retr show the alternatives measured: one Java call on t Java threads, decoded "
+          "afterwards (`parallel='java'`), and one `search` call per query from t Python threads. "
           "`retr before #16` is what retr ran until this change, Anserini's `SimpleSearcher` through pyjnius; "
           "Pyserini is `pyserini.search.lucene.LuceneSearcher` on the same Lucene folder (its `batch_search` "
           "ignores the thread count and uses every core); `bm25s` returns each query's ranked (docid, score) "

@@ -216,3 +216,22 @@ def test_bad_input_is_one_clear_error(tmp_path, small_index):
     with pytest.raises(RetrError, match="unknown analyzer"):
         LuceneIndex(small_index.path / "bm25", analyzer="klingon")
     assert li.search("zzzzqqqq", 10) == [] and li.batch_search([], [], 10) == {}
+
+
+def test_batches_on_python_or_java_threads_answer_as_single_searches(small_index, small_corpus):
+    """Chunks on Python threads (the default with threads > 1), one call on Java threads, and one
+    search per query give the same lists, in the caller's order."""
+    texts = []
+    with open(small_corpus / "corpus.jsonl", encoding="utf-8") as f:
+        for line in f:
+            texts.append(" ".join(json.loads(line)["text"].split()[:12]))
+    texts = texts[:150]
+    qids = [f"q{i}" for i in range(len(texts))]
+    li = LuceneIndex(small_index.path / "bm25")
+    want = {q: li.search(t, 50) for q, t in zip(qids, texts)}
+    for threads in (1, 2, 3):
+        for parallel in ("python", "java"):
+            got = li.batch_search(texts, qids, 50, threads=threads, parallel=parallel)
+            assert list(got) == qids and got == want, (threads, parallel)
+    with pytest.raises(RetrError, match="unknown parallel mode"):
+        li.batch_search(texts, qids, 10, threads=2, parallel="fibres")
