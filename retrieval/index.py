@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Union
 
 from indexes import manifest as mf
+from indexes.bulk import no_gc
 from indexes.docstore import DocStore
 from indexes.errors import IndexFormatError, InputError
 from retrieval.fusion import Pipeline, fuse, parse_pipeline
@@ -174,8 +175,9 @@ class Index:
                     t0 = time.perf_counter()
                     res[name] = r.batch_search(chunk, kk, threads)
                     _tick(timings, name, t0)
-                for q in chunk:
-                    out[q.qid] = self._result(p, {n: res[n].get(q.qid, []) for n in rs}, k, text, q.qid, timings)
+                with no_gc():  # a batch's hits at once: see indexes.bulk
+                    for q in chunk:
+                        out[q.qid] = self._result(p, {n: res[n].get(q.qid, []) for n in rs}, k, text, q.qid, timings)
                 bar.update(len(chunk))
         return out
 
