@@ -106,22 +106,25 @@ def index_cmd(corpus, index_dir, k1, b, dense_model, deepct_model, deepct_mode, 
 @click.option("--empty", type=click.Choice(["error", "skip", "keep"]), default="error", show_default=True,
               help="What a document without text does.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
-def add_cmd(index_dir, corpus, threads, empty, quiet):
+@click.option("--nice", "nice", type=click.IntRange(0, 19), default=10, show_default=True,
+              help="Run at this lower CPU priority (Unix nice), so that searches of the folder keep their speed "
+                   "while it changes; 0 for full speed.")
+def add_cmd(index_dir, corpus, threads, empty, quiet, nice):
     """Add documents to every sub-index of an existing folder (all or nothing).
     A folder pruned by passage quality scores them first and adds those that
     reach its threshold."""
+    from cli.live_cmds import lower_priority
     from retrieval.writer import add_documents
-    from retrieval.index import open_index
 
-    idx = open_index(index_dir)
+    lower_priority(nice)
     rep: dict = {}
-    idx = add_documents(idx, corpus, threads=threads, empty=empty, quiet=quiet, report=rep)
+    idx = add_documents(index_dir, corpus, threads=threads, empty=empty, quiet=quiet, report=rep)
     if not quiet:
         if rep["pruned"]:
             click.echo(f"pruned {rep['pruned']:,} of {rep['read']:,} new documents below the folder's quality "
                        f"threshold", err=True)
-        click.echo(f"added {rep['added']:,} documents to {index_dir} ({', '.join(idx.retrievers)}); "
-                   f"now {len(idx):,}", err=True)
+        click.echo(f"added {rep['added']:,} documents to {index_dir} ({', '.join(idx.retrievers)}; generation "
+                   f"{idx.generation}); now {len(idx):,}", err=True)
 
 
 # -------------------------------------------------------------------- search
@@ -306,7 +309,7 @@ def info_cmd(index_dir, as_json):
         return
     click.echo(f"index      {info['path']}")
     click.echo(f"documents  {info['documents']:,}   (source: {info['corpus'].get('source')})")
-    click.echo(f"created    {info['created_at']}")
+    click.echo(f"created    {info['created_at']}   (generation {info['generation']}, updated {info['updated_at']})")
     pr = info.get("pruning") or {}
     if pr:
         click.echo(f"pruned     {pr['dropped']:,} of {pr['considered']:,} ({pr['share']:.0%}) by {pr.get('estimator')}"
@@ -314,7 +317,8 @@ def info_cmd(index_dir, as_json):
     click.echo(f"docstore   {_mb(info['docstore_bytes'])}")
     for name, s in info["subindexes"].items():
         cfg = ", ".join(f"{k}={v}" for k, v in s["config"].items())
-        click.echo(f"  {name:<10} {s['kind']:<8} {s['doc_count']:>10,} docs  {_mb(s['size_bytes']):>9}  {cfg}")
+        pending = f" (+{s['deleted_pending']:,} deleted, kept until retr compact)" if s.get("deleted_pending") else ""
+        click.echo(f"  {name:<10} {s['kind']:<8} {s['doc_count']:>10,} docs  {_mb(s['size_bytes']):>9}  {cfg}{pending}")
     v = info["versions"]
     click.echo("versions   " + ", ".join(f"{k} {v[k]}" for k in v))
 
@@ -334,6 +338,10 @@ def _register_optional():
         ("cli.dense_cmds", "sts", "eval", "sts"),
         ("cli.train_cmd", "train", None, "train"),
         ("cli.quality_cmds", "quality", None, "quality"),
+        ("cli.live_cmds", "update_cmd", None, "update"),
+        ("cli.live_cmds", "delete_cmd", None, "delete"),
+        ("cli.live_cmds", "compact_cmd", None, "compact"),
+        ("cli.live_cmds", "check_cmd", None, "check"),
     ]:
         try:
             cmd = getattr(importlib.import_module(module), attr)
@@ -349,11 +357,28 @@ def _register_optional():
 _register_optional()
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so that clean-up runs (the Java indexer is stopped,
+    unfinished folders are removed)."""
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated()
+
+
 def main(argv=None) -> int:
     """Entry point: every known error becomes one line on stderr and exit code 2."""
+    import signal
+
     errors = _known_errors()
     try:
-        retr.main(args=argv, prog_name="retr", standalone_mode=False)
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread (main() called from a thread)
+        pass
+    try:
+        rv = retr.main(args=argv, prog_name="retr", standalone_mode=False)
+        if isinstance(rv, int) and rv:  # a command's click Exit(code) (retr check: 1 on problems)
+            return rv
     except click.exceptions.NoArgsIsHelpError as e:  # pragma: no cover - click >= 8.2
         click.echo(e.ctx.get_help() if e.ctx else str(e))
         return 0
@@ -364,9 +389,15 @@ def main(argv=None) -> int:
     except click.ClickException as e:
         click.echo(f"retr: error: {e.format_message()}", err=True)
         return 2
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as e:
+        if isinstance(e.__cause__, Terminated):  # click turns a KeyboardInterrupt into Abort
+            click.echo("retr: terminated", err=True)
+            return 143
         click.echo("retr: aborted", err=True)
         return 130
+    except Terminated:
+        click.echo("retr: terminated", err=True)
+        return 143
     except KeyboardInterrupt:
         click.echo("retr: interrupted", err=True)
         return 130

@@ -22,7 +22,7 @@ import warnings
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from indexes import jvm
+from indexes import generations, jvm
 from indexes.errors import InputError, RetrError
 
 Result = List[Tuple[str, float]]
@@ -132,16 +132,20 @@ def run_indexer(input_dir: Path, index_dir: Path, threads: int = 2, impact: bool
     env = dict(os.environ, JAVA_HOME=jvm.java_home())
     t0 = time.perf_counter()
     # The log goes to a file, not a pipe: a pipe nobody reads while `meanwhile` runs would block the JVM.
+    # The child dies with this process: PR_SET_PDEATHSIG for a kill -9, and kill() here when an
+    # exception (KeyboardInterrupt, or SIGTERM, which the CLI turns into one) stops the wait.
     with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                preexec_fn=generations.child_dies_with_parent())
         try:
+            generations.pause("lucene:indexing")
             if meanwhile is not None:
                 meanwhile()
+            returncode = proc.wait()
         except BaseException:
             proc.kill()
             proc.wait()
             raise
-        returncode = proc.wait()
         log.seek(0)
         output = log.read()
     dt = time.perf_counter() - t0
@@ -189,26 +193,86 @@ def doc_count(index_dir: Path) -> int:
         directory.close()
 
 
-def merge_into(index_dir: Path, sources: Sequence[Path]) -> int:
-    """Add every segment of the Lucene indexes in ``sources`` to the one in
-    ``index_dir`` and commit; returns the documents it then holds. The segments
-    are copied as they are (terms, norms, stored fields, doc values), so the
-    merged index scores exactly as one built from all the documents at once.
-    Until the commit the index in ``index_dir`` is unchanged: Lucene writes the
-    new segments beside the old ones and switches with its segments_N file."""
+def _id_query(docids: Sequence[str]):
+    """One query matching the documents whose ``id`` field is any of ``docids`` (Anserini
+    indexes the id whole, as a StringField)."""
+    Term = jvm.autoclass("org.apache.lucene.index.Term")
+    terms = jvm.autoclass("java.util.ArrayList")()
+    for d in docids:
+        terms.add(Term("id", str(d)).bytes())
+    return jvm.autoclass("org.apache.lucene.search.TermInSetQuery")("id", terms)
+
+
+def _search_ids(index_dir: Path, query, limit: int) -> List[str]:
+    to_path = jvm.autoclass("java.io.File")(str(index_dir)).toPath()
+    directory = jvm.autoclass("org.apache.lucene.store.FSDirectory").open(to_path)
+    try:
+        reader = jvm.autoclass("org.apache.lucene.index.DirectoryReader").open(directory)
+        try:
+            if limit <= 0 or reader.numDocs() == 0:
+                return []
+            from jnius import cast
+
+            searcher = jvm.autoclass("org.apache.lucene.search.IndexSearcher")(
+                cast("org.apache.lucene.index.IndexReader", reader))
+            top = searcher.search(query, int(min(limit, reader.numDocs())))
+            return list(jvm.autoclass("io.anserini.search.ScoredDocs").fromTopDocs(top, searcher).docids)
+        finally:
+            reader.close()
+    finally:
+        directory.close()
+
+
+def live_ids(index_dir: Path) -> List[str]:
+    """The ids of every document the Lucene index in ``index_dir`` holds (deleted ones excluded)."""
+    return _search_ids(index_dir, jvm.autoclass("org.apache.lucene.search.MatchAllDocsQuery")(), 2 ** 31 - 1)
+
+
+def present_ids(index_dir: Path, docids: Sequence[str]) -> List[str]:
+    """Those of ``docids`` that the Lucene index in ``index_dir`` holds (not deleted)."""
+    out: List[str] = []
+    ids = list(dict.fromkeys(docids))
+    for i in range(0, len(ids), 4096):
+        chunk = ids[i:i + 4096]
+        out += _search_ids(index_dir, _id_query(chunk), len(chunk) * 2)
+    return out
+
+
+def change_index(index_dir: Path, delete: Sequence[str] = (), add_from: Sequence[Path] = (),
+                 expunge: bool = False) -> int:
+    """Change the Lucene index in ``index_dir`` with Lucene's own IndexWriter (APPEND):
+    delete the documents whose id is in ``delete``, then add every segment of the indexes
+    in ``add_from`` (:func:`merge_into`), and with ``expunge`` rewrite the segments that hold
+    deleted documents so that none is left (``forceMergeDeletes`` with no tolerance: Lucene's
+    term and collection statistics then count only live documents). Commits; returns the
+    documents it then holds. Lucene writes new files only (new segments, ``.liv`` files, a new
+    ``segments_N``) and removes the names it no longer needs, so a hard-linked copy of another
+    index folder can be changed without touching the original."""
     as_dir = jvm.autoclass("org.apache.lucene.store.FSDirectory").open
     to_path = lambda p: jvm.autoclass("java.io.File")(str(p)).toPath()  # noqa: E731
     IndexWriterConfig = jvm.autoclass("org.apache.lucene.index.IndexWriterConfig")
     OpenMode = jvm.autoclass("org.apache.lucene.index.IndexWriterConfig$OpenMode")
     cfg = IndexWriterConfig()
     cfg.setOpenMode(OpenMode.APPEND)
+    if expunge:
+        policy = jvm.autoclass("org.apache.lucene.index.TieredMergePolicy")()
+        policy.setForceMergeDeletesPctAllowed(0.0)
+        cfg.setMergePolicy(policy)
     target = as_dir(to_path(index_dir))
     from jnius import cast
 
-    srcs = [cast("org.apache.lucene.store.Directory", as_dir(to_path(p))) for p in sources]
+    srcs = [cast("org.apache.lucene.store.Directory", as_dir(to_path(p))) for p in add_from]
     writer = jvm.autoclass("org.apache.lucene.index.IndexWriter")(target, cfg)
     try:
-        writer.addIndexes(*srcs)
+        ids = list(delete)
+        for i in range(0, len(ids), 4096):
+            writer.deleteDocuments(_id_query(ids[i:i + 4096]))
+        if ids:
+            writer.commit()  # the deletions apply to what the index held, not to what is added next
+        if srcs:
+            writer.addIndexes(*srcs)
+        if expunge:
+            writer.forceMergeDeletes(True)
         writer.commit()
         n = int(writer.getDocStats().numDocs)
     finally:
@@ -216,6 +280,16 @@ def merge_into(index_dir: Path, sources: Sequence[Path]) -> int:
         for d in srcs + [target]:
             d.close()
     return n
+
+
+def merge_into(index_dir: Path, sources: Sequence[Path]) -> int:
+    """Add every segment of the Lucene indexes in ``sources`` to the one in
+    ``index_dir`` and commit; returns the documents it then holds. The segments
+    are copied as they are (terms, norms, stored fields, doc values), so the
+    merged index scores exactly as one built from all the documents at once.
+    Until the commit the index in ``index_dir`` is unchanged: Lucene writes the
+    new segments beside the old ones and switches with its segments_N file."""
+    return change_index(index_dir, add_from=sources)
 
 
 def build_lucene(docs: Iterable[Tuple[str, object]], index_dir: Path, threads: int = 2, impact: bool = False,

@@ -641,6 +641,14 @@ class DimSel:
             out[i] = top_mask(imp, self.alpha)
         return out
 
+    def rebind(self, dense) -> "DimSel":
+        """The same selection over another generation's dense retriever (Index.refresh)."""
+        import copy
+
+        new = copy.copy(self)
+        new.dense = dense
+        return new
+
     def search_vectors(self, Q: np.ndarray, k: int, qids: Optional[Sequence[str]] = None) -> List[Scored]:
         Q = np.atleast_2d(np.asarray(Q, dtype=np.float32))
         mask = self.masks(Q, qids)
