@@ -140,7 +140,8 @@ def add_cmd(index_dir, corpus, threads, empty, quiet):
                    "bm25+dense:weighted(bm25=0.3,dense=0.7,norm=zscore).")
 @click.option("--fusion", default=None,
               help="Fusion for a+b retrievers: rrf[(k=60)], combsum|combmnz[(norm=minmax|zscore)], "
-                   "weighted(a=w,b=w[,norm=...]) [default: the index's tuned fusion, else rrf(k=60)].")
+                   "weighted(a=w,b=w[,norm=...]) [default: the index's tuned fusion, else "
+                   "combmnz(norm=minmax), chosen without training queries].")
 @click.option("--depth", type=click.IntRange(min=1), default=None,
               help="Candidates per fused retriever [default: max(k, 100)].")
 @click.option("--k", "k", type=click.IntRange(min=1), default=None,

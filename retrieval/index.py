@@ -117,7 +117,8 @@ class Index:
 
     # -- search --------------------------------------------------------
     def pipeline(self, retriever: str = "bm25", fusion: Optional[str] = None) -> Pipeline:
-        """Parse a retriever spec; a bare ``a+b`` takes the folder's tuned fusion (``retr tune``), else rrf."""
+        """Parse a retriever spec; a bare ``a+b`` takes the folder's tuned fusion (``retr tune``), else
+        ``retrieval.fusion.DEFAULT_FUSION`` (chosen without training queries, eval/results/defaults.md)."""
         base = retriever.split(":", 1)[0].strip()
         tuned = self.manifest.get("pipelines", {}).get(base, {}).get("spec")
         p = parse_pipeline(retriever, fusion, default=tuned)
