@@ -53,7 +53,7 @@ def test_prune_without_an_in_domain_estimator_says_so(retr, small_corpus, tmp_pa
     notes = [l for l in r.stderr.splitlines() if l.startswith("retr: note: ")]
     assert len(notes) == 1 and "'length' was not trained on this corpus" in notes[0] and "random" in notes[0]
     m = json.loads((tmp_path / "IDX" / "manifest.json").read_text())
-    assert m["pruning"]["estimator"] == "length"
+    assert m["pruning"]["estimator"] == "length" and "leave one collection out" in m["pruning"]["default"]
     docs = list(read_corpus(small_corpus))
     keep = select_keep([d.docid for d in docs], get_estimator("length").score([d.contents for d in docs],
                                                                              quiet=True), 0.3)
