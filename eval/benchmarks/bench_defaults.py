@@ -10,8 +10,10 @@ Fusion: the candidates are the untuned fusions the product implements
 (rrf over k; combsum / combmnz under min-max and z-score normalisation; an
 agreement-weighted combsum whose per-query weights come from how much of
 each list's top 10 the other list also retrieved). Each is run as a bare
-``bm25+dense`` search runs it: both retrievers return their top DEPTH=100
-(``Index.search``'s fusion depth), fused, top 10 scored. Choice rule: the
+``bm25+dense`` search runs it: both retrievers return their top 100
+(``Index.search``'s fusion depth for k <= 100) or top 1000 (``retr search
+--queries``, whose k defaults to 1000), fused, top 10 scored; the protocol runs
+at each depth. Choice rule: the
 highest mean over the three training collections of (fused nDCG@10 minus the
 better single retriever's), test queries. As a robustness check that plays
 no part in the choice, every candidate is also scored on real runs of a weak
@@ -40,6 +42,7 @@ from retrieval.fusion import Fusion, fuse
 import defaults_runs
 
 DEPTH = 100            # what Index.search / batch_search fuse for a bare a+b (retrieval.index.DEPTH)
+DEPTHS = (100, 1000)   # ... and what `retr search --queries` fuses (k defaults to 1000 there)
 CUT = 10
 RESULTS_JSON = RESULTS / "defaults.json"
 BASELINE = "rrf(k=60)"
@@ -103,12 +106,12 @@ def external_pair(topics: str, a: str, b: str) -> Tuple[Lists, dict]:
     return lists, qrels
 
 
-def per_query_scores(lists: Lists, qrels: dict, cands: Dict[str, Callable]) -> Dict[str, Dict[str, float]]:
+def per_query_scores(lists: Lists, qrels: dict, cands: Dict[str, Callable], depth: int = DEPTH) -> Dict[str, Dict[str, float]]:
     """{system: {qid: nDCG@10}} for each single retriever and each candidate, on the judged queries."""
     names = list(lists)
     qids = sorted(q for q in qrels if any(g > 0 for g in qrels[q].values()))
     qrels = {q: qrels[q] for q in qids}
-    top = {n: {q: lists[n].get(q, [])[:DEPTH] for q in qids} for n in names}
+    top = {n: {q: lists[n].get(q, [])[:depth] for q in qids} for n in names}
     runs = {n: {q: dict(top[n][q][:CUT]) for q in qids} for n in names}
     for label, f in cands.items():
         run = {}
@@ -136,13 +139,21 @@ def summarise(scores: Dict[str, Dict[str, float]], singles: List[str]) -> dict:
 
 # ------------------------------------------------------------------ fusion part
 def fusion_part(indexes=None) -> dict:
+    out = {d: fusion_at(d, indexes) for d in DEPTHS}
+    main = out[DEPTH]
+    main["by_depth"] = {str(d): {"shipped": out[d]["shipped"], "loco": out[d]["loco"], "local": out[d]["local"]}
+                        for d in DEPTHS if d != DEPTH}
+    return main
+
+
+def fusion_at(depth: int, indexes=None) -> dict:
     cands = candidates()
     local, scores = {}, {}
     for col in COLLECTIONS:
         lists, qrels = local_pair(col, indexes)
-        scores[col.name] = per_query_scores(lists, qrels, cands)
+        scores[col.name] = per_query_scores(lists, qrels, cands, depth)
         local[col.name] = summarise(scores[col.name], list(defaults_runs.NAMES))
-        print(col.name, {k: round(v, 4) for k, v in local[col.name]["delta_vs_best"].items()}, flush=True)
+        print(depth, col.name, {k: round(v, 4) for k, v in local[col.name]["delta_vs_best"].items()}, flush=True)
 
     def choose(train: List[str]) -> Tuple[str, float]:
         crit = {c: mean(local[t]["delta_vs_best"][c] for t in train) for c in cands}
@@ -175,7 +186,7 @@ def fusion_part(indexes=None) -> dict:
     external = {}
     for label, topics, a, b in EXTERNAL:
         lists, qrels = external_pair(topics, a, b)
-        s = per_query_scores(lists, qrels, cands)
+        s = per_query_scores(lists, qrels, cands, depth)   # these runs hold 100 per query
         external[label] = summarise(s, [a, b])
         rows = compare({k: s[k] for k in (external[label]["best_single"], shipped, BASELINE)}
                        if shipped != BASELINE else {k: s[k] for k in (external[label]["best_single"], shipped)},
@@ -183,7 +194,7 @@ def fusion_part(indexes=None) -> dict:
         external[label]["tests_vs_best_single"] = {r["system"]: {"delta": r["delta"], "p_holm": r["p_holm"]}
                                                    for r in rows[1:]}
         print(label, {k: round(v, 4) for k, v in external[label]["delta_vs_best"].items()}, flush=True)
-    return {"depth": DEPTH, "candidates": list(cands), "baseline": BASELINE, "local": local, "loco": loco,
+    return {"depth": depth, "candidates": list(cands), "baseline": BASELINE, "local": local, "loco": loco,
             "shipped": shipped, "shipped_criterion": crit, "external": external}
 
 
@@ -397,6 +408,147 @@ def pruning_part(indexes=None) -> dict:
             "protocols": protocols, "in_domain": {k: sorted(v) for k, v in in_domain.items()}}
 
 
+# ------------------------------------------------------------------ DeepCT part
+# bench_deepct.py's TINY body, first 128-token window of each passage only (2 shared, busy cores)
+TINY = dict(base="splade-tiny", epochs=3, lr=1e-3, threads=2, max_windows=1)
+TITLE_LIMIT = 1000   # title-supervised passages at most (a seeded sample), as `--title-limit`
+DEEPCT_COLS = ("scifact", "nfcorpus", "cranfield")
+DEEPCT_DIR = defaults_runs.WORK / "defaults-deepct"
+
+
+def _cranfield_split(col, seed: int = 7):
+    """Cranfield has no training split: a seeded half of its judged queries trains the qrels model, and
+    every system is scored on the other half."""
+    import random
+
+    from eval.io import write_qrels
+
+    qrels = col.qrels()
+    qids = sorted(qrels)
+    random.Random(seed).shuffle(qids)
+    train = {q: qrels[q] for q in qids[: len(qids) // 2]}
+    held = {q: qrels[q] for q in qids[len(qids) // 2:]}
+    DEEPCT_DIR.mkdir(parents=True, exist_ok=True)
+    write_qrels(train, DEEPCT_DIR / f"{col.name}-train-half.tsv")
+    return DEEPCT_DIR / f"{col.name}-train-half.tsv", held
+
+
+def _train(col, folder, qrels_path=None):
+    """Train (or reuse) a tiny DeepCT model; ``qrels_path=None`` is `retr train deepct --corpus C` with no
+    qrels (title supervision, auto). Returns the model card, or the one-line refusal."""
+    from indexes.errors import InputError
+    from retrieval.deepct.train import TrainConfig, train_deepct
+
+    out = DEEPCT_DIR / folder
+    if (out / "deepct.json").exists():
+        return json.loads((out / "deepct.json").read_text())
+    print(f"[{col.name}] training {folder} ...", flush=True)
+    try:
+        with __import__("warnings").catch_warnings():
+            __import__("warnings").simplefilter("ignore")
+            cfg = TrainConfig(**TINY) if qrels_path else TrainConfig(**TINY, title_limit=TITLE_LIMIT)
+            return train_deepct(col.corpus, out, col.queries_path if qrels_path else None, qrels_path, cfg,
+                                quiet=True)
+    except InputError as e:
+        return {"refused": str(e)}
+
+
+def deepct_part() -> dict:
+    import retrieval
+    from retrieval.deepct.subindex import DeepCTSpec
+    from retrieval.writer import add_deepct
+
+    out = {}
+    for col in (c for c in COLLECTIONS if c.name in DEEPCT_COLS):
+        res = {"models": {}}
+        title = _train(col, f"{col.name}-tiny-title")
+        if "refused" in title:
+            res["title_refused"] = title["refused"]
+            res["models"]["title"] = None
+            print(f"[{col.name}] title supervision refused: {title['refused']}", flush=True)
+            out[col.name] = res
+            continue
+        if "train" in defaults_runs.splits(col):
+            qrels_path, evalq = col.qrels_path("train"), col.qrels()
+            res["evaluated_on"] = "test queries; qrels model trained on qrels/train.tsv (10% of it held out as dev)"
+        else:
+            qrels_path, evalq = _cranfield_split(col)
+            res["evaluated_on"] = (f"a seeded held-out half of the queries ({len(evalq)}); the qrels model trained on "
+                                   "the other half (10% of it held out as dev)")
+        qmodel = _train(col, f"{col.name}-tiny-qrels", qrels_path)
+        path = DEEPCT_DIR / f"index-{col.name}"
+        idx = retrieval.open_index(path) if (path / "manifest.json").exists() else \
+            retrieval.build_index(col.corpus, path, empty="skip", quiet=True)
+        for sub, folder in (("deepct-title", f"{col.name}-tiny-title"), ("deepct-qrels", f"{col.name}-tiny-qrels")):
+            if sub not in idx.retrievers:
+                print(f"[{col.name}] indexing {sub} ...", flush=True)
+                idx = add_deepct(idx, DeepCTSpec(model=str(DEEPCT_DIR / folder), threads=2), name=sub, quiet=True)
+        for key, card, sub in (("title", title, "deepct-title"), ("qrels", qmodel, "deepct-qrels")):
+            e = idx.manifest["subindexes"][sub]
+            res["models"][key] = {"targets": card.get("targets", {}).get("kind"),
+                                  "training_passages": card["data"].get("training_passages"),
+                                  "train_seconds": card["training"]["seconds"],
+                                  "settings": {k: card["training"]["settings"][k] for k in ("base", "epochs", "lr", "title")},
+                                  "mode": f"{e['config']['mode']}-{e['config'].get('scale', 'linear')}",
+                                  "k1": e["config"]["k1"], "b": e["config"]["b"], "tuned": bool(e.get("tuning")),
+                                  "fusion": str(idx.pipeline(f"bm25+{sub}").fusion)}
+        from retrieval.collections import read_queries
+
+        qs = [q for q in read_queries(col.queries_path) if q.qid in evalq]
+        systems = {"BM25": "bm25", "DeepCT (titles)": "deepct-title", "BM25 + DeepCT (titles)": "bm25+deepct-title",
+                   "DeepCT (qrels)": "deepct-qrels", "BM25 + DeepCT (qrels)": "bm25+deepct-qrels"}
+        scores = {}
+        for label, spec in systems.items():
+            run = {q: {h.docid: h.score for h in hs} for q, hs in idx.batch_search(qs, k=1000, retriever=spec,
+                                                                                 threads=2).items()}
+            pq = evaluate(evalq, run, ["nDCG@10", "R@100"], per_query=True, complete=True)
+            scores[label] = pq
+        res["queries"] = len(qs)
+        res["systems"] = {}
+        for m in ("nDCG@10", "R@100"):
+            rows = compare({k: {q: v[m] for q, v in s.items()} for k, s in scores.items()}, baseline="BM25",
+                           test="perm")
+            for r in rows:
+                res["systems"].setdefault(r["system"], {})[m] = {"mean": r["mean"], "delta": r.get("delta"),
+                                                               "p_holm": r.get("p_holm")}
+            tq = compare({k: {q: v[m] for q, v in scores[k].items()} for k in ("DeepCT (qrels)", "DeepCT (titles)")},
+                         baseline="DeepCT (qrels)", test="perm")[1]
+            res.setdefault("titles_vs_qrels", {})[m] = {"delta": tq["delta"], "p": tq["p_holm"]}
+        out[col.name] = res
+        print(col.name, {k: round(v["nDCG@10"]["mean"], 4) for k, v in res["systems"].items()}, flush=True)
+    return {"tiny": TINY, "title_limit": TITLE_LIMIT, "collections": out}
+
+
+def render_deepct(f: dict) -> List[str]:
+    md = ["## DeepCT without qrels: title supervision", "",
+          "`retr train deepct --corpus C` with no `--qrels` trains on titles (HDCT-style: a body term's target is 1 "
+          "if the passage's title has it) and says so; a corpus without titles is refused in one line. Both "
+          f"models use the tiny body (SPLADE-tiny's BERT, 2 layers; {f['tiny']}: the first 128-token window of "
+          f"each passage), not MiniLM; the title model sees at most {f.get('title_limit')} titled passages (a seeded "
+          "sample), for the 2 shared CPU cores. The title model has "
+          "no dev queries, so it searches with the untuned defaults (mode, k1/b, and the default fusion); the "
+          "qrels model's mode, k1/b and fusion are tuned on its 10% dev queries, as `retr index --deepct` does. "
+          "Δ and p: paired randomization test against BM25, Holm-corrected; `titles − qrels`: against the qrels "
+          "model.", ""]
+    for name, r in f["collections"].items():
+        md.append(f"### {name}")
+        md.append("")
+        if r["models"].get("title") is None:
+            md += [f"No titles: refused (`retr: error: {r['title_refused']}`).", ""]
+            continue
+        md += [f"Evaluated on {r['evaluated_on']}; {r['queries']} queries.", "",
+               md_table(["system", "nDCG@10 (Δ, p)", "R@100 (Δ, p)"],
+                        [[k] + [f"{v[m]['mean']:.4f}" + ("" if v[m]["delta"] is None else
+                                                          f" ({v[m]['delta']:+.4f}, p={v[m]['p_holm']:.3f})")
+                                for m in ("nDCG@10", "R@100")] for k, v in r["systems"].items()]), "",
+               "DeepCT alone, titles − qrels: " + ", ".join(
+                   f"{m} {v['delta']:+.4f} (p={v['p']:.3f})" for m, v in r["titles_vs_qrels"].items()) + ".", "",
+               md_table(["model", "targets", "passages", "train s", "mode", "k1/b", "tuned", "fusion"],
+                        [[k, v["targets"], v["training_passages"], v["train_seconds"], v["mode"],
+                          f"{v['k1']}/{v['b']}", v["tuned"], v["fusion"]] for k, v in r["models"].items()]), ""]
+    return md
+
+
 def render_fusion(f: dict) -> List[str]:
     cands = f["candidates"]
     cols = list(f["local"])
@@ -417,6 +569,14 @@ def render_fusion(f: dict) -> List[str]:
           f"Mean Δ over the held-out collections: chosen {mean(e['delta_vs_best_single'] for e in f['loco'].values()):+.4f} "
           f"vs best single, {mean(e['delta_vs_rrf60'] for e in f['loco'].values()):+.4f} vs rrf(k=60).", "",
           f"**Shipped** (chosen on all four): `{f['shipped']}` (mean Δ vs best single {f['shipped_criterion']:+.4f}).",
+          ""] + sum(([f"The same protocol with both retrievers' top {d} fused (`retr search --queries`, k=1000): "
+                      f"chosen on all four `{g['shipped']}`; held out:", "",
+                      md_table(["held out", "chosen", "Δ vs best single (p)", "Δ vs rrf(k=60) (p)"],
+                               [[h, e["chosen"], f"{e['delta_vs_best_single']:+.4f} (p={e['p_vs_best_single']:.3f})",
+                                 f"{e['delta_vs_rrf60']:+.4f} (p={e['p_vs_rrf60']:.3f})"] for h, e in g["loco"].items()]),
+                      "", f"Mean Δ: {mean(e['delta_vs_best_single'] for e in g['loco'].values()):+.4f} vs best single, "
+                      f"{mean(e['delta_vs_rrf60'] for e in g['loco'].values()):+.4f} vs rrf(k=60)."]
+                     for d, g in f.get("by_depth", {}).items()), []) + ["",
           "", "### Every candidate, Δ nDCG@10 vs the better single retriever", "",
           md_table(["candidate"] + cols + ["mean", "min"],
                    [[c] + [f["local"][n]["delta_vs_best"][c] for n in cols]
@@ -488,7 +648,8 @@ def render_pruning(f: dict) -> List[str]:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--part", choices=["fusion", "pruning"], nargs="*", default=["fusion", "pruning"])
+    ap.add_argument("--part", choices=["fusion", "pruning", "deepct"], nargs="*",
+                    default=["fusion", "pruning", "deepct"])
     ap.add_argument("--render-only", action="store_true")
     ap.add_argument("--indexes", type=Path, help="Read the benchmark folders (read-only) from here instead of WORK.")
     args = ap.parse_args()
@@ -499,6 +660,8 @@ def main():
             payload["fusion"] = fusion_part(args.indexes)
         if "pruning" in args.part:
             payload["pruning"] = pruning_part(args.indexes)
+        if "deepct" in args.part:
+            payload["deepct"] = deepct_part()
     md = ["# Defaults without training queries (leave one collection out)", "",
           "Generated by `eval/benchmarks/bench_defaults.py` (runs cached by `defaults_runs.py` from the "
           "benchmark indexes: BM25 k1=0.9 b=0.4; dense = MiniLM-L6 mean pooling, faiss Flat). Protocol: every "
@@ -508,6 +671,8 @@ def main():
         md += render_fusion(payload["fusion"])
     if "pruning" in payload:
         md += [""] + render_pruning(payload["pruning"])
+    if "deepct" in payload:
+        md += [""] + render_deepct(payload["deepct"])
     write_results("defaults", payload, "\n".join(md))
 
 
