@@ -31,8 +31,9 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 @click.option("--min-rel", type=int, default=1, show_default=True, help="Lowest grade that counts as relevant.")
 @click.option("--dev-fraction", type=params.SHARE_CLOSED_OPEN, default=0.1, show_default=True,
               help="Share of training queries held out (recorded in the model card) for tuning k1/b and fusion.")
-@click.option("--title", type=click.Choice(["off", "extra", "only"]), default="off", show_default=True,
-              help="HDCT title weak supervision: 'only' (no queries needed) or 'extra' (passages without qrels).")
+@click.option("--title", type=click.Choice(["auto", "off", "extra", "only"]), default="auto", show_default=True,
+              help="HDCT title weak supervision: 'only' (no queries needed), 'extra' (passages without qrels), "
+                   "'off'; 'auto' = 'only' without --qrels (the corpus needs titles), 'off' with them.")
 @click.option("--title-limit", type=click.IntRange(min=1), default=None, help="At most this many title-supervised passages.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--threads", type=click.IntRange(min=1, max=256), default=1, show_default=True,
@@ -49,7 +50,7 @@ def deepct(corpus, queries, qrels, output, base, epochs, lr, batch_size, max_len
     from retrieval.deepct.train import TrainConfig, train_deepct
 
     if (queries is None) != (qrels is None):
-        raise click.UsageError("give both --queries and --qrels, or neither (with --title only)")
+        raise click.UsageError("give both --queries and --qrels, or neither (then titles supervise, HDCT-style)")
     cfg = TrainConfig(base=base, epochs=epochs, lr=lr, batch_size=batch_size, max_length=max_length, seed=seed,
                       warmup=warmup, min_rel=min_rel, dev_fraction=dev_fraction, title=title,
                       title_limit=title_limit, device=device, threads=threads)
@@ -60,5 +61,9 @@ def deepct(corpus, queries, qrels, output, base, epochs, lr, batch_size, max_len
         if issubclass(w.category, QrelsWarning):
             click.echo(f"retr: warning: {w.message}", err=True)
     t = card["training"]
+    if qrels is None and title == "auto":
+        click.echo(f"retr: note: no --qrels, so DeepCT trained on the titles of "
+                   f"{card['data'].get('training_passages')} passages (HDCT weak supervision: a body term's target is "
+                   "1 if the passage's title has it)", err=True)
     click.echo(f"trained DeepCT on {card['data'].get('training_passages')} passages ({t['windows']} windows, "
                f"{t['steps']} steps) in {t['seconds']:.0f} s; final loss {t['final_loss']}; saved to {output}")

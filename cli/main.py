@@ -67,7 +67,7 @@ def retr():
               help="Static pruning: drop the lowest-quality share P before anything is encoded or indexed.")
 @click.option("--quality", default=None, metavar="E|FILE",
               help="With --prune: a quality estimator (see retr quality score) or a docid<TAB>score file "
-                   "[default: the best measured estimator].")
+                   "[default: length, chosen without training queries; see eval/results/defaults.md].")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def index_cmd(corpus, index_dir, k1, b, dense_model, deepct_model, deepct_mode, deepct_scale, pooling, factory, dtype, device, batch_size, threads,
               overwrite, empty, docvectors, prune, quality, quiet):
@@ -96,6 +96,11 @@ def index_cmd(corpus, index_dir, k1, b, dense_model, deepct_model, deepct_mode, 
             click.echo(f"pruned {pr['dropped']:,} of {pr['considered']:,} documents (share {pr['share']}, "
                        f"estimator {pr['estimator']})", err=True)
         click.echo(f"indexed {len(idx):,} documents into {index_dir} ({', '.join(idx.retrievers)})", err=True)
+    if prune is not None:
+        from retrieval.quality.registry import out_of_domain_note
+        note = out_of_domain_note(quality)
+        if note:
+            click.echo(f"retr: note: {note}", err=True)
 
 
 @retr.command("add")
@@ -143,7 +148,8 @@ def add_cmd(index_dir, corpus, threads, empty, quiet, nice):
                    "bm25+dense:weighted(bm25=0.3,dense=0.7,norm=zscore).")
 @click.option("--fusion", default=None,
               help="Fusion for a+b retrievers: rrf[(k=60)], combsum|combmnz[(norm=minmax|zscore)], "
-                   "weighted(a=w,b=w[,norm=...]) [default: the index's tuned fusion, else rrf(k=60)].")
+                   "weighted(a=w,b=w[,norm=...]) [default: the index's tuned fusion, else "
+                   "combmnz(norm=minmax), chosen without training queries].")
 @click.option("--depth", type=click.IntRange(min=1), default=None,
               help="Candidates per fused retriever [default: max(k, 100)].")
 @click.option("--k", "k", type=click.IntRange(min=1), default=None,

@@ -340,7 +340,8 @@ class Index:
 
     # -- search --------------------------------------------------------
     def pipeline(self, retriever: str = "bm25", fusion: Optional[str] = None) -> Pipeline:
-        """Parse a retriever spec; a bare ``a+b`` takes the folder's tuned fusion (``retr tune``), else rrf."""
+        """Parse a retriever spec; a bare ``a+b`` takes the folder's tuned fusion (``retr tune``), else
+        ``retrieval.fusion.DEFAULT_FUSION`` (chosen without training queries, eval/results/defaults.md)."""
         return self._pipeline(self.manifest, retriever, fusion)
 
     def _pipeline(self, m: dict, retriever: str, fusion: Optional[str]) -> Pipeline:
