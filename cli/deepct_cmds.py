@@ -67,3 +67,25 @@ def deepct(corpus, queries, qrels, output, base, epochs, lr, batch_size, max_len
                    "1 if the passage's title has it)", err=True)
     click.echo(f"trained DeepCT on {card['data'].get('training_passages')} passages ({t['windows']} windows, "
                f"{t['steps']} steps) in {t['seconds']:.0f} s; final loss {t['final_loss']}; saved to {output}")
+
+
+@click.command("deepct-tune")
+@click.option("--index", "index_dir", required=True, type=click.Path(path_type=Path), help="Index folder.")
+@click.option("--name", default="deepct", show_default=True, help="The DeepCT sub-index.")
+@click.option("--mode", type=click.Choice(["auto", "impact", "bm25"]), default="auto", show_default=True,
+              help="Pin the mode, or choose it on the dev queries (auto).")
+@click.option("--scale", type=click.Choice(["auto", "linear", "sqrt"]), default="auto", show_default=True,
+              help="Pin the weight scale, or choose it on the dev queries (auto).")
+@click.option("--quiet", "-q", is_flag=True)
+def deepct_tune_cmd(index_dir, name, mode, scale, quiet):
+    """Choose a DeepCT sub-index's defaults again (mode, weight scale, k1/b, then the
+    bm25+NAME fusion) on its model's held-out training queries, without re-encoding."""
+    from retrieval.deepct.subindex import retune_deepct
+    from retrieval.index import open_index
+
+    idx = retune_deepct(open_index(index_dir), name, mode=mode, scale=scale, quiet=quiet)
+    e = idx.manifest["subindexes"][name]
+    t, c = e["tuning"], e["config"]
+    fusion = idx.manifest.get("pipelines", {}).get(f"bm25+{name}", {}).get("spec", "untuned")
+    click.echo(f"{name}: {c['mode']}-{c['scale']} k1={c['k1']} b={c['b']}; fusion {fusion} "
+               f"({t['queries']} dev queries: {t['mode_choice']})")
