@@ -26,8 +26,10 @@ from indexes import generations, jvm
 from indexes.errors import InputError, RetrError
 
 Result = List[Tuple[str, float]]
-# A pipelined batch's smallest chunk: below it a Java call's fixed cost would show.
-_MIN_CHUNK = 32
+# Hits per Java call when a batch runs on Python threads: their decoding takes about a millisecond,
+# well under the interpreter's 5 ms switch interval, so the threads hand the GIL to each other at
+# every chunk instead of one decoding thread holding it while another waits to leave Java.
+_CHUNK_HITS = 4096
 
 # Anserini reads its JSON input with Jackson, whose StreamReadConstraints cap one string value at
 # 20,000,000 chars (UTF-16 code units). A longer "contents" fails the whole input file, and Anserini
@@ -405,10 +407,11 @@ class LuceneIndex:
                      parallel: str = "python") -> Dict[str, Result]:
         """Search all queries; hits come back as one array per Java call. With one
         thread, one call searches everything. With ``threads`` > 1 the queries go in
-        chunks to that many Python threads, each searching a chunk in one Java call and
-        turning its hits into (docid, score) lists; pyjnius lets go of the GIL while
-        Java runs, so one thread's search overlaps another's decoding (turning hits
-        into Python objects costs about as much as finding them, and needs the GIL).
+        small chunks (a few thousand hits each) to that many Python threads, each
+        searching a chunk in one Java call and turning its hits into (docid, score)
+        lists; pyjnius lets go of the GIL while Java runs, so one thread's search
+        overlaps another's decoding (turning hits into Python objects costs about as
+        much as finding them, and needs the GIL).
         ``parallel="java"`` instead searches everything in one call on ``threads`` Java
         threads and decodes afterwards (eval/results/bm25.md compares the two).
         A query that fails is answered with no hits and a warning; the others are
@@ -423,11 +426,11 @@ class LuceneIndex:
             return {}
         threads = max(1, int(threads))
         queries, n = list(queries), len(qids)
-        if threads == 1 or parallel == "java" or n < 2 * _MIN_CHUNK:
+        if threads == 1 or parallel == "java" or n == 1:
             snap, data, errors = self._search_part(queries, k, threads)
             parts = [(snap.decode_batch(data, n), errors)]
         else:
-            size = max(_MIN_CHUNK, -(-n // (4 * threads)))
+            size = max(1, min(_CHUNK_HITS // k, -(-n // (4 * threads))))  # and work for every thread
             bounds = [(i, min(n, i + size)) for i in range(0, n, size)]
             parts = self._parallel(queries, bounds, k, threads)
         out: Dict[str, Result] = {}

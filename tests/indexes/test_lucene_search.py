@@ -104,6 +104,25 @@ def test_ties_break_by_the_utf8_bytes_of_the_id_as_anserini_does(tmp_path):
     assert all(a > b for (_, a), (_, b) in zip(ours, ours[1:]))
 
 
+@pytest.mark.parametrize("share", [0.0, INF], ids=["exhaustive", "lucene-collector"])
+def test_ties_at_the_cut_across_segments_keep_the_smallest_ids(tmp_path, share):
+    """A run of equal scores cut by k, its documents spread over two segments: the k smallest ids
+    win whichever segment they are in (Lucene's collector sets the queue's bottom only when the
+    queue changes, so a comparator must carry it into the next segment)."""
+    path = tmp_path / "two-segments"
+    path.mkdir()
+    docs = [(f"t{i:02d}", "quokka island ferry") for i in range(24)] + [("z-top", "quokka quokka island")]
+    build_lucene(iter(docs), path, threads=2)  # two shards, indexed in parallel: two segments
+    assert len(list(path.glob("*.si"))) >= 2
+    li = LuceneIndex(path)
+    li.searcher.setExhaustiveShare(share)
+    ref = _pyserini(path)
+    for k in (3, 6, 11):
+        ours = li.search("quokka island", k)
+        assert [d for d, _ in ours] == ["z-top"] + [f"t{i:02d}" for i in range(k - 1)], k
+        _same(ours, ref.search("quokka island", k=k), k)
+
+
 def test_ids_belong_to_the_reader_that_found_the_documents(tmp_path):
     """After documents are added (a new segment) and one is deleted, a refreshed searcher maps
     its own doc numbers; deleted documents are gone; the old reader is closed."""

@@ -829,10 +829,17 @@ public final class HitSearcher implements Closeable {
     }
   }
 
-  private static final class RankComparator extends FieldComparator<Integer> {
+  /**
+   * Compares the id ranks of documents. It is its own leaf comparator (as Lucene's STRING_VAL
+   * comparator is): TopFieldCollector sets the bottom only when the queue changes, not when a new
+   * leaf starts, so the bottom must outlive the leaf it was set in.
+   */
+  private static final class RankComparator extends FieldComparator<Integer> implements LeafFieldComparator {
     private final int[] rank;
     private final int[] slots;
     private int top;
+    private int bottom;
+    private int base;
 
     RankComparator(int[] rank, int numHits) {
       this.rank = rank;
@@ -856,33 +863,31 @@ public final class HitSearcher implements Closeable {
 
     @Override
     public LeafFieldComparator getLeafComparator(LeafReaderContext ctx) {
-      final int base = ctx.docBase;
-      return new LeafFieldComparator() {
-        private int bottom;
-
-        @Override
-        public void setBottom(int slot) {
-          bottom = slots[slot];
-        }
-
-        @Override
-        public int compareBottom(int doc) {
-          return Integer.compare(bottom, rank[base + doc]);
-        }
-
-        @Override
-        public int compareTop(int doc) {
-          return Integer.compare(top, rank[base + doc]);
-        }
-
-        @Override
-        public void copy(int slot, int doc) {
-          slots[slot] = rank[base + doc];
-        }
-
-        @Override
-        public void setScorer(Scorable scorer) {}
-      };
+      base = ctx.docBase;
+      return this;
     }
+
+    @Override
+    public void setBottom(int slot) {
+      bottom = slots[slot];
+    }
+
+    @Override
+    public int compareBottom(int doc) {
+      return Integer.compare(bottom, rank[base + doc]);
+    }
+
+    @Override
+    public int compareTop(int doc) {
+      return Integer.compare(top, rank[base + doc]);
+    }
+
+    @Override
+    public void copy(int slot, int doc) {
+      slots[slot] = rank[base + doc];
+    }
+
+    @Override
+    public void setScorer(Scorable scorer) {}
   }
 }
