@@ -24,11 +24,14 @@ read as it is, copied into a schema-2 file on the folder's first change
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import threading
 from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+
+from indexes.errors import IndexFormatError
 
 Row = Tuple[str, str, str, Optional[dict]]  # docid, title, text, metadata
 
@@ -38,6 +41,20 @@ _SCHEMA = ("CREATE TABLE docs (docid TEXT NOT NULL, title TEXT NOT NULL, text TE
 _INDEXES = ("CREATE INDEX IF NOT EXISTS docs_docid ON docs(docid)",
             "CREATE INDEX IF NOT EXISTS docs_deleted ON docs(deleted) WHERE deleted IS NOT NULL")
 SCHEMA_VERSION = 2
+_MAGIC = b"SQLite format 3\x00"
+
+
+@contextlib.contextmanager
+def _readable(path: Path) -> Iterator[None]:
+    """A missing, truncated or foreign file surfaces as sqlite3 errors: report it as a damaged folder."""
+    try:
+        yield
+    except sqlite3.Error as e:
+        raise IndexFormatError(f"{path}: the document store cannot be read ({e})") from None
+
+
+def _read_only(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False)
 
 
 def _meta(meta: Optional[dict]) -> Optional[str]:
@@ -89,7 +106,8 @@ class DocStoreWriter:
 
 
 class DocStore:
-    """Read access to one generation (``generation``; None: the rows not deleted)."""
+    """Read access to one generation (``generation``; None: the rows not deleted); any SQLite
+    error (a missing, empty or truncated file) raises IndexFormatError."""
 
     def __init__(self, path: Path | str, generation: Optional[int] = None):
         self.path = Path(path)
@@ -97,17 +115,48 @@ class DocStore:
         self._local = threading.local()
         self._where: Optional[Tuple[str, tuple]] = None
 
+    def check(self) -> None:
+        """Raise IndexFormatError unless the file is a readable document store. Cheap (no scan): the
+        SQLite header, the size it promises (a truncated copy is shorter), the docs table and its last row."""
+        p = self.path
+        if not p.is_file():
+            raise IndexFormatError(f"{p}: the document store is missing")
+        try:
+            size = p.stat().st_size
+            with open(p, "rb") as f:
+                head = f.read(100)
+        except OSError as e:
+            raise IndexFormatError(f"{p}: the document store cannot be read ({e.strerror or e})") from None
+        if size == 0:
+            raise IndexFormatError(f"{p}: the document store is empty (0 bytes)")
+        if len(head) < 100 or not head.startswith(_MAGIC):
+            raise IndexFormatError(f"{p}: the document store is not a SQLite database ({size:,} bytes)")
+        page = int.from_bytes(head[16:18], "big")
+        page = 65536 if page == 1 else page
+        pages = int.from_bytes(head[28:32], "big")
+        if head[24:28] == head[92:96] and pages * page > size:  # the in-header page count is valid
+            raise IndexFormatError(f"{p}: the document store is truncated ({size:,} of {pages * page:,} bytes)")
+        with _readable(p):
+            con = _read_only(p)
+            try:
+                con.execute("SELECT docid, title, text, meta FROM docs ORDER BY rowid DESC LIMIT 1").fetchall()
+            finally:
+                con.close()
+
     def _con(self) -> sqlite3.Connection:
         con = getattr(self._local, "con", None)
         if con is None:
-            con = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
+            with _readable(self.path):
+                con = _read_only(self.path)
             self._local.con = con
         return con
 
     def _visible(self) -> Tuple[str, tuple]:
         """The SQL condition (and its parameters) for the rows this reader sees."""
         if self._where is None:
-            if schema_of(self._con()) == 1:
+            with _readable(self.path):
+                schema = schema_of(self._con())
+            if schema == 1:
                 self._where = ("1", ())
             elif self.generation is None:
                 self._where = ("deleted IS NULL", ())
@@ -118,12 +167,14 @@ class DocStore:
 
     def __len__(self) -> int:
         w, p = self._visible()
-        return self._con().execute(f"SELECT COUNT(*) FROM docs WHERE {w}", p).fetchone()[0]
+        with _readable(self.path):
+            return self._con().execute(f"SELECT COUNT(*) FROM docs WHERE {w}", p).fetchone()[0]
 
     def get(self, docid: str) -> Optional[Row]:
         w, p = self._visible()
-        r = self._con().execute(f"SELECT docid, title, text, meta FROM docs WHERE docid=? AND {w}",
-                                (docid, *p)).fetchone()
+        with _readable(self.path):
+            r = self._con().execute(f"SELECT docid, title, text, meta FROM docs WHERE docid=? AND {w}",
+                                    (docid, *p)).fetchone()
         return None if r is None else _row(r)
 
     def get_many(self, docids: Iterable[str]) -> Dict[str, Row]:
@@ -131,21 +182,25 @@ class DocStore:
         out: Dict[str, Row] = {}
         con = self._con()
         w, p = self._visible()
-        for i in range(0, len(ids), 900):  # stay under SQLite's bound-parameter limit
-            chunk = ids[i:i + 900]
-            q = f"SELECT docid, title, text, meta FROM docs WHERE docid IN ({','.join('?' * len(chunk))}) AND {w}"
-            for r in con.execute(q, (*chunk, *p)):
-                out[r[0]] = _row(r)
+        with _readable(self.path):
+            for i in range(0, len(ids), 900):  # stay under SQLite's bound-parameter limit
+                chunk = ids[i:i + 900]
+                q = f"SELECT docid, title, text, meta FROM docs WHERE docid IN ({','.join('?' * len(chunk))}) AND {w}"
+                for r in con.execute(q, (*chunk, *p)):
+                    out[r[0]] = _row(r)
         return out
 
     def iter_docs(self, batch: int = 10000) -> Iterator[Row]:
         """Every visible document, in the order they were added (the order builds follow)."""
         w, p = self._visible()
-        con = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
+        with _readable(self.path):
+            con = _read_only(self.path)
         try:
-            cur = con.execute(f"SELECT docid, title, text, meta FROM docs WHERE {w} ORDER BY rowid", p)
+            with _readable(self.path):
+                cur = con.execute(f"SELECT docid, title, text, meta FROM docs WHERE {w} ORDER BY rowid", p)
             while True:
-                rows = cur.fetchmany(batch)
+                with _readable(self.path):
+                    rows = cur.fetchmany(batch)
                 if not rows:
                     break
                 for r in rows:

@@ -22,6 +22,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from indexes import generations as gens
 from indexes import manifest as mf
+from indexes.bulk import no_gc
 from indexes.docstore import DocStore
 from indexes.errors import IndexFormatError, InputError
 from retrieval.fusion import Pipeline, fuse, parse_pipeline
@@ -161,6 +162,11 @@ def _open_generation(path: Path) -> _Generation:
                     gen.drop_lock()
                     raise IndexFormatError(f"{path}: sub-index {name!r} is listed in the manifest but missing "
                                            f"on disk")
+            try:
+                DocStore(docstore_path(path, m)).check()
+            except BaseException:
+                gen.drop_lock()
+                raise
             return gen
         if fd is not None:
             os.close(fd)
@@ -341,7 +347,8 @@ class Index:
 
     # -- search --------------------------------------------------------
     def pipeline(self, retriever: str = "bm25", fusion: Optional[str] = None) -> Pipeline:
-        """Parse a retriever spec; a bare ``a+b`` takes the folder's tuned fusion (``retr tune``), else rrf."""
+        """Parse a retriever spec; a bare ``a+b`` takes the folder's tuned fusion (``retr tune``), else
+        ``retrieval.fusion.DEFAULT_FUSION`` (chosen without training queries, eval/results/defaults.md)."""
         return self._pipeline(self.manifest, retriever, fusion)
 
     def _pipeline(self, m: dict, retriever: str, fusion: Optional[str]) -> Pipeline:
@@ -407,9 +414,10 @@ class Index:
                         t0 = time.perf_counter()
                         res[name] = r.batch_search(chunk, kk, threads)
                         _tick(timings, name, t0)
-                    for q in chunk:
-                        out[q.qid] = self._result(g, p, {n: res[n].get(q.qid, []) for n in rs}, k, text, q.qid,
-                                                  timings)
+                    with no_gc():  # a batch's hits at once: see indexes.bulk
+                        for q in chunk:
+                            out[q.qid] = self._result(g, p, {n: res[n].get(q.qid, []) for n in rs}, k, text,
+                                                      q.qid, timings)
                     bar.update(len(chunk))
             return out
         finally:

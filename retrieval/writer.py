@@ -33,7 +33,7 @@ from indexes import manifest as mf
 from indexes.docstore import DocStoreWriter, LiveStore, migrate, schema
 from indexes.errors import InputError
 from retrieval.bm25 import BM25Spec
-from retrieval.collections import count_lines, read_corpus
+from retrieval.collections import check_lengths, count_lines, read_corpus
 from retrieval.dense.subindex import DenseSpec
 from retrieval.index import DOCSTORE, Index, docstore_path
 from retrieval.kinds import BuildContext, SubIndexKind, get_kind, kind_of
@@ -74,6 +74,7 @@ def build_index(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[s
     the folder it replaces).
     """
     index_dir = Path(index_dir)
+    BM25Spec(k1, b, store_docvectors).validate()
     gen = mf.next_build_generation(index_dir) if generation is None else int(generation)
     if dense is not None:
         dense.validate()  # fail on a bad option before reading the corpus
@@ -266,6 +267,7 @@ def _checked(docs: Iterable[Document]) -> Iterable[Document]:
             raise InputError(f"item {i}: duplicate document id {d.docid!r}")
         if not d.contents.strip():
             raise InputError(f"item {i}: document {d.docid!r} has empty text")
+        check_lengths(d.docid, d.title, d.text, f"item {i}")
         seen.add(d.docid)
         yield d
 

@@ -28,10 +28,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from indexes import jvm
 from indexes import manifest as mf
 from indexes.errors import InputError, RetrError
-from indexes.lucene import build_lucene
+from indexes.lucene import LuceneIndex, build_lucene
 from retrieval.kinds import BuildContext, SubIndexKind
 from retrieval.progress import progress
 from retrieval.types import Query
@@ -99,49 +98,34 @@ def _index_vectors(vectors, folder: Path, impact: bool, threads: int, append: bo
 
 
 class _Searcher:
-    """One Lucene variant of the DeepCT folder: impact (SimpleImpactSearcher, integer
-    query weights) or BM25 (SimpleSearcher, whitespace analyser, repeated query terms)."""
+    """One Lucene variant of the DeepCT folder: impact (integer query weights) or
+    BM25 (whitespace analyser, repeated query terms), ranked as Anserini's
+    SimpleImpactSearcher / SimpleSearcher rank (see :class:`indexes.lucene.LuceneIndex`)."""
 
     def __init__(self, path: Path, impact: bool, k1: float, b: float):
         self.impact = impact
-        self._JList = jvm.autoclass("java.util.ArrayList")
-        if impact:
-            self._s = jvm.autoclass("io.anserini.search.SimpleImpactSearcher")(str(path))
-            self._JMap = jvm.autoclass("java.util.HashMap")
-            self._JInt = jvm.autoclass("java.lang.Integer")
-        else:
-            self._s = jvm.autoclass("io.anserini.search.SimpleSearcher")(str(path))
-            self._s.set_analyzer(jvm.autoclass("org.apache.lucene.analysis.core.WhitespaceAnalyzer")())
-            self.set_bm25(k1, b)
+        self._index = LuceneIndex(path, impact=impact, k1=k1, b=b, analyzer=None if impact else "whitespace")
         self._lock = threading.Lock()
 
     def set_bm25(self, k1: float, b: float) -> None:
         if not self.impact:
-            self._s.set_bm25(float(k1), float(b))
+            self._index.set_bm25(float(k1), float(b))
 
     def _query(self, weights: Dict[str, int]):
         if self.impact:
-            m = self._JMap()
-            for t, w in weights.items():
-                m.put(t, self._JInt(int(w)))
-            return m
+            return weights
         # BM25: Anserini's bag-of-words query boosts a term by its count in the query text
         return " ".join(t for t, w in weights.items() for _ in range(int(w)))
 
     def batch(self, weights: Sequence[Dict[str, int]], qids: Sequence[str], k: int, threads: int
               ) -> Dict[str, Scored]:
-        jq, jid = self._JList(), self._JList()
         todo = [(q, w) for q, w in zip(qids, weights) if w]
-        if not todo:
-            return {q: [] for q in qids}
-        for q, w in todo:
-            jq.add(self._query(w))
-            jid.add(str(q))
-        with self._lock:
-            res = self._s.batch_search(jq, jid, int(k), int(threads))
         out: Dict[str, Scored] = {q: [] for q in qids}
-        for entry in res.entrySet().toArray():
-            out[entry.getKey()] = [(h.docid, float(h.score)) for h in entry.getValue()]
+        if not todo:
+            return out
+        with self._lock:
+            res = self._index.batch_search([self._query(w) for _, w in todo], [str(q) for q, _ in todo], k, threads)
+        out.update(res)
         return out
 
 
@@ -456,6 +440,9 @@ class DeepCTRetriever:
             raise InputError(f"unknown DeepCT scale {scale!r} (choose from: {', '.join(SCALES)})")
         if query is not None and query not in QUERY_MODES:
             raise InputError(f"unknown query weighting {query!r} (choose from: {', '.join(QUERY_MODES)})")
+        from retrieval.bm25 import check_bm25
+
+        check_bm25(k1, b)
         if (k1 is not None or b is not None) and (mode or self.mode) != "bm25":
             raise InputError("--k1/--b apply to the DeepCT sub-index only in bm25 mode (its default mode is "
                              f"{self.mode!r})")

@@ -356,3 +356,32 @@ def test_deepct_delete_update_compact_equal_a_fresh_build(tmp_path, tiny_beir, m
             runs.append([f"{q} {h.docid} {h.rank} {h.score:.5f}" for q, hs in
                          i.batch_search(qs, k=20, retriever="deepct").items() for h in hs])
         assert runs[0] == runs[1], (mode, scale)
+
+
+def test_training_without_qrels_uses_titles_and_says_so(tmp_path, tiny_beir):
+    """`retr train deepct --corpus C` with no --qrels trains on titles (the card records title=only and
+    title targets) and prints one note; a corpus without titles is refused in one error line."""
+    out = tmp_path / "T"
+    r = run_retr("train", "deepct", "--corpus", tiny_beir, "--output", out, "--base", "splade-tiny",
+                 "--epochs", "1", "--lr", "1e-3", "--max-length", "64", "--quiet")
+    assert r.returncode == 0, r.stderr
+    notes = [l for l in r.stderr.splitlines() if l.startswith("retr: note: ")]
+    assert len(notes) == 1 and "titles" in notes[0] and "Traceback" not in r.stderr
+    card = json.loads((out / "deepct.json").read_text())
+    assert card["training"]["settings"]["title"] == "only"
+    assert card["targets"]["kind"] == "title weak supervision (HDCT)"
+    titled = sum(1 for l in (tiny_beir / "corpus.jsonl").read_text().splitlines() if json.loads(l)["title"].strip())
+    assert card["data"]["training_passages"] == titled > 0
+    # with qrels, auto means no title supervision
+    from retrieval.deepct.train import TrainConfig, resolve_title
+
+    assert resolve_title(TrainConfig(), "queries.jsonl").title == "off"
+    assert resolve_title(TrainConfig(title="extra"), None).title == "extra"
+    # a corpus without titles: one error line, nothing written
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text("".join(json.dumps({"_id": json.loads(l)["_id"], "title": "", "text": json.loads(l)["text"]}) + "\n"
+                            for l in (tiny_beir / "corpus.jsonl").read_text().splitlines()))
+    r = run_retr("train", "deepct", "--corpus", bare, "--output", tmp_path / "N", "--base", "splade-tiny")
+    err = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(err) == 1 and err[0].startswith("retr: error: ") and "title" in err[0], r.stderr
+    assert not (tmp_path / "N").exists() or not any((tmp_path / "N").iterdir())

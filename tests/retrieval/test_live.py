@@ -23,7 +23,7 @@ from indexes.errors import InputError
 from retrieval.check import check_index
 from retrieval.types import Document
 from retrieval.writer import add_documents, compact, delete_documents, update_documents
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_retr
 
 
 # ----------------------------------------------------------------------------------------- helpers
@@ -159,18 +159,17 @@ def test_delete_update_add_then_compact_equals_a_fresh_build(tmp_path, small_cor
     assert trec(idx.batch_search(queries, k=20)) != trec(fresh_before.batch_search(queries, k=20))
 
     changed = Document(docs[7].docid, "zyxwvut replaced text about penguin colonies", "Penguins")
-    old_text = docs[7].title or docs[7].text[:300]
-
-    def score_of(i, r, query, docid):
-        return {h.docid: h.score for h in i.search(query, k=400, retriever=r, text=False)}.get(docid, float("-inf"))
-
-    before = {r: score_of(idx, r, old_text, docs[7].docid) for r in ("bm25", "dense")}
+    # the old text finds the document: a prefix for BM25, the whole passage for dense (cosine 1; a prefix
+    # need not be nearest under an encoder not trained for retrieval)
+    old_text = {"bm25": docs[7].text[:300], "dense": docs[7].contents}
+    for r in ("bm25", "dense"):
+        assert idx.search(old_text[r], k=1, retriever=r, text=False)[0].docid == docs[7].docid, r
     idx = update_documents(idx, [changed, NEW[0]], quiet=True)
     assert idx.generation == g0 + 2 and len(idx) == 398
     assert idx.get(docs[7].docid).text == changed.text
-    for r in ("bm25", "dense"):  # the new text is found; the old one no longer scores (its row is gone)
+    for r in ("bm25", "dense"):  # the new text is found, the old one is gone
         assert idx.search("zyxwvut penguin colonies", k=1, retriever=r, text=False)[0].docid == docs[7].docid, r
-        assert score_of(idx, r, old_text, docs[7].docid) < before[r] - 1e-3, r
+        assert idx.search(old_text[r], k=1, retriever=r, text=False)[0].docid != docs[7].docid, r
     idx = add_documents(idx, NEW[1:], quiet=True)
     assert len(idx) == 400 and idx.manifest["subindexes"]["dense"]["doc_count"] == 400
     assert_checks(path)
