@@ -492,10 +492,7 @@ class DeepCTRetriever:
     def close(self) -> None:
         with self._lock:
             for s in self._searchers.values():
-                try:
-                    s._s.close()
-                except Exception:  # pragma: no cover
-                    pass
+                s._index.close()
             self._searchers.clear()
 
 
