@@ -17,7 +17,6 @@ import shutil
 import statistics
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from common import COLLECTIONS, WORK, by_name, machine, md_table, run_dict, synthetic_corpus, write_results
@@ -244,10 +243,6 @@ def batch_speed(sc: SpeedCorpus, ref, bm, threads_list, repeats: int, k: int = 1
     texts, qids = [q.text for q in qs], [q.qid for q in qs]
     out = {}
     for th in threads_list:
-        def py_threads(th=th):
-            with ThreadPoolExecutor(th) as ex:
-                return dict(zip(qids, ex.map(lambda t: r.search(t, k), texts)))
-
         systems = {
             "retr retriever.batch_search": lambda th=th: r.batch_search(qs, k, th),
             "retr Index.batch_search (Hit objects)": lambda th=th: sc.idx.batch_search(qs, k=k, threads=th),
@@ -260,7 +255,6 @@ def batch_speed(sc: SpeedCorpus, ref, bm, threads_list, repeats: int, k: int = 1
         if th > 1:
             systems["retr, one Java call on Java threads (parallel='java')"] = \
                 lambda th=th: r._index.batch_search(texts, qids, k, th, parallel="java")
-            systems["retr retriever.search, one query per call on Python threads"] = py_threads
         best = {n: float("inf") for n in systems}
         names = list(systems)
         for i in range(2 * repeats):
@@ -464,11 +458,11 @@ def main():
           "## Search speed (same machine, same run, same queries)", "",
           "Systems: `retr` is `Index.search(q, k, text=False)` (hits as `Hit` objects) and, batched, the BM25 "
           "retriever's `batch_search` ((docid, score) lists; `Index.batch_search` adds `Hit` objects): with 1 "
-          "thread one Java call searches every query; with t threads the queries go in chunks to t Python "
-          "threads, each searching a chunk in one Java call (pyjnius releases the GIL while Java runs) and "
-          "turning its hits into Python objects, so one thread's search overlaps another's decoding. The "
-          "other two rows of retr show the alternatives measured: one Java call on t Java threads, decoded "
-          "afterwards (`parallel='java'`), and one `search` call per query from t Python threads. "
+          "thread one Java call searches every query and returns one array; with t threads, t Python threads "
+          "take the queries one by one, each searching its query in one Java call (pyjnius releases the GIL "
+          "while Java runs) and turning the hits into Python objects, so one thread's search overlaps "
+          "another's decoding. The row `parallel='java'` is the alternative: one Java call on t Java threads, "
+          "decoded afterwards. "
           "`retr before #16` is what retr ran until this change, Anserini's `SimpleSearcher` through pyjnius; "
           "Pyserini is `pyserini.search.lucene.LuceneSearcher` on the same Lucene folder (its `batch_search` "
           "ignores the thread count and uses every core); `bm25s` returns each query's ranked (docid, score) "
