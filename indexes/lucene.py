@@ -26,10 +26,6 @@ from indexes import generations, jvm
 from indexes.errors import InputError, RetrError
 
 Result = List[Tuple[str, float]]
-# Hits per Java call when a batch runs on Python threads: their decoding takes about a millisecond,
-# well under the interpreter's 5 ms switch interval, so the threads hand the GIL to each other at
-# every chunk instead of one decoding thread holding it while another waits to leave Java.
-_CHUNK_HITS = 4096
 
 # Anserini reads its JSON input with Jackson, whose StreamReadConstraints cap one string value at
 # 20,000,000 chars (UTF-16 code units). A longer "contents" fails the whole input file, and Anserini
@@ -405,13 +401,14 @@ class LuceneIndex:
 
     def batch_search(self, queries: Sequence, qids: Sequence[str], k: int = 10, threads: int = 1,
                      parallel: str = "python") -> Dict[str, Result]:
-        """Search all queries; hits come back as one array per Java call. With one
-        thread, one call searches everything. With ``threads`` > 1 the queries go in
-        small chunks (a few thousand hits each) to that many Python threads, each
-        searching a chunk in one Java call and turning its hits into (docid, score)
-        lists; pyjnius lets go of the GIL while Java runs, so one thread's search
-        overlaps another's decoding (turning hits into Python objects costs about as
-        much as finding them, and needs the GIL).
+        """Search all queries. With one thread, one Java call searches everything and
+        the hits of all queries come back as one array. With ``threads`` > 1 that many
+        Python threads take the queries one by one, each searching its query in one Java
+        call (one array back) and turning the hits into a (docid, score) list; pyjnius
+        lets go of the GIL while Java runs, so one thread's search overlaps another's
+        decoding (turning hits into Python objects costs about as much as finding them,
+        and needs the GIL); chunks of several queries per call measured slower. The
+        benchmark compares it with one call on Java threads (eval/results/bm25.md).
         ``parallel="java"`` instead searches everything in one call on ``threads`` Java
         threads and decodes afterwards (eval/results/bm25.md compares the two).
         A query that fails is answered with no hits and a warning; the others are
@@ -428,43 +425,45 @@ class LuceneIndex:
         queries, n = list(queries), len(qids)
         if threads == 1 or parallel == "java" or n == 1:
             snap, data, errors = self._search_part(queries, k, threads)
-            parts = [(snap.decode_batch(data, n), errors)]
+            lists = snap.decode_batch(data, n)
         else:
-            size = max(1, min(_CHUNK_HITS // k, -(-n // (4 * threads))))  # and work for every thread
-            bounds = [(i, min(n, i + size)) for i in range(0, n, size)]
-            parts = self._parallel(queries, bounds, k, threads)
-        out: Dict[str, Result] = {}
-        pos = 0
-        for lists, errors in parts:
-            chunk = qids[pos:pos + len(lists)]
-            pos += len(lists)
-            out.update(zip(chunk, lists))
-            for qid, err in zip(chunk, errors or ()):
-                if err is not None:
-                    warnings.warn(f"{self.path}: query {qid!r} failed and has no hits: {err}", RuntimeWarning,
-                                  stacklevel=2)
+            lists, errors = self._parallel(queries, k, threads)
+        out = dict(zip(qids, lists))
+        for qid, err in zip(qids, errors or ()):
+            if err is not None:
+                warnings.warn(f"{self.path}: query {qid!r} failed and has no hits: {err}", RuntimeWarning,
+                              stacklevel=2)
         return out
 
-    def _parallel(self, queries, bounds, k: int, threads: int) -> List[Tuple[List[Result], object]]:
-        """Search and decode the chunks ``bounds`` on ``threads`` Python threads (this one included),
-        each taking the next chunk, searching it in one Java call (pyjnius lets go of the GIL while
-        Java runs) and turning its hits into lists; returns (lists, errors) per chunk, in order."""
-        done: List[object] = [None] * len(bounds)
-        chunks = iter(range(len(bounds)))
+    def _parallel(self, queries, k: int, threads: int) -> Tuple[List[Result], List[Optional[str]]]:
+        """Search ``queries`` on ``threads`` Python threads (this one included), each taking the
+        next query, searching it in one Java call (pyjnius lets go of the GIL while Java runs) and
+        turning its hits into a list; returns the lists in order and each query's error or None."""
+        n = len(queries)
+        lists: List[Result] = [[] for _ in range(n)]
+        errors: List[Optional[str]] = [None] * n
+        todo = iter(range(n))
         lock = threading.Lock()
         failed: List[BaseException] = []
+        weights = [_int_weights(q) for q in queries] if self.impact else None
+
+        def one(s: _Snapshot, i: int) -> Result:
+            if weights is None:
+                return s.decode(s.js.search(str(queries[i]), k).tostring())
+            terms, ints = weights[i]
+            return s.decode(s.js.searchWeighted(terms, ints, k).tostring()) if terms else []
 
         def work():
             while not failed:
                 with lock:
-                    c = next(chunks, None)
-                if c is None:
+                    i = next(todo, None)
+                if i is None:
                     return
-                i, j = bounds[c]
                 try:
-                    snap, data, errors = self._search_part(queries[i:j], k, 1)
-                    done[c] = (snap.decode_batch(data, j - i), errors)
-                except BaseException as e:  # handed to the caller
+                    lists[i] = self._call(lambda s: one(s, i))
+                except RetrError as e:  # this query failed in Lucene: no hits, as in a one-call batch
+                    errors[i] = str(e)
+                except BaseException as e:  # anything else is handed to the caller
                     failed.append(e)
 
         def helper():
@@ -483,7 +482,7 @@ class LuceneIndex:
             t.join()
         if failed:
             raise failed[0]
-        return done  # type: ignore[return-value]
+        return lists, errors
 
     def _search_part(self, queries: Sequence, k: int, threads: int):
         """One Java call over ``queries``: (snapshot, the answer's bytes, errors or None)."""
