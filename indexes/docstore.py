@@ -89,3 +89,17 @@ class DocStore:
                     yield (r[0], r[1], r[2], json.loads(r[3]) if r[3] else None)
         finally:
             con.close()
+
+    def iter_meta(self, batch: int = 10000):
+        """``(docid, metadata or None)`` for every document, in the store's order (no text read)."""
+        con = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
+        try:
+            cur = con.execute("SELECT docid, meta FROM docs ORDER BY rowid")
+            while True:
+                rows = cur.fetchmany(batch)
+                if not rows:
+                    break
+                for r in rows:
+                    yield r[0], (json.loads(r[1]) if r[1] else None)
+        finally:
+            con.close()

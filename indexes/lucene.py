@@ -213,6 +213,19 @@ class LuceneIndex:
             out[entry.getKey()] = [(h.docid, float(h.score)) for h in entry.getValue()]
         return out
 
+    def search_filtered(self, query, k: int, allowed) -> Result:
+        """:meth:`search` restricted to the documents of ``allowed`` (a
+        ``retrieval.filters.Allowed``): the first ``k`` of them in the unfiltered
+        ranking, with the same scores (see :mod:`indexes.lucene_filter`)."""
+        from indexes import lucene_filter as lf
+
+        flt = allowed.backend("lucene-ids", lambda: lf.id_filter(allowed.docids))
+        if self.impact:
+            q = lf.impact_query(self._searcher, {t: int(round(w)) for t, w in query.items() if int(round(w)) > 0})
+        else:
+            q = lf.text_query(self._searcher, query)
+        return lf.search_filtered(self._searcher, q, k, flt, impact=self.impact)
+
     def _jmap(self, weights: Dict[str, float]):
         # SimpleImpactSearcher takes Map<String, Integer>: impacts are integers.
         jmap = jvm.autoclass("java.util.HashMap")()

@@ -16,6 +16,7 @@ from typing import Dict, List, Optional, Sequence, Union
 from indexes import manifest as mf
 from indexes.docstore import DocStore
 from indexes.errors import IndexFormatError, InputError
+from retrieval.filters import Allowed, MetadataTable, parse_filter
 from retrieval.fusion import Pipeline, fuse, parse_pipeline
 from retrieval.kinds import kind_of
 from retrieval.progress import progress
@@ -39,6 +40,7 @@ class Index:
         self.manifest = manifest
         self._docstore: Optional[DocStore] = None
         self._retrievers: Dict[str, object] = {}
+        self._metadata: Optional[MetadataTable] = None
         self._lock = threading.Lock()
 
     @classmethod
@@ -127,39 +129,76 @@ class Index:
                                  self.path)
         return p
 
+    @property
+    def metadata(self) -> MetadataTable:
+        """Every document's metadata, indexed for filters (read from the store on first use)."""
+        if self._metadata is None:
+            with self._lock:
+                if self._metadata is None:
+                    self._metadata = MetadataTable(self.docstore.iter_meta())
+        return self._metadata
+
+    def allowed(self, filter) -> Optional[Allowed]:
+        """The documents a filter (see :mod:`retrieval.filters`) allows; None for no filter."""
+        flt = parse_filter(filter)
+        return None if flt is None else self.metadata.allowed(flt)
+
     def search(self, query: str, k: int = 10, retriever: str = "bm25", fusion: Optional[str] = None,
                text: bool = True, depth: Optional[int] = None, timings: Optional[Dict[str, float]] = None,
-               dimsel=None) -> List[Hit]:
-        """Top-``k`` hits for one query, with title and text unless ``text=False``.
+               dimsel=None, filter=None) -> List[Hit]:
+        """Top-``k`` hits for one query, with title, text and metadata unless ``text=False``.
 
         ``retriever`` is a sub-index name or a fused pipeline spec such as
         ``bm25+dense`` or ``bm25+dense:rrf(k=60)`` (see :mod:`retrieval.fusion`);
         fused retrievers each return ``max(k, depth or 100)`` candidates.
         ``timings``, when given, accumulates seconds per stage. ``dimsel``: query-aware
-        dimension selection on the dense retriever(s) (see :func:`retrieval.dense.dimsel.wrap`)."""
+        dimension selection on the dense retriever(s) (see :func:`retrieval.dense.dimsel.wrap`).
+
+        ``filter`` (see :mod:`retrieval.filters`) restricts the hits to matching documents,
+        before any cut-off. One retriever: the first ``k`` matching documents of its full
+        ranking, with their unfiltered scores. A fused pipeline: each member's list is its
+        own filtered ranking cut at the fusion depth (``max(k, depth or 100)`` matching
+        documents), and those lists are fused as an unfiltered search fuses (same
+        normalisation over the lists given, same rule for a document a list lacks); the
+        first ``k`` fused. A filter that matches every document returns the unfiltered hits."""
         if not isinstance(query, str) or not query.strip():
             raise InputError("query text is empty")
         _check_k(k)
         p = self.pipeline(retriever, fusion)
+        allowed = self.allowed(filter)
         lists = {}
         for name in p.retrievers:
             t0 = time.perf_counter()
             r = self._pick(name, dimsel, p.fused)
-            lists[name] = r.search(query, k if not p.fused else max(k, depth or DEPTH))
+            kk = k if not p.fused else max(k, depth or DEPTH)
+            lists[name] = r.search(query, kk) if allowed is None else self._filtered(r, query, kk, allowed)
             _tick(timings, name, t0)
         return self._result(p, lists, k, text, None, timings)
+
+    def _filtered(self, r, query: str, k: int, allowed: Allowed):
+        """Retriever ``r``'s first ``k`` documents among ``allowed``: its own filtered search
+        where it has one, else its full ranking filtered (exact, and slow)."""
+        if not len(allowed):
+            return []
+        native = getattr(r, "search_filtered", None)
+        if native is not None:
+            return native(query, k, allowed)
+        return [x for x in r.search(query, max(k, len(self))) if x[0] in allowed][:k]
 
     def batch_search(self, queries: Sequence[Union[Query, str]], k: int = 10, retriever: str = "bm25",
                      fusion: Optional[str] = None, threads: int = 1, text: bool = False, quiet: bool = True,
                      depth: Optional[int] = None, batch_size: Optional[int] = None,
-                     timings: Optional[Dict[str, float]] = None, dimsel=None) -> Dict[str, List[Hit]]:
+                     timings: Optional[Dict[str, float]] = None, dimsel=None, filter=None
+                     ) -> Dict[str, List[Hit]]:
         """Search many queries; returns ``{qid: hits}`` in the order of ``queries``.
         Plain strings get ids "0", "1", ... Queries go to the backends in
         batches of ``batch_size`` (default: all at once when quiet, else
-        about 20 batches so the progress bar moves)."""
+        about 20 batches so the progress bar moves). ``filter`` applies to every
+        query, as in :meth:`search`."""
         _check_k(k)
         qs = [q if isinstance(q, Query) else Query(str(i), q) for i, q in enumerate(queries)]
         p = self.pipeline(retriever, fusion)
+        allowed = self.allowed(filter)
         rs = {name: self._pick(name, dimsel, p.fused) for name in p.retrievers}
         kk = k if not p.fused else max(k, depth or DEPTH)
         if batch_size is None:
@@ -171,7 +210,10 @@ class Index:
                 res = {}
                 for name, r in rs.items():
                     t0 = time.perf_counter()
-                    res[name] = r.batch_search(chunk, kk, threads)
+                    if allowed is None:
+                        res[name] = r.batch_search(chunk, kk, threads)
+                    else:
+                        res[name] = {q.qid: self._filtered(r, q.text, kk, allowed) for q in chunk}
                     _tick(timings, name, t0)
                 for q in chunk:
                     out[q.qid] = self._result(p, {n: res[n].get(q.qid, []) for n in rs}, k, text, q.qid, timings)
@@ -201,7 +243,7 @@ class Index:
             for h in hits:
                 row = rows.get(h.docid)
                 if row is not None:
-                    h.title, h.text = row[1], row[2]
+                    h.title, h.text, h.metadata = row[1], row[2], row[3] or {}
             _tick(timings, "text", t0)
         return hits
 

@@ -143,6 +143,21 @@ class _Searcher:
         return out
 
 
+    def search_filtered(self, weights: Dict[str, int], k: int, allowed) -> Scored:
+        """The first ``k`` documents of ``allowed`` in this variant's ranking (Lucene FILTER clause)."""
+        from indexes import lucene_filter as lf
+
+        if not weights:
+            return []
+        flt = allowed.backend("lucene-ids", lambda: lf.id_filter(allowed.docids))
+        with self._lock:
+            if self.impact:
+                q = lf.impact_query(self._s, {t: int(w) for t, w in weights.items()})
+            else:
+                q = lf.text_query(self._s, self._query(weights))
+            return lf.search_filtered(self._s, q, k, flt, impact=self.impact)
+
+
 def variant_name(mode: str, scale: str) -> str:
     return f"{mode}-{scale}"
 
@@ -462,6 +477,13 @@ class DeepCTRetriever:
         s.set_bm25(self.k1, self.b)
         weights = self.query_terms([q.text for q in queries])
         return s.batch(weights, [q.qid for q in queries], k, threads)
+
+
+    def search_filtered(self, text: str, k: int, allowed) -> Scored:
+        """The first ``k`` documents of ``allowed`` in this retriever's ranking."""
+        s = self._searcher(self.mode, self.scale)
+        s.set_bm25(self.k1, self.b)
+        return s.search_filtered(self.query_terms([text])[0], k, allowed)
 
 
 class DeepCTKind(SubIndexKind):

@@ -164,12 +164,16 @@ class DenseRetriever:
     def encode_queries(self, texts: Sequence[str]):
         return self.encoder.encode(list(texts), quiet=True).astype("float32", copy=False)
 
-    def search_vectors(self, vectors, k: int) -> List[Scored]:
-        scores, names = self._index.search(vectors, k)
+    def search_vectors(self, vectors, k: int, allowed=None) -> List[Scored]:
+        scores, names = self._index.search(vectors, k, allowed=allowed)
         return [list(zip(n, map(float, s))) for n, s in zip(names, scores)]
 
     def search(self, text: str, k: int) -> Scored:
         return self.search_vectors(self.encode_queries([text]), k)[0]
+
+    def search_filtered(self, text: str, k: int, allowed) -> Scored:
+        """The first ``k`` documents of ``allowed`` in this retriever's ranking (a faiss ID selector)."""
+        return self.search_vectors(self.encode_queries([text]), k, allowed)[0]
 
     def batch_search(self, queries: Sequence[Query], k: int, threads: int = 1) -> Dict[str, Scored]:
         res = self.search_vectors(self.encode_queries([q.text for q in queries]), k)
