@@ -325,6 +325,8 @@ def _register_optional():
         ("cli.dense_cmds", "sts", "eval", "sts"),
         ("cli.train_cmd", "train", None, "train"),
         ("cli.quality_cmds", "quality", None, "quality"),
+        ("cli.serve_cmds", "serve_cmd", None, "serve"),
+        ("cli.serve_cmds", "mcp_cmd", None, "mcp"),
     ]:
         try:
             cmd = getattr(importlib.import_module(module), attr)

@@ -219,12 +219,17 @@ class LuceneIndex:
         ranking, with the same scores (see :mod:`indexes.lucene_filter`)."""
         from indexes import lucene_filter as lf
 
+        fs = getattr(self, "_filtered", None)
+        if fs is None:
+            with self._lock:
+                fs = self.__dict__.get("_filtered") or lf.FilteredSearcher(self._searcher, self.impact)
+                self._filtered = fs
         flt = allowed.backend("lucene-ids", lambda: lf.id_filter(allowed.docids))
         if self.impact:
-            q = lf.impact_query(self._searcher, {t: int(round(w)) for t, w in query.items() if int(round(w)) > 0})
+            q = fs.impact_query({t: int(round(w)) for t, w in query.items() if int(round(w)) > 0})
         else:
-            q = lf.text_query(self._searcher, query)
-        return lf.search_filtered(self._searcher, q, k, flt, impact=self.impact)
+            q = fs.text_query(query)
+        return fs.search(q, k, flt)
 
     def _jmap(self, weights: Dict[str, float]):
         # SimpleImpactSearcher takes Map<String, Integer>: impacts are integers.

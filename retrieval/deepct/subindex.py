@@ -151,11 +151,10 @@ class _Searcher:
             return []
         flt = allowed.backend("lucene-ids", lambda: lf.id_filter(allowed.docids))
         with self._lock:
-            if self.impact:
-                q = lf.impact_query(self._s, {t: int(w) for t, w in weights.items()})
-            else:
-                q = lf.text_query(self._s, self._query(weights))
-            return lf.search_filtered(self._s, q, k, flt, impact=self.impact)
+            fs = self.__dict__.get("_filtered") or lf.FilteredSearcher(self._s, self.impact)
+            self._filtered = fs
+            q = fs.impact_query(weights) if self.impact else fs.text_query(self._query(weights))
+            return fs.search(q, k, flt)
 
 
 def variant_name(mode: str, scale: str) -> str:
