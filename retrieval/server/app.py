@@ -438,6 +438,9 @@ def create_app(registry: Registry, token: Optional[str] = None, writable: bool =
         for path, ops in doc.get("paths", {}).items():
             codes = {"/healthz": (), "/readyz": (401, 503), "/metrics": (401,)}.get(path, tuple(ERRORS))
             for op in ops.values():
+                for prm in op.get("parameters", []):
+                    if prm.get("in") == "path" and prm.get("name") == "index":
+                        prm["schema"] = {"type": "string", "enum": registry.names(), "title": "Index"}
                 resp = op.setdefault("responses", {})
                 for code in ERRORS:
                     resp.pop(str(code), None)
