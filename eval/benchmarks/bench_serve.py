@@ -159,7 +159,7 @@ def build(work: Path, quiet=True) -> Path:
     from retrieval.writer import add_dense
 
     idx_dir = work / "sf"
-    if (idx_dir / "manifest.json").exists() and (idx_dir / "dense").exists():
+    if (idx_dir / "manifest.json").exists() and (idx_dir / "dense").exists() and (work / "bm25-raw.done").exists():
         return idx_dir
     corpus = work / "corpus.jsonl"
     with open(corpus, "w", encoding="utf-8") as out:
@@ -182,12 +182,13 @@ def build(work: Path, quiet=True) -> Path:
                     "-collection", "JsonCollection", "-input", str(raw), "-index", str(stored), "-generator",
                     "DefaultLuceneDocumentGenerator", "-threads", "2", "-storePositions", "-storeDocvectors",
                     "-storeRaw"], check=True, capture_output=True, env=dict(os.environ, JAVA_HOME=jvm.java_home()))
+    idx = add_dense(idx, DenseSpec(), quiet=quiet)
     before = {q: [h.docid for h in idx.search(q, k=10, text=False)] for q in ("aspirin cancer", "vitamin D")}
     shutil.rmtree(idx_dir / "bm25")
     shutil.move(str(stored), str(idx_dir / "bm25"))
     idx = retrieval.open_index(idx_dir)
     assert {q: [h.docid for h in idx.search(q, k=10, text=False)] for q in before} == before
-    add_dense(idx, DenseSpec(), quiet=quiet)
+    (work / "bm25-raw.done").write_text("bm25/ rebuilt with -storeRaw\n")
     return idx_dir
 
 

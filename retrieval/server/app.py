@@ -406,7 +406,7 @@ def create_app(registry: Registry, token: Optional[str] = None, writable: bool =
         docs = docs_of(body)
 
         def run(s):
-            upd(s.index(), docs)
+            upd(s.index(), docs, quiet=True)
             return len(docs)
         return _dumps(write(index, "update", run))
 
@@ -417,8 +417,10 @@ def create_app(registry: Registry, token: Optional[str] = None, writable: bool =
 
         def run(s):
             have = s.index().docstore.get_many(body.ids)
-            rm(s.index(), list(dict.fromkeys(d for d in body.ids if d in have)))
-            return len(have)
+            gone = list(dict.fromkeys(d for d in body.ids if d in have))
+            if gone:
+                rm(s.index(), gone, quiet=True)
+            return len(gone)
         return _dumps(write(index, "delete", run))
 
     app.include_router(v1)

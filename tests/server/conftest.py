@@ -58,6 +58,9 @@ class Server:
     def post(self, path, json=None, token=None, **kw):
         return httpx.post(self.url + path, json=json, headers=self.headers(token), timeout=120, **kw)
 
+    def client_put(self, path, json=None, token=None):
+        return httpx.put(self.url + path, json=json, headers=self.headers(token), timeout=120)
+
     def get(self, path, token=None, **kw):
         return httpx.get(self.url + path, headers=self.headers(token), timeout=120, **kw)
 
