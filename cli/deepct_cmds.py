@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from cli import params
+
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
@@ -15,17 +17,19 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 @click.option("--queries", type=click.Path(path_type=Path), default=None, help="Training queries (BEIR JSONL, TSV, TREC).")
 @click.option("--qrels", type=click.Path(path_type=Path), default=None,
               help="Training qrels (never the test split); graded qrels count from --min-rel up.")
-@click.option("--output", "-o", required=True, type=click.Path(path_type=Path), help="Model folder to write.")
+@click.option("--output", "-o", required=True, type=click.Path(path_type=Path, file_okay=False),
+              help="Model folder to write.")
 @click.option("--base", default=None, help="Base encoder: a local HF folder, 'minilm' or 'splade-tiny' [default: minilm].")
 @click.option("--epochs", type=click.IntRange(min=1), default=2, show_default=True)
-@click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=5e-5, show_default=True)
+@click.option("--lr", type=params.POSITIVE, default=5e-5, show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True)
 @click.option("--max-length", type=click.IntRange(min=16, max=4096), default=128, show_default=True,
               help="Window size in word-pieces; longer passages become several windows.")
 @click.option("--seed", type=int, default=13, show_default=True)
-@click.option("--warmup", type=click.FloatRange(0, 1), default=0.1, show_default=True, help="Warmup share of steps.")
+@click.option("--warmup", type=params.FiniteFloatRange(0, 1), default=0.1, show_default=True,
+              help="Warmup share of steps.")
 @click.option("--min-rel", type=int, default=1, show_default=True, help="Lowest grade that counts as relevant.")
-@click.option("--dev-fraction", type=click.FloatRange(0, 1, max_open=True), default=0.1, show_default=True,
+@click.option("--dev-fraction", type=params.SHARE_CLOSED_OPEN, default=0.1, show_default=True,
               help="Share of training queries held out (recorded in the model card) for tuning k1/b and fusion.")
 @click.option("--title", type=click.Choice(["off", "extra", "only"]), default="off", show_default=True,
               help="HDCT title weak supervision: 'only' (no queries needed) or 'extra' (passages without qrels).")

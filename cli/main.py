@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from cli import params
 from indexes.errors import InputError, RetrError
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -36,8 +37,8 @@ def retr():
               help="BEIR folder, or a JSONL/TSV file (optionally .gz).")
 @click.option("--index", "index_dir", required=True, type=click.Path(path_type=Path),
               help="Index folder to create, or an existing one to add sub-indexes to.")
-@click.option("--k1", type=float, default=0.9, show_default=True, help="Default BM25 k1 stored in the index.")
-@click.option("--b", type=float, default=0.4, show_default=True, help="Default BM25 b stored in the index.")
+@click.option("--k1", type=params.K1, default=0.9, show_default=True, help="Default BM25 k1 stored in the index.")
+@click.option("--b", type=params.B, default=0.4, show_default=True, help="Default BM25 b stored in the index.")
 @click.option("--dense", "dense_model", is_flag=False, flag_value="minilm", default=None, metavar="[MODEL]",
               help="Add a dense sub-index: bundled all-MiniLM-L6-v2 by default, or 'splade-tiny', "
                    "or a local Hugging Face folder.")
@@ -62,8 +63,8 @@ def retr():
 @click.option("--empty", type=click.Choice(["error", "skip", "keep"]), default="error", show_default=True,
               help="What a document without text does: fail the build, be skipped, or be indexed.")
 @click.option("--docvectors", is_flag=True, help="Also store Lucene document vectors (for feedback models).")
-@click.option("--prune", type=float, default=None, metavar="P",
-              help="Static pruning: drop the lowest-quality share P in [0, 1) before anything is encoded or indexed.")
+@click.option("--prune", type=params.SHARE_CLOSED_OPEN, default=None, metavar="P",
+              help="Static pruning: drop the lowest-quality share P before anything is encoded or indexed.")
 @click.option("--quality", default=None, metavar="E|FILE",
               help="With --prune: a quality estimator (see retr quality score) or a docid<TAB>score file "
                    "[default: the best measured estimator].")
@@ -128,7 +129,8 @@ def add_cmd(index_dir, corpus, threads, empty, quiet):
 @click.argument("text", required=False)
 @click.option("--index", "index_dir", required=True, type=click.Path(path_type=Path), help="Index folder.")
 @click.option("--queries", type=click.Path(path_type=Path), help="Queries: BEIR JSONL, TSV or TREC topics.")
-@click.option("--output", "-o", type=click.Path(path_type=Path), help="Where to write the run (batch mode).")
+@click.option("--output", "-o", type=click.Path(path_type=Path, dir_okay=False),
+              help="Where to write the run (batch mode).")
 @click.option("--format", "fmt", type=click.Choice(["trec", "jsonl"]), default=None,
               help="Output format: TREC run (default for --output) or JSONL hits with text.")
 @click.option("--qrels", type=click.Path(path_type=Path), help="Search only the queries that appear in these qrels.")
@@ -143,18 +145,19 @@ def add_cmd(index_dir, corpus, threads, empty, quiet):
               help="Candidates per fused retriever [default: max(k, 100)].")
 @click.option("--k", "k", type=click.IntRange(min=1), default=None,
               help="Hits per query [default: 1000 with --queries, 10 for free text].")
-@click.option("--k1", type=float, default=None, help="Override BM25 k1 for this search.")
-@click.option("--b", type=float, default=None, help="Override BM25 b for this search.")
+@click.option("--k1", type=params.K1, default=None, help="Override BM25 k1 for this search.")
+@click.option("--b", type=params.B, default=None, help="Override BM25 b for this search.")
 @click.option("--deepct-mode", type=click.Choice(["impact", "bm25"]), default=None,
               help="Override the DeepCT sub-index's default mode for this search.")
 @click.option("--deepct-scale", type=click.Choice(["linear", "sqrt"]), default=None,
               help="Override the DeepCT sub-index's default weight scale for this search.")
 @click.option("--threads", type=click.IntRange(1, 256), default=2, show_default=True, help="Search threads.")
-@click.option("--tag", default=None, help="Run tag (last TREC column) [default: the pipeline spec].")
+@click.option("--tag", default=None, callback=lambda ctx, param, v: _no_whitespace(v, param),
+              help="Run tag (last TREC column) [default: the pipeline spec].")
 @click.option("--dimsel", type=click.Choice(["none", "prf", "learned", "oracle"]), default=None,
               help="Query-aware dimension selection on the dense retriever (learned: `retr train dimsel`).")
-@click.option("--alpha", type=float, default=None,
-              help="Share of dimensions kept, in (0, 1] [default: 0.5; learned: the selector's].")
+@click.option("--alpha", type=params.SHARE_OPEN_CLOSED, default=None,
+              help="Share of dimensions kept [default: 0.5; learned: the selector's].")
 @click.option("--prf-k", type=click.IntRange(min=1), default=None, help="Feedback documents for --dimsel prf [5].")
 @click.option("--adaptive", is_flag=True, help="--dimsel learned: per-query count (cumulative importance).")
 @click.option("--dimsel-qrels", type=click.Path(path_type=Path), default=None,
@@ -223,6 +226,12 @@ def search_cmd(text, index_dir, queries, output, fmt, qrels, split, retriever, f
     n = write_run(results, output, fmt=fmt, tag=tag or spec)
     if not quiet:
         click.echo(f"wrote {n:,} hits for {len(results):,} queries to {output}", err=True)
+
+
+def _no_whitespace(value, param):
+    if value is not None and (not value or any(c.isspace() for c in value)):
+        raise click.BadParameter(f"{value!r} must be one word (a TREC run's last column)", param=param)
+    return value
 
 
 def _clip(s: str, n: int) -> str:

@@ -95,11 +95,13 @@ class FaissIndex:
     @classmethod
     def build(cls, vectors, docids: Optional[Sequence[str]] = None, factory: str = "Flat",
               dim: Optional[int] = None, train_size: int = 100_000, seed: int = 0,
-              use_gpu: bool | str = "auto", quiet: bool = False) -> "FaissIndex":
+              use_gpu: bool | str = "auto", quiet: bool = False, expected: Optional[int] = None) -> "FaissIndex":
         """Build from an (N, d) array + ``docids``, or from an iterable of ``(vectors, docids)`` batches.
 
         If the index type needs training (``index.is_trained`` is False) the first ``train_size``
         vectors are buffered and a random sample of them (seeded) trains it before adding.
+        ``expected``: the documents the index must then hold (e.g. the document store's count);
+        another count raises IndexFormatError.
         """
         if isinstance(vectors, np.ndarray):
             if docids is None:
@@ -131,6 +133,8 @@ class FaissIndex:
             idx = cls.create(dim, factory, use_gpu)
         if buf_v:
             idx._train_and_flush(buf_v, buf_d, train_size, seed)
+        if expected is not None and idx.ntotal != expected:
+            raise IndexFormatError(f"faiss index holds {idx.ntotal} vectors but was to hold {expected} documents")
         return idx
 
     def _train_and_flush(self, buf_v: list, buf_d: list, train_size: int, seed: int) -> None:
@@ -173,11 +177,14 @@ class FaissIndex:
         if not self.index.is_trained:
             raise FaissTrainError(f"index {self.factory!r} is not trained yet; call train() or use build()")
         self._make_writable()
+        n0 = self.index.ntotal
         if hasattr(self.index, "id_map"):  # an "IDMap,..." factory string: ids are our positions
-            n0 = self.index.ntotal
             self.index.add_with_ids(v, np.arange(n0, n0 + len(v), dtype=np.int64))
         else:
             self.index.add(v)
+        if self.index.ntotal != n0 + len(v):  # the index must hold exactly the vectors it was given
+            raise IndexFormatError(f"faiss {self.factory!r} index holds {self.index.ntotal} vectors after adding "
+                                   f"{len(v)} to {n0}")
         self._docids.extend(docids)
         self._docid_set |= new
         self._gpu_index = None  # rebuilt from the CPU index at the next search
@@ -301,6 +308,8 @@ class FaissIndex:
     def save(self, folder: str | os.PathLike) -> Path:
         """Write ``index.faiss``, ``docids.txt`` and ``faiss.json`` into ``folder`` (atomically per file)."""
         folder = Path(folder)
+        if self.index.ntotal != len(self._docids):
+            raise IndexFormatError(f"faiss index holds {self.index.ntotal} vectors but {len(self._docids)} docids")
         folder.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=INDEX_FILE, suffix=".tmp")
         os.close(fd)

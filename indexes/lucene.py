@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import tempfile
 import threading
@@ -23,21 +24,46 @@ from indexes.errors import RetrError
 
 Result = List[Tuple[str, float]]
 
+# Anserini reads its JSON input with Jackson, whose StreamReadConstraints cap one string value at
+# 20,000,000 chars (UTF-16 code units). A longer "contents" fails the whole input file, and Anserini
+# still exits 0 with that file's other documents missing. The corpus readers refuse such a passage.
+MAX_CONTENTS_CHARS = 20_000_000
+# Lucene's limit on one indexed term, in UTF-8 bytes; the docid is indexed whole (StringField and doc
+# value), and a longer one fails the rest of its input file the same way.
+MAX_DOCID_BYTES = 32_766
+# Java's String.trim() drops every char up to U+0020; Anserini skips a document whose contents trim to "".
+_JAVA_TRIM = "".join(map(chr, range(0x21)))
+
+
+def anserini_skips_text(contents: str) -> bool:
+    """True when Anserini's DefaultLuceneDocumentGenerator skips these contents as empty."""
+    return not contents.strip(_JAVA_TRIM)
+
+
+def anserini_skips_vector(vector: Dict[str, int]) -> bool:
+    """True when Anserini skips this JsonVectorCollection vector as empty: its pseudo-document
+    repeats each term int(weight) times, so it is empty unless a non-blank term has weight >= 1."""
+    return not any(int(w) >= 1 and t.strip(_JAVA_TRIM) for t, w in vector.items())
+
 
 class ShardWriter:
     """Writes Anserini JSON collection lines round-robin into ``n`` files so the
-    indexer can use ``n`` threads (Anserini parallelises over files)."""
+    indexer can use ``n`` threads (Anserini parallelises over files). ``count``
+    documents are written, ``empty`` of which Anserini will skip as empty."""
 
     def __init__(self, folder: Path, n: int):
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self._files = [open(self.folder / f"part-{i:03d}.jsonl", "w", encoding="utf-8") for i in range(max(1, n))]
         self.count = 0
+        self.empty = 0
 
     def add_text(self, docid: str, contents: str) -> None:
+        self.empty += anserini_skips_text(contents)
         self._write({"id": docid, "contents": contents})
 
     def add_vector(self, docid: str, vector: Dict[str, int]) -> None:
+        self.empty += anserini_skips_vector(vector)
         self._write({"id": docid, "contents": "", "vector": vector})
 
     def _write(self, obj: dict) -> None:
@@ -52,7 +78,8 @@ class ShardWriter:
 
 def run_indexer(input_dir: Path, index_dir: Path, threads: int = 2, impact: bool = False,
                 store_docvectors: bool = False, quiet: bool = True, append: bool = False,
-                meanwhile: Optional[Callable[[], None]] = None, pretokenized: Optional[bool] = None) -> float:
+                meanwhile: Optional[Callable[[], None]] = None, pretokenized: Optional[bool] = None,
+                expected: Optional[int] = None) -> float:
     """Run Anserini IndexCollection in a child JVM; returns wall seconds.
 
     ``impact``: an impact index (integer weights); ``pretokenized`` (default: as
@@ -63,16 +90,25 @@ def run_indexer(input_dir: Path, index_dir: Path, threads: int = 2, impact: bool
     whole index, so the new documents are indexed into a fresh index beside it and
     merged in with Lucene's own ``IndexWriter.addIndexes`` (:func:`merge_into`).
     ``meanwhile`` runs in this process while the JVM indexes (its own work
-    overlaps Lucene's); if it raises, the indexer is stopped."""
+    overlaps Lucene's); if it raises, the indexer is stopped.
+
+    ``expected``: the documents of ``input_dir`` that Lucene must then hold (for
+    ``append``, on top of those it held). Anserini exits 0 even when it dropped a
+    whole input file (a string over Jackson's limit, a term over Lucene's), so the
+    index is opened and counted, and a different count raises RetrError."""
     if append:
         index_dir = Path(index_dir)
         if not any(index_dir.glob("segments_*")):
             raise RetrError(f"{index_dir}: no Lucene index to add documents to")
+        before = doc_count(index_dir) if expected is not None else 0
         with tempfile.TemporaryDirectory(prefix=f".{index_dir.name}.new-", dir=index_dir.parent) as fresh:
             dt = run_indexer(input_dir, Path(fresh), threads, impact, store_docvectors, quiet, False, meanwhile,
-                             pretokenized)
+                             pretokenized, expected)
             t0 = time.perf_counter()
-            merge_into(index_dir, [Path(fresh)])
+            held = merge_into(index_dir, [Path(fresh)])
+        if expected is not None and held != before + expected:
+            raise RetrError(f"{index_dir}: Lucene holds {held:,} documents after adding {expected:,} to "
+                            f"{before:,}")
         return dt + time.perf_counter() - t0
     pretokenized = impact if pretokenized is None else pretokenized
     cmd = [jvm.java_executable(), f"-Xmx{jvm.java_heap()}", "-cp", jvm.anserini_jar(),
@@ -107,11 +143,45 @@ def run_indexer(input_dir: Path, index_dir: Path, threads: int = 2, impact: bool
     if returncode != 0 or not any(Path(index_dir).glob("segments_*")):
         tail = "\n".join(output.strip().splitlines()[-15:])
         raise RetrError(f"Anserini indexing failed (exit {returncode}):\n{tail}")
+    if expected is not None:
+        held = doc_count(index_dir)
+        if held != expected:
+            raise RetrError(f"{index_dir}: Lucene holds {held:,} of the {expected:,} documents given to it "
+                            f"({_anserini_reason(output)})")
     if not quiet:
         for line in output.splitlines():
             if "Total" in line and "documents indexed" in line:
                 print(line.split(" - ")[-1], flush=True)
     return dt
+
+
+_JAVA_EXCEPTION = re.compile(r"^(?:Caused by: )?[\w.$]+(?:Exception|Error): (.+)$")
+
+
+def _anserini_reason(log: str, width: int = 240) -> str:
+    """The first exception message, else the first ERROR or WARN line, of an Anserini log, as one short line."""
+    lines = [line.strip() for line in log.splitlines()]
+    found = next((m.group(1) for m in map(_JAVA_EXCEPTION.match, lines) if m), None)
+    for level in (" ERROR ", " WARN "):
+        found = found or next((line.split(" - ", 1)[-1] for line in lines if level in line), None)
+    if not found:
+        return "Anserini logged no error"
+    found = " ".join(found.split())
+    return "Anserini: " + (found if len(found) <= width else found[: width - 1] + "…")
+
+
+def doc_count(index_dir: Path) -> int:
+    """The documents in the Lucene index in ``index_dir``, as Lucene's own reader counts them."""
+    to_path = jvm.autoclass("java.io.File")(str(index_dir)).toPath()
+    directory = jvm.autoclass("org.apache.lucene.store.FSDirectory").open(to_path)
+    try:
+        reader = jvm.autoclass("org.apache.lucene.index.DirectoryReader").open(directory)
+        try:
+            return int(reader.numDocs())
+        finally:
+            reader.close()
+    finally:
+        directory.close()
 
 
 def merge_into(index_dir: Path, sources: Sequence[Path]) -> int:
@@ -149,7 +219,12 @@ def build_lucene(docs: Iterable[Tuple[str, object]], index_dir: Path, threads: i
                  ) -> Dict[str, object]:
     """Index ``(docid, contents)`` pairs, or ``(docid, {term: int})`` with ``impact``
     or ``pretokenized`` (see :func:`run_indexer`); ``append`` adds them to an
-    existing index; ``meanwhile`` runs while the JVM indexes."""
+    existing index; ``meanwhile`` runs while the JVM indexes.
+
+    Returns ``doc_count`` (documents given), ``empty`` (those Anserini skips as
+    empty: blank contents, or a vector without a positive weight), ``indexed``
+    (the others) and ``seconds``. Lucene is checked to hold exactly the
+    ``indexed`` ones afterwards; anything else raises RetrError."""
     vectors = impact or bool(pretokenized)
     Path(index_dir).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="retr-lucene-", dir=Path(index_dir).parent) as tmp:
@@ -162,9 +237,10 @@ def build_lucene(docs: Iterable[Tuple[str, object]], index_dir: Path, threads: i
                     w.add_text(docid, payload)  # type: ignore[arg-type]
         finally:
             w.close()
+        indexed = w.count - w.empty
         seconds = run_indexer(Path(tmp), Path(index_dir), threads, impact, store_docvectors, quiet, append,
-                              meanwhile, pretokenized)
-    return {"doc_count": w.count, "seconds": seconds}
+                              meanwhile, pretokenized, expected=indexed)
+    return {"doc_count": w.count, "empty": w.empty, "indexed": indexed, "seconds": seconds}
 
 
 class LuceneIndex:

@@ -75,14 +75,42 @@ def read_manifest(folder: Path | str) -> Dict[str, Any]:
         raise IndexFormatError(f"{folder}: not a retr index (no {MANIFEST}; an unfinished build leaves none)")
     try:
         m = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise IndexFormatError(f"{path}: unreadable manifest ({e})") from None
+    except OSError as e:
+        raise IndexFormatError(f"{path}: unreadable manifest ({e.strerror or e})") from None
+    if not isinstance(m, dict):
+        raise IndexFormatError(f"{path}: not a retr manifest (a JSON {type(m).__name__}, not an object)")
     if m.get("format") != FORMAT:
         raise IndexFormatError(f"{path}: not a retr manifest")
-    if m.get("format_version", 0) > FORMAT_VERSION:
+    version = m.get("format_version", 0)
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise IndexFormatError(f"{path}: format_version {version!r} is not an integer")
+    if version > FORMAT_VERSION:
         raise IndexFormatError(
-            f"{path}: index format {m.get('format_version')} is newer than this retr understands ({FORMAT_VERSION})")
+            f"{path}: index format {version} is newer than this retr understands ({FORMAT_VERSION})")
+    _check_shape(m, path)
     return m
+
+
+def _check_shape(m: Dict[str, Any], path: Path) -> None:
+    """The fields readers index into without looking: a manifest edited by hand fails here, in one line."""
+    def bad(what: str) -> IndexFormatError:
+        return IndexFormatError(f"{path}: malformed manifest ({what})")
+
+    for key in ("config", "versions", "pipelines", "corpus"):
+        if not isinstance(m.get(key, {}), dict):
+            raise bad(f"{key!r} must be an object")
+    if m.get("docstore") is not None:  # a built folder (new_manifest leaves it None until then)
+        if not isinstance(m["docstore"], dict) or not isinstance(m.get("corpus", {}).get("doc_count"), int):
+            raise bad("a built folder needs a 'docstore' object and an integer corpus 'doc_count'")
+    subs = m.get("subindexes", {})
+    if not isinstance(subs, dict):
+        raise bad("'subindexes' must be an object")
+    for name, e in subs.items():
+        if not (isinstance(e, dict) and isinstance(e.get("kind"), str) and isinstance(e.get("path"), str)
+                and isinstance(e.get("config", {}), dict)):
+            raise bad(f"sub-index {name!r} needs a string 'kind' and 'path' and an object 'config'")
 
 
 @contextlib.contextmanager

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from indexes import manifest as mf
+from indexes.errors import InputError
 from retrieval.kinds import BuildContext, SubIndexKind
 from retrieval.types import Query
 
@@ -19,6 +20,20 @@ class BM25Spec:
     k1: float = 0.9
     b: float = 0.4
     store_docvectors: bool = False
+
+    def validate(self) -> "BM25Spec":
+        check_bm25(self.k1, self.b)
+        return self
+
+
+def check_bm25(k1: Optional[float], b: Optional[float]) -> None:
+    """BM25's k1 must be a finite number >= 0 and b a number in [0, 1] (Lucene refuses others)."""
+    import math
+
+    if k1 is not None and not (isinstance(k1, (int, float)) and math.isfinite(k1) and k1 >= 0):
+        raise InputError(f"k1 must be a finite number >= 0, got {k1!r}")
+    if b is not None and not (isinstance(b, (int, float)) and 0 <= b <= 1):
+        raise InputError(f"b must be a number in [0, 1], got {b!r}")
 
 
 class BM25Retriever:
@@ -36,6 +51,7 @@ class BM25Retriever:
         self._index = LuceneIndex(path, k1=self.k1, b=self.b)
 
     def configure(self, k1: Optional[float] = None, b: Optional[float] = None) -> None:
+        check_bm25(k1, b)
         if k1 is not None or b is not None:
             self._index.set_bm25(self.k1 if k1 is None else k1, self.b if b is None else b)
             self.k1, self.b = self._index.k1, self._index.b

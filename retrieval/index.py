@@ -50,6 +50,7 @@ class Index:
         for name, entry in m.get("subindexes", {}).items():
             if not (path / entry["path"]).exists():
                 raise IndexFormatError(f"{path}: sub-index {name!r} is listed in the manifest but missing on disk")
+        DocStore(path / DOCSTORE).check()
         return cls(path, m)
 
     # -- introspection -------------------------------------------------

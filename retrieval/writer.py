@@ -20,7 +20,7 @@ from indexes import manifest as mf
 from indexes.docstore import DocStoreWriter
 from indexes.errors import InputError
 from retrieval.bm25 import BM25Spec
-from retrieval.collections import count_lines, read_corpus
+from retrieval.collections import check_lengths, count_lines, read_corpus
 from retrieval.dense.subindex import DenseSpec
 from retrieval.index import DOCSTORE, Index
 from retrieval.kinds import BuildContext, SubIndexKind, get_kind, kind_of
@@ -56,6 +56,7 @@ def build_index(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[s
     already computed for the documents, used when their encoder is ``dense``'s.
     """
     index_dir = Path(index_dir)
+    BM25Spec(k1, b, store_docvectors).validate()
     if dense is not None:
         dense.validate()  # fail on a bad option before reading the corpus
     source = str(corpus) if isinstance(corpus, (str, Path)) else "<python iterable>"
@@ -243,6 +244,7 @@ def _checked(docs: Iterable[Document]) -> Iterable[Document]:
             raise InputError(f"item {i}: duplicate document id {d.docid!r}")
         if not d.contents.strip():
             raise InputError(f"item {i}: document {d.docid!r} has empty text")
+        check_lengths(d.docid, d.title, d.text, f"item {i}")
         seen.add(d.docid)
         yield d
 

@@ -431,6 +431,9 @@ class DeepCTRetriever:
             raise InputError(f"unknown DeepCT scale {scale!r} (choose from: {', '.join(SCALES)})")
         if query is not None and query not in QUERY_MODES:
             raise InputError(f"unknown query weighting {query!r} (choose from: {', '.join(QUERY_MODES)})")
+        from retrieval.bm25 import check_bm25
+
+        check_bm25(k1, b)
         if (k1 is not None or b is not None) and (mode or self.mode) != "bm25":
             raise InputError("--k1/--b apply to the DeepCT sub-index only in bm25 mode (its default mode is "
                              f"{self.mode!r})")

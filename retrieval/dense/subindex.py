@@ -120,7 +120,8 @@ def build_dense(folder: Path, name: str, store_path: Path, spec: DenseSpec, fing
             yield v, docids[start:start + len(v)]
             start += len(v)
 
-    fi = FaissIndex.build(batches(), factory=spec.factory, dim=enc.dim, use_gpu=False, quiet=quiet)
+    fi = FaissIndex.build(batches(), factory=spec.factory, dim=enc.dim, use_gpu=False, quiet=quiet,
+                          expected=len(docids))
     fi.save(folder)
     (folder / "encoder.json").write_text(json.dumps(cfg, indent=2) + "\n")
     shutil.rmtree(cache, ignore_errors=True)
