@@ -24,6 +24,7 @@ from retrieval.types import Document, Hit, Query
 
 DOCSTORE = "docs.sqlite"
 DEPTH = 100  # candidates each fused retriever returns, at least (more when k is larger)
+DEEPEN_SHARE = 0.25  # filters allowing this share of the documents or more read the ranking deeper instead
 
 
 def _tick(timings: Optional[Dict[str, float]], stage: str, t0: float) -> None:
@@ -177,14 +178,25 @@ class Index:
         return self._result(p, lists, k, text, None, timings)
 
     def _filtered(self, r, query: str, k: int, allowed: Allowed):
-        """Retriever ``r``'s first ``k`` documents among ``allowed``: its own filtered search
-        where it has one, else its full ranking filtered (exact, and slow)."""
-        if not len(allowed):
+        """Retriever ``r``'s first ``k`` documents among ``allowed``, exactly. A filter that allows
+        at least ``DEEPEN_SHARE`` of the collection reads the unfiltered ranking deep enough to
+        hold ``k`` of them (about ``2k / share``, deeper until found or the ranking ends): cheaper
+        than a Lucene filter of that many ids. A smaller one uses the retriever's own filtered
+        search (a Lucene FILTER clause, a faiss selector); a retriever without one has its full
+        ranking filtered."""
+        n, total = len(allowed), max(len(self), 1)
+        if not n:
             return []
         native = getattr(r, "search_filtered", None)
-        if native is not None:
-            return native(query, k, allowed)
-        return [x for x in r.search(query, max(k, len(self))) if x[0] in allowed][:k]
+        if native is None or n >= DEEPEN_SHARE * total:
+            depth = total if native is None else min(total, max(k + 10, -(-2 * k * total // n)))
+            while True:
+                ranked = r.search(query, depth)
+                hits = [x for x in ranked if x[0] in allowed.set]
+                if len(hits) >= k or len(ranked) < depth or depth >= total:
+                    return hits[:k]
+                depth = min(total, depth * 4)
+        return native(query, k, allowed)
 
     def batch_search(self, queries: Sequence[Union[Query, str]], k: int = 10, retriever: str = "bm25",
                      fusion: Optional[str] = None, threads: int = 1, text: bool = False, quiet: bool = True,

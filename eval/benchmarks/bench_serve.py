@@ -67,20 +67,26 @@ class Proc:
     def __init__(self, cmd, url_ready, log: Path, env=None):
         self.log = open(log, "w")
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        try:
+            self._wait(url_ready, log)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait(self, url_ready, log):
         deadline = time.monotonic() + 300
         host, port, path, headers = url_ready
         while True:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"{cmd[:4]} exited {self.proc.returncode}; see {log}")
+                raise RuntimeError(f"{self.proc.args[:4]} exited {self.proc.returncode}; see {log}")
             try:
                 c = http.client.HTTPConnection(host, port, timeout=5)
-                c.request("GET", path, headers=headers)
+                c.request("GET", path, headers=headers or {})
                 if c.getresponse().status == 200:
                     break
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                self.stop()
                 raise RuntimeError(f"not ready in 300 s; see {log}")
             time.sleep(0.3)
 
@@ -230,7 +236,7 @@ def main():
     pys = Proc([PY, str(ROOT / "eval" / "benchmarks" / "pyserini_rest.py"), str(idx_dir / "bm25"), str(port)],
                ("127.0.0.1", port, "/", None), args.work / "pyserini.log", env)
     try:
-        load(port, "/v1/indexes/scifact/search", pys_body, 200, 4)  # warm-up
+        load(port, "/v1/indexes/scifact/search", pys_body, 1000, 4)  # warm-up (JIT), as for retr
         for c in (1, 8, 32):
             out["bm25"].setdefault(str(c), {})["pyserini"] = summary(
                 *load(port, "/v1/indexes/scifact/search", pys_body, args.requests, c), args.requests)
@@ -239,12 +245,14 @@ def main():
         pys.stop()
     srv, port = retr_server()
     try:
-        load(port, "/v1/sf/search", retr_body(), 200, 4, auth)
+        load(port, "/v1/sf/search", retr_body(), 1000, 4, auth)  # warm-up (JIT), as for Pyserini
         for c in (1, 8, 32):
             out["bm25"][str(c)]["retr"] = summary(*load(port, "/v1/sf/search", retr_body(), args.requests, c, auth),
                                                   args.requests)
             print("retr", c, out["bm25"][str(c)]["retr"], flush=True)
         # -- filtered at 1% and 50% selectivity vs unfiltered (concurrency 1 and 8)
+        for extra in ({"filter": {"shard": "odd"}}, {"filter": {"bucket": 7}}):  # filters seen once (cached)
+            load(port, "/v1/sf/search", retr_body(extra), 50, 1, auth)
         for c in (1, 8):
             for name, extra in (("unfiltered", None), ("50%", {"filter": {"shard": "odd"}}),
                                 ("1%", {"filter": {"bucket": 7}})):

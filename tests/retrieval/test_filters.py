@@ -69,9 +69,18 @@ def test_metadata_table_equals_the_plain_rules(meta_dense_index):
         assert meta_dense_index.allowed(flt).docids == want, flt
 
 
+@pytest.fixture(params=["auto", "native", "deepen"])
+def strategy(request, monkeypatch):
+    """Either way of filtering: the retriever's own filtered search, or a deeper unfiltered ranking."""
+    import retrieval.index as ri
+
+    monkeypatch.setattr(ri, "DEEPEN_SHARE", {"auto": ri.DEEPEN_SHARE, "native": 2.0, "deepen": 0.0}[request.param])
+    return request.param
+
+
 @pytest.mark.parametrize("retriever", ["bm25", "dense", "bm25+dense", "bm25+dense:combsum(norm=minmax)",
                                        "bm25+dense:weighted(bm25=0.3,dense=0.7,norm=zscore)"])
-def test_filtered_search_is_the_filtered_full_ranking(meta_dense_index, retriever):
+def test_filtered_search_is_the_filtered_full_ranking(meta_dense_index, retriever, strategy):
     for flt in FILTERS:
         for q in QUERIES:
             got = meta_dense_index.search(q, k=10, retriever=retriever, filter=flt, text=False)
@@ -186,7 +195,7 @@ def deepct_index(tmp_path_factory, scifact_dir):
 
 
 @pytest.mark.parametrize("mode", ["impact", "bm25"])
-def test_deepct_filtered_is_the_filtered_full_ranking(deepct_index, mode):
+def test_deepct_filtered_is_the_filtered_full_ranking(deepct_index, mode, strategy):
     deepct_index.configure("deepct", mode=mode)
     for flt in FILTERS[:4]:
         for q in QUERIES[:3]:
