@@ -239,6 +239,11 @@ class MetadataTable:
             mask[sel] = True
         return mask
 
+    def cached(self, flt: Filter) -> bool:
+        """Whether ``flt``'s documents are at hand (no work to find them)."""
+        a = self._cache.get(flt.key)
+        return a is not None and (len(a) == 0 or bool(a.cache) or a._set is not None)
+
     def allowed(self, flt: Filter) -> Allowed:
         """The documents ``flt`` allows (cached for the last ``cache_size`` filters)."""
         with self._lock:

@@ -231,25 +231,31 @@ def main():
                   str(tok), *extra], ("127.0.0.1", port, "/readyz", auth), args.work / f"retr-{port}.log", env)
         return p, port
 
-    # -- BM25 k=10: Pyserini's REST app, then retr, at each concurrency
-    port = free_port()
-    pys = Proc([PY, str(ROOT / "eval" / "benchmarks" / "pyserini_rest.py"), str(idx_dir / "bm25"), str(port)],
-               ("127.0.0.1", port, "/", None), args.work / "pyserini.log", env)
+    # -- BM25 k=10: both servers up, the two measured in turn at each concurrency (the host's load drifts)
+    port_p = free_port()
+    pys = Proc([PY, str(ROOT / "eval" / "benchmarks" / "pyserini_rest.py"), str(idx_dir / "bm25"), str(port_p)],
+               ("127.0.0.1", port_p, "/", None), args.work / "pyserini.log", env)
     try:
-        load(port, "/v1/indexes/scifact/search", pys_body, 1000, 4)  # warm-up (JIT), as for retr
+        srv, port = retr_server()
+    except BaseException:
+        pys.stop()
+        raise
+    try:
+        load(port_p, "/v1/indexes/scifact/search", pys_body, 1000, 4)  # warm-up (JIT), the same for both
+        load(port, "/v1/sf/search", retr_body(), 1000, 4, auth)
         for c in (1, 8, 32):
             out["bm25"].setdefault(str(c), {})["pyserini"] = summary(
-                *load(port, "/v1/indexes/scifact/search", pys_body, args.requests, c), args.requests)
+                *load(port_p, "/v1/indexes/scifact/search", pys_body, args.requests, c), args.requests)
             print("pyserini", c, out["bm25"][str(c)]["pyserini"], flush=True)
-    finally:
-        pys.stop()
-    srv, port = retr_server()
-    try:
-        load(port, "/v1/sf/search", retr_body(), 1000, 4, auth)  # warm-up (JIT), as for Pyserini
-        for c in (1, 8, 32):
             out["bm25"][str(c)]["retr"] = summary(*load(port, "/v1/sf/search", retr_body(), args.requests, c, auth),
                                                   args.requests)
             print("retr", c, out["bm25"][str(c)]["retr"], flush=True)
+    except BaseException:
+        srv.stop()
+        raise
+    finally:
+        pys.stop()
+    try:
         # -- filtered at 1% and 50% selectivity vs unfiltered (concurrency 1 and 8)
         for extra in ({"filter": {"shard": "odd"}}, {"filter": {"bucket": 7}}):  # filters seen once (cached)
             load(port, "/v1/sf/search", retr_body(extra), 50, 1, auth)
@@ -261,7 +267,7 @@ def main():
                 print("filtered", c, name, out["filtered"][str(c)][name], flush=True)
         # -- hybrid pipeline
         for c in (1, 8):
-            n = max(200, args.requests // 2)
+            n = max(200, args.requests // 4)
             out["hybrid"][str(c)] = summary(*load(port, "/v1/sf/search", retr_body({"retriever": "bm25+dense"}), n, c,
                                                   auth), n)
             print("hybrid", c, out["hybrid"][str(c)], flush=True)

@@ -23,6 +23,7 @@ from typing import Any, Dict, List, Optional
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -52,9 +53,34 @@ def _error_bytes(status: int, message: str) -> bytes:
     return json.dumps({"error": {"status": status, "message": message}}).encode()
 
 
+try:  # several times faster than json for hits with passage text; json where it is missing
+    import orjson
+
+    def _encode(obj) -> bytes:
+        return orjson.dumps(obj)
+except ImportError:  # pragma: no cover
+    def _encode(obj) -> bytes:
+        return json.dumps(obj, ensure_ascii=False, allow_nan=False).encode("utf-8")
+
+
 def _dumps(obj) -> Response:
-    return Response(json.dumps(obj, ensure_ascii=False, allow_nan=False).encode("utf-8"),
-                    media_type="application/json")
+    return Response(_encode(obj), media_type="application/json")
+
+
+def _inline(idx, p, dimsel, flt) -> bool:
+    """Whether a search runs on the event loop itself: Lucene BM25 members only, unfiltered or
+    with a filter already compiled (well under a millisecond of work, and pyjnius holds the GIL
+    through the Java call, so worker threads only add hand-offs and contention). Anything that
+    encodes queries, or a filter seen for the first time, goes to worker threads."""
+    subs = idx.manifest.get("subindexes", {})
+    if dimsel is not None or any(subs.get(n, {}).get("kind") != "bm25" for n in p.retrievers):
+        return False
+    if flt is None:
+        return True
+    from retrieval.filters import parse_filter
+
+    f = parse_filter(flt)
+    return f is None or idx.metadata.cached(f)
 
 
 class Gate:
@@ -122,6 +148,10 @@ class Gate:
                 return done()
             self.inflight += 1
             self.metrics.inflight = self.inflight
+            # Let every request that has arrived reach this count before any is answered: BM25
+            # searches run on the event loop without yielding, so without this pause a queue of
+            # them would never show as in flight, and never be refused.
+            await asyncio.sleep(0)
         seen = [0]
 
         async def receiving():
@@ -306,17 +336,22 @@ def create_app(registry: Registry, token: Optional[str] = None, writable: bool =
 
     # ------------------------------------------------------------------ search
     @v1.post("/{index}/search", response_model=S.SearchResponse, tags=["search"])
-    def search(index: str, body: S.SearchRequest, request: Request):
+    async def search(index: str, body: S.SearchRequest, request: Request):
         """Top-k hits for one query, optionally filtered (see the filter field)."""
         s = served(index)
         idx = s.index()
         p = idx.pipeline(body.retriever, body.fusion)
         request.state.retriever = p.base
-        hits = idx.search(body.query, k=body.k, retriever=str(p), text=body.text, depth=body.depth,
-                          dimsel=_dimsel(body.dimsel), filter=body.filter)
-        single = None if p.fused else p.retrievers[0]
-        return _dumps({"index": index, "query": body.query, "retriever": str(p), "k": body.k,
-                       "hits": [_hit(h, single, body.text, body.text_chars) for h in hits]})
+
+        def work():
+            hits = idx.search(body.query, k=body.k, retriever=str(p), text=body.text, depth=body.depth,
+                              dimsel=_dimsel(body.dimsel), filter=body.filter)
+            single = None if p.fused else p.retrievers[0]
+            return _dumps({"index": index, "query": body.query, "retriever": str(p), "k": body.k,
+                           "hits": [_hit(h, single, body.text, body.text_chars) for h in hits]})
+        if _inline(idx, p, body.dimsel, body.filter):
+            return work()
+        return await run_in_threadpool(work)
 
     @v1.post("/{index}/batch_search", response_model=S.BatchSearchResponse, tags=["search"])
     def batch_search(index: str, body: S.BatchSearchRequest, request: Request):
