@@ -223,7 +223,8 @@ def main():
     auth = {"Authorization": f"Bearer {token}"}
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     out = {"machine": f"{os.cpu_count()} cores (shared)", "collection": "SciFact (5,183 passages), 300 test queries",
-           "requests_per_level": args.requests, "bm25": {}, "hybrid": {}, "filtered": {}, "soak": {}, "overload": {}}
+           "requests_per_level": args.requests, "load_average_start": [round(x, 1) for x in os.getloadavg()],
+           "bm25": {}, "hybrid": {}, "filtered": {}, "soak": {}, "overload": {}}
 
     def retr_server(*extra):
         port = free_port()
@@ -294,6 +295,7 @@ def main():
     finally:
         srv.stop()
     out["seconds"] = round(time.time() - t_start, 1)
+    out["load_average_end"] = [round(x, 1) for x in os.getloadavg()]
     (RESULTS / "serve.json").write_text(json.dumps(out, indent=2) + "\n")
     write_md(out)
 
@@ -334,6 +336,21 @@ def write_md(o):
               f"At 4x (32 clients, no retries): {x['ok']:,} admitted, {x['rejected_429']:,} answered 429 with "
               f"Retry-After, {x['errors']} errors; admitted p50 {x['p50_ms']} ms, p99 {x['p99_ms']} ms "
               f"({x['p99_ms'] / a['p99_ms']:.2f}x the p99 at capacity).", ""]
+    la = o.get("load_average_start"), o.get("load_average_end")
+    lines += ["## Notes", "",
+              "- The two cores were shared with other work during the run" +
+              (f" (load average {la[0][0]} at the start, {la[1][0]} at the end)" if la[0] and la[1] else
+               " (load average 11-14 in the minutes around it)") +
+              ": p99 figures in particular move between runs and between windows of the same run (the same "
+              "unfiltered BM25 at concurrency 8 had p99 152 ms in the filter block and 42 ms in the soak).",
+              "- Pyserini's endpoint is an `async def` that calls the blocking searcher on the event loop; retr runs "
+              "BM25-only searches on the event loop too (pyjnius holds the GIL through the Java call) and anything "
+              "that encodes queries on worker threads, one OpenMP thread each. Both use uvicorn with h11 (no "
+              "httptools/uvloop installed). retr's hits carry title, text and metadata from its document store; "
+              "Pyserini's candidates carry the raw document stored in Lucene.",
+              "- Filters: a filter allowing 25% or more of the collection reads the unfiltered ranking deeper "
+              "(here about 2k/share = 40 hits); a smaller one adds a Lucene FILTER clause over the allowed ids. "
+              "Both are exact (tests/retrieval/test_filters.py).", ""]
     (RESULTS / "serve.md").write_text("\n".join(lines))
 
 
