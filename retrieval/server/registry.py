@@ -60,7 +60,10 @@ class Served:
         return st.st_ino, st.st_mtime_ns, st.st_size
 
     def index(self):
-        """The current Index: reopened when the folder's manifest changed."""
+        """The current Index. A live-index reader (``Index.refresh``) moves to the newest
+        generation by itself on each search; an older one is reopened when the manifest changed."""
+        if hasattr(self._index, "refresh"):
+            return self._index
         stamp = self._stat()
         if stamp is not None and stamp != self._stamp:
             with self._lock:
