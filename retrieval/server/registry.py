@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from indexes.errors import InputError
+from indexes.errors import InputError, RetrError
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 RESERVED = {"indexes"}  # /v1/indexes lists them
@@ -62,7 +62,12 @@ class Served:
     def index(self):
         """The current Index. A live-index reader (``Index.refresh``) moves to the newest
         generation by itself on each search; an older one is reopened when the manifest changed."""
-        if hasattr(self._index, "refresh"):
+        refresh = getattr(self._index, "refresh", None)
+        if refresh is not None:
+            try:
+                refresh()  # one stat when nothing changed; counts and info then match the searches
+            except RetrError:
+                pass  # the folder is being switched: keep what is held
             return self._index
         stamp = self._stat()
         if stamp is not None and stamp != self._stamp:

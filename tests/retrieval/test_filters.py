@@ -204,3 +204,29 @@ def test_deepct_filtered_is_the_filtered_full_ranking(deepct_index, mode, strate
                 want = (brute(deepct_index, q, 5, flt, retriever=retriever) if "+" not in retriever
                         else fused_oracle(deepct_index, q, 5, retriever, flt))
                 assert got == want, (mode, retriever, flt, q)
+
+
+def test_filtered_search_after_live_changes(tmp_path, meta_dense_index, strategy):
+    """After deletions and an update (the live index: Lucene deletes, faiss delta rows and a
+    deletion mask, a new document-store generation) filters still equal the filtered full ranking."""
+    import shutil
+
+    import retrieval
+    from retrieval.types import Document
+    from retrieval.writer import delete_documents, update_documents
+
+    shutil.copytree(meta_dense_index.path, tmp_path / "L")
+    idx = retrieval.open_index(tmp_path / "L")
+    ranked = [h.docid for h in idx.search(QUERIES[0], k=20, text=False)]
+    delete_documents(idx, ranked[:3], quiet=True)
+    update_documents(idx, [Document(ranked[5], "aspirin colorectal cancer trial", "", {"shard": "odd", "year": 2003})],
+                     quiet=True)
+    _FULL.clear()
+    for flt in (FILTERS[0], FILTERS[2], {"docid": {"in": ranked[:8]}}):
+        for retriever in ("bm25", "dense", "bm25+dense"):
+            got = [h.docid for h in idx.search(QUERIES[0], k=10, retriever=retriever, filter=flt, text=False)]
+            want = (brute(idx, QUERIES[0], 10, flt, retriever=retriever) if "+" not in retriever
+                    else fused_oracle(idx, QUERIES[0], 10, retriever, flt))
+            assert got == want, (retriever, flt)
+            assert not set(got) & set(ranked[:3])
+    _FULL.clear()
