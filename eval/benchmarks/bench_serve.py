@@ -341,8 +341,10 @@ def write_md(o):
               "- The two cores were shared with other work during the run" +
               (f" (load average {la[0][0]} at the start, {la[1][0]} at the end)" if la[0] and la[1] else
                " (load average 11-14 in the minutes around it)") +
-              ": p99 figures in particular move between runs and between windows of the same run (the same "
-              "unfiltered BM25 at concurrency 8 had p99 152 ms in the filter block and 42 ms in the soak).",
+              ": p99 figures in particular move between runs and between windows of the same run (compare the "
+              "unfiltered rows of the filter block with the BM25 table). An earlier run of this branch, before "
+              "retr's bulk Lucene search path (issue 16) was merged and at load average 11-14, had retr behind "
+              "Pyserini at concurrency 8 and 32 (416 vs 986 and 700 vs 998 requests/s).",
               "- Pyserini's endpoint is an `async def` that calls the blocking searcher on the event loop; retr runs "
               "BM25-only searches on the event loop too (pyjnius holds the GIL through the Java call) and anything "
               "that encodes queries on worker threads, one OpenMP thread each. Both use uvicorn with h11 (no "
