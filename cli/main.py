@@ -51,6 +51,8 @@ def _register():
         ("cli.live_cmds", "delete_cmd", None, "delete"),
         ("cli.live_cmds", "compact_cmd", None, "compact"),
         ("cli.live_cmds", "check_cmd", None, "check"),
+        ("cli.serve_cmds", "serve_cmd", None, "serve"),
+        ("cli.serve_cmds", "mcp_cmd", None, "mcp"),
     ]:
         cmd = getattr(importlib.import_module(module), attr)
         group = retr if parent is None else retr.commands.get(parent)

@@ -208,6 +208,24 @@ class DocStore:
         finally:
             con.close()
 
+    def iter_meta(self, batch: int = 10000) -> Iterator[Tuple[str, Optional[dict]]]:
+        """``(docid, metadata or None)`` for every visible document, in the store's order (no text read)."""
+        w, p = self._visible()
+        with _readable(self.path):
+            con = _read_only(self.path)
+        try:
+            with _readable(self.path):
+                cur = con.execute(f"SELECT docid, meta FROM docs WHERE {w} ORDER BY rowid", p)
+            while True:
+                with _readable(self.path):
+                    rows = cur.fetchmany(batch)
+                if not rows:
+                    break
+                for r in rows:
+                    yield r[0], (json.loads(r[1]) if r[1] else None)
+        finally:
+            con.close()
+
     def ids(self) -> List[str]:
         w, p = self._visible()
         return [r[0] for r in self._con().execute(f"SELECT docid FROM docs WHERE {w} ORDER BY rowid", p)]

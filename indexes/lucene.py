@@ -501,6 +501,26 @@ class LuceneIndex:
             snap, batch = self._call(lambda s: (s, s.js.batchSearch(texts, k, threads)))
         return snap, batch.data.tostring(), batch.errors
 
+    def search_filtered(self, query, k: int, allowed) -> Result:
+        """:meth:`search` restricted to the documents of ``allowed`` (a
+        ``retrieval.filters.Allowed``): the first ``k`` of them in the unfiltered
+        ranking, with the same scores (see :mod:`indexes.lucene_filter`)."""
+        from indexes import lucene_filter as lf
+
+        k = _check_k(k)
+        flt = allowed.backend("lucene-ids", lambda: lf.id_filter(allowed.docids))
+        if self.impact:
+            terms, weights = _int_weights(query)
+            if not terms:
+                return []
+
+            def run(s):
+                return s.decode(lf.run_filtered(s.js, s.js.weightQuery(terms, weights, 0, len(terms)), k, flt))
+        else:
+            def run(s):
+                return s.decode(lf.run_filtered(s.js, s.js.textQuery(query), k, flt))
+        return self._call(run)
+
     def _call(self, fn):
         """Run ``fn(snapshot)``; if a refresh closed that snapshot's reader in between, once more on the new one."""
         from jnius import JavaException

@@ -21,6 +21,9 @@ def __getattr__(name):
     if name in ("build_index", "index_corpus", "add_documents", "update_documents", "delete_documents", "compact"):
         from retrieval import writer as _writer
         return getattr(_writer, name)
+    if name == "Client":
+        from retrieval.client import Client
+        return Client
     if name in ("read_corpus", "read_queries"):
         from retrieval import collections as _c
         return getattr(_c, name)
@@ -29,4 +32,4 @@ def __getattr__(name):
 
 __all__ = ["Document", "Query", "Hit", "open_index", "build_index", "index_corpus", "add_documents",
            "update_documents", "delete_documents", "compact", "Index",
-           "read_corpus", "read_queries", "RetrError", "InputError", "IndexFormatError"]
+           "read_corpus", "read_queries", "Client", "RetrError", "InputError", "IndexFormatError"]

@@ -59,6 +59,10 @@ class BM25Retriever:
     def search(self, text: str, k: int) -> Scored:
         return self._index.search(text, k)
 
+    def search_filtered(self, text: str, k: int, allowed) -> Scored:
+        """The first ``k`` documents of ``allowed`` in this retriever's ranking (Lucene FILTER clause)."""
+        return self._index.search_filtered(text, k, allowed)
+
     def batch_search(self, queries: Sequence[Query], k: int, threads: int = 1) -> Dict[str, Scored]:
         res = self._index.batch_search([q.text for q in queries], [q.qid for q in queries], k, threads)
         return {q.qid: res.get(q.qid, []) for q in queries}

@@ -25,6 +25,7 @@ from indexes import manifest as mf
 from indexes.bulk import no_gc
 from indexes.docstore import DocStore
 from indexes.errors import IndexFormatError, InputError
+from retrieval.filters import Allowed, MetadataTable, parse_filter
 from retrieval.fusion import Pipeline, fuse, parse_pipeline
 from retrieval.kinds import kind_of
 from retrieval.progress import progress
@@ -32,6 +33,7 @@ from retrieval.types import Document, Hit, Query
 
 DOCSTORE = "docs.sqlite"
 DEPTH = 100  # candidates each fused retriever returns, at least (more when k is larger)
+DEEPEN_SHARE = 0.25  # filters allowing this share of the documents or more read the ranking deeper instead
 
 
 def _tick(timings: Optional[Dict[str, float]], stage: str, t0: float) -> None:
@@ -62,6 +64,7 @@ class _Generation:
         self.number = int(manifest.get("generation", 0))
         self._fd = fd
         self._docstore: Optional[DocStore] = None
+        self._metadata: Optional[MetadataTable] = None  # filters' view of the documents (first filter)
         self.retrievers: Dict[str, object] = {}
         self.previous: Dict[str, object] = {}   # retrievers of the generation before, for kind.reopen
         self.users = 0
@@ -74,6 +77,15 @@ class _Generation:
         if self._docstore is None:
             self._docstore = DocStore(docstore_path(self.path, self.manifest), generation=self.number)
         return self._docstore
+
+    @property
+    def metadata(self) -> MetadataTable:
+        """This generation's documents and their metadata, indexed for filters (read on first use)."""
+        if self._metadata is None:
+            with self.lock:
+                if self._metadata is None:
+                    self._metadata = MetadataTable(self.docstore.iter_meta())
+        return self._metadata
 
     def entry(self, name: str) -> dict:
         entries = self.manifest.get("subindexes", {})
@@ -109,6 +121,7 @@ class _Generation:
             if (old._docstore is not None and old.number == self.number
                     and docstore_path(old.path, old.manifest) == docstore_path(self.path, self.manifest)):
                 self._docstore, old._docstore = old._docstore, None
+                self._metadata = old._metadata
 
     def release(self, collect: bool = False) -> None:
         """Close what only this generation uses and let writers remove its files; with ``collect``
@@ -362,45 +375,93 @@ class Index:
                                  self.path)
         return p
 
+    @property
+    def metadata(self) -> MetadataTable:
+        """The current generation's documents and metadata, indexed for filters."""
+        return self._current().metadata
+
+    def allowed(self, filter) -> Optional[Allowed]:
+        """The documents a filter (see :mod:`retrieval.filters`) allows; None for no filter."""
+        return self._allowed(self._current(), filter)
+
+    @staticmethod
+    def _allowed(g: "_Generation", filter) -> Optional[Allowed]:
+        flt = parse_filter(filter)
+        return None if flt is None else g.metadata.allowed(flt)
+
     def search(self, query: str, k: int = 10, retriever: str = "bm25", fusion: Optional[str] = None,
                text: bool = True, depth: Optional[int] = None, timings: Optional[Dict[str, float]] = None,
-               dimsel=None) -> List[Hit]:
-        """Top-``k`` hits for one query, with title and text unless ``text=False``.
+               dimsel=None, filter=None) -> List[Hit]:
+        """Top-``k`` hits for one query, with title, text and metadata unless ``text=False``.
 
         ``retriever`` is a sub-index name or a fused pipeline spec such as
         ``bm25+dense`` or ``bm25+dense:rrf(k=60)`` (see :mod:`retrieval.fusion`);
         fused retrievers each return ``max(k, depth or 100)`` candidates.
         ``timings``, when given, accumulates seconds per stage. ``dimsel``: query-aware
-        dimension selection on the dense retriever(s) (see :func:`retrieval.dense.dimsel.wrap`)."""
+        dimension selection on the dense retriever(s) (see :func:`retrieval.dense.dimsel.wrap`).
+
+        ``filter`` (see :mod:`retrieval.filters`) restricts the hits to matching documents,
+        before any cut-off. One retriever: the first ``k`` matching documents of its full
+        ranking, with their unfiltered scores. A fused pipeline: each member's list is its
+        own filtered ranking cut at the fusion depth (``max(k, depth or 100)`` matching
+        documents), and those lists are fused as an unfiltered search fuses (same
+        normalisation over the lists given, same rule for a document a list lacks); the
+        first ``k`` fused. A filter that matches every document returns the unfiltered hits."""
         if not isinstance(query, str) or not query.strip():
             raise InputError("query text is empty")
         _check_k(k)
         g = self._enter()
         try:
             p = self._pipeline(g.manifest, retriever, fusion)
+            allowed = self._allowed(g, filter)
             lists = {}
             for name in p.retrievers:
                 t0 = time.perf_counter()
                 r = self._pick(g, name, dimsel, p.fused)
-                lists[name] = r.search(query, k if not p.fused else max(k, depth or DEPTH))
+                kk = k if not p.fused else max(k, depth or DEPTH)
+                lists[name] = r.search(query, kk) if allowed is None else self._filtered(g, r, query, kk, allowed)
                 _tick(timings, name, t0)
             return self._result(g, p, lists, k, text, None, timings)
         finally:
             self._leave(g)
 
+    def _filtered(self, g: "_Generation", r, query: str, k: int, allowed: Allowed):
+        """Retriever ``r``'s first ``k`` documents among ``allowed``, exactly. A filter that allows
+        at least ``DEEPEN_SHARE`` of the collection reads the unfiltered ranking deep enough to
+        hold ``k`` of them (about ``2k / share``, deeper until found or the ranking ends): cheaper
+        than a Lucene filter of that many ids. A smaller one uses the retriever's own filtered
+        search (a Lucene FILTER clause, a faiss selector); a retriever without one has its full
+        ranking filtered."""
+        n, total = len(allowed), max(len(g.metadata), 1)
+        if not n:
+            return []
+        native = getattr(r, "search_filtered", None)
+        if native is None or n >= DEEPEN_SHARE * total:
+            depth = total if native is None else min(total, max(k + 10, -(-2 * k * total // n)))
+            while True:
+                ranked = r.search(query, depth)
+                hits = [x for x in ranked if x[0] in allowed.set]
+                if len(hits) >= k or len(ranked) < depth or depth >= total:
+                    return hits[:k]
+                depth = min(total, depth * 4)
+        return native(query, k, allowed)
+
     def batch_search(self, queries: Sequence[Union[Query, str]], k: int = 10, retriever: str = "bm25",
                      fusion: Optional[str] = None, threads: int = 1, text: bool = False, quiet: bool = True,
                      depth: Optional[int] = None, batch_size: Optional[int] = None,
-                     timings: Optional[Dict[str, float]] = None, dimsel=None) -> Dict[str, List[Hit]]:
+                     timings: Optional[Dict[str, float]] = None, dimsel=None, filter=None
+                     ) -> Dict[str, List[Hit]]:
         """Search many queries; returns ``{qid: hits}`` in the order of ``queries``.
         Plain strings get ids "0", "1", ... Queries go to the backends in
         batches of ``batch_size`` (default: all at once when quiet, else
-        about 20 batches so the progress bar moves). All of them search one generation."""
+        about 20 batches so the progress bar moves). All of them search one generation.
+        ``filter`` applies to every query, as in :meth:`search`."""
         _check_k(k)
         qs = [q if isinstance(q, Query) else Query(str(i), q) for i, q in enumerate(queries)]
         g = self._enter()
         try:
             p = self._pipeline(g.manifest, retriever, fusion)
+            allowed = self._allowed(g, filter)
             rs = {name: self._pick(g, name, dimsel, p.fused) for name in p.retrievers}
             kk = k if not p.fused else max(k, depth or DEPTH)
             if batch_size is None:
@@ -412,7 +473,10 @@ class Index:
                     res = {}
                     for name, r in rs.items():
                         t0 = time.perf_counter()
-                        res[name] = r.batch_search(chunk, kk, threads)
+                        if allowed is None:
+                            res[name] = r.batch_search(chunk, kk, threads)
+                        else:
+                            res[name] = {q.qid: self._filtered(g, r, q.text, kk, allowed) for q in chunk}
                         _tick(timings, name, t0)
                     with no_gc():  # a batch's hits at once: see indexes.bulk
                         for q in chunk:
@@ -447,7 +511,7 @@ class Index:
             for h in hits:
                 row = rows.get(h.docid)
                 if row is not None:
-                    h.title, h.text = row[1], row[2]
+                    h.title, h.text, h.metadata = row[1], row[2], row[3] or {}
             _tick(timings, "text", t0)
         return hits
 

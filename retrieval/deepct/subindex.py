@@ -129,6 +129,14 @@ class _Searcher:
         return out
 
 
+    def search_filtered(self, weights: Dict[str, int], k: int, allowed) -> Scored:
+        """The first ``k`` documents of ``allowed`` in this variant's ranking (Lucene FILTER clause)."""
+        if not weights:
+            return []
+        with self._lock:
+            return self._index.search_filtered(self._query(weights), k, allowed)
+
+
 def variant_name(mode: str, scale: str) -> str:
     return f"{mode}-{scale}"
 
@@ -494,6 +502,13 @@ class DeepCTRetriever:
             for s in self._searchers.values():
                 s._index.close()
             self._searchers.clear()
+
+
+    def search_filtered(self, text: str, k: int, allowed) -> Scored:
+        """The first ``k`` documents of ``allowed`` in this retriever's ranking."""
+        s = self._searcher(self.mode, self.scale)
+        s.set_bm25(self.k1, self.b)
+        return s.search_filtered(self.query_terms([text])[0], k, allowed)
 
 
 class DeepCTKind(SubIndexKind):

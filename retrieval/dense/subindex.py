@@ -167,12 +167,31 @@ class DenseRetriever:
     def encode_queries(self, texts: Sequence[str]):
         return self.encoder.encode(list(texts), quiet=True).astype("float32", copy=False)
 
-    def search_vectors(self, vectors, k: int) -> List[Scored]:
-        scores, names = self._index.search(vectors, k)
-        return [list(zip(n, map(float, s))) for n, s in zip(names, scores)]
+    def search_vectors(self, vectors, k: int, allowed=None) -> List[Scored]:
+        """``allowed`` (a filter's documents): the first ``k`` of them in each ranking. A faiss
+        index takes it as an ID selector; a changed live index (delta rows, deletion mask) ranks
+        deeper, then filters (exact either way)."""
+        from indexes.faiss_index import FaissIndex
+
+        if allowed is None or isinstance(self._index, FaissIndex):
+            kw = {} if allowed is None else {"allowed": allowed}
+            scores, names = self._index.search(vectors, k, **kw)
+            return [list(zip(n, map(float, s))) for n, s in zip(names, scores)]
+        total = max(1, int(self._index.ntotal))
+        depth = min(total, max(k + 10, -(-2 * k * total // max(1, len(allowed)))))
+        while True:
+            ranked = self.search_vectors(vectors, depth)
+            out = [[x for x in r if x[0] in allowed.set][:k] for r in ranked]
+            if all(len(o) >= k for o in out) or depth >= total or all(len(r) < depth for r in ranked):
+                return out
+            depth = min(total, depth * 4)
 
     def search(self, text: str, k: int) -> Scored:
         return self.search_vectors(self.encode_queries([text]), k)[0]
+
+    def search_filtered(self, text: str, k: int, allowed) -> Scored:
+        """The first ``k`` documents of ``allowed`` in this retriever's ranking (a faiss ID selector)."""
+        return self.search_vectors(self.encode_queries([text]), k, allowed)[0]
 
     def batch_search(self, queries: Sequence[Query], k: int, threads: int = 1) -> Dict[str, Scored]:
         res = self.search_vectors(self.encode_queries([q.text for q in queries]), k)
