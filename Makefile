@@ -7,7 +7,7 @@ BIN = $(VENV)/bin
 RETR_DATA ?= ../shared/datasets
 WORK ?= work
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test bench java clean
 
 # Order matters (../shared/ENVIRONMENT.md): the CPU torch wheel first, so that
 # nothing later pulls a multi-GB CUDA build; then the pinned lock file (Java 21
@@ -35,6 +35,11 @@ test: install
 
 bench: install
 	$(BIN)/python eval/benchmarks/run_all.py
+
+# Recompile the Lucene search helper (indexes/java/retr-lucene.jar, committed) after editing its
+# source; needs a JDK's javac 17+ (Debian: openjdk-17-jdk-headless). Installing retr needs none.
+java: install
+	$(BIN)/python -m indexes.helperjar build
 
 clean:
 	rm -rf $(WORK)

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from cli import params
+
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
@@ -15,20 +17,23 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 @click.option("--queries", type=click.Path(path_type=Path), default=None, help="Training queries (BEIR JSONL, TSV, TREC).")
 @click.option("--qrels", type=click.Path(path_type=Path), default=None,
               help="Training qrels (never the test split); graded qrels count from --min-rel up.")
-@click.option("--output", "-o", required=True, type=click.Path(path_type=Path), help="Model folder to write.")
+@click.option("--output", "-o", required=True, type=click.Path(path_type=Path, file_okay=False),
+              help="Model folder to write.")
 @click.option("--base", default=None, help="Base encoder: a local HF folder, 'minilm' or 'splade-tiny' [default: minilm].")
 @click.option("--epochs", type=click.IntRange(min=1), default=2, show_default=True)
-@click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=5e-5, show_default=True)
+@click.option("--lr", type=params.POSITIVE, default=5e-5, show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True)
 @click.option("--max-length", type=click.IntRange(min=16, max=4096), default=128, show_default=True,
               help="Window size in word-pieces; longer passages become several windows.")
 @click.option("--seed", type=int, default=13, show_default=True)
-@click.option("--warmup", type=click.FloatRange(0, 1), default=0.1, show_default=True, help="Warmup share of steps.")
+@click.option("--warmup", type=params.FiniteFloatRange(0, 1), default=0.1, show_default=True,
+              help="Warmup share of steps.")
 @click.option("--min-rel", type=int, default=1, show_default=True, help="Lowest grade that counts as relevant.")
-@click.option("--dev-fraction", type=click.FloatRange(0, 1, max_open=True), default=0.1, show_default=True,
+@click.option("--dev-fraction", type=params.SHARE_CLOSED_OPEN, default=0.1, show_default=True,
               help="Share of training queries held out (recorded in the model card) for tuning k1/b and fusion.")
-@click.option("--title", type=click.Choice(["off", "extra", "only"]), default="off", show_default=True,
-              help="HDCT title weak supervision: 'only' (no queries needed) or 'extra' (passages without qrels).")
+@click.option("--title", type=click.Choice(["auto", "off", "extra", "only"]), default="auto", show_default=True,
+              help="HDCT title weak supervision: 'only' (no queries needed), 'extra' (passages without qrels), "
+                   "'off'; 'auto' = 'only' without --qrels (the corpus needs titles), 'off' with them.")
 @click.option("--title-limit", type=click.IntRange(min=1), default=None, help="At most this many title-supervised passages.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--threads", type=click.IntRange(min=1, max=256), default=1, show_default=True,
@@ -45,7 +50,7 @@ def deepct(corpus, queries, qrels, output, base, epochs, lr, batch_size, max_len
     from retrieval.deepct.train import TrainConfig, train_deepct
 
     if (queries is None) != (qrels is None):
-        raise click.UsageError("give both --queries and --qrels, or neither (with --title only)")
+        raise click.UsageError("give both --queries and --qrels, or neither (then titles supervise, HDCT-style)")
     cfg = TrainConfig(base=base, epochs=epochs, lr=lr, batch_size=batch_size, max_length=max_length, seed=seed,
                       warmup=warmup, min_rel=min_rel, dev_fraction=dev_fraction, title=title,
                       title_limit=title_limit, device=device, threads=threads)
@@ -56,5 +61,31 @@ def deepct(corpus, queries, qrels, output, base, epochs, lr, batch_size, max_len
         if issubclass(w.category, QrelsWarning):
             click.echo(f"retr: warning: {w.message}", err=True)
     t = card["training"]
+    if qrels is None and title == "auto":
+        click.echo(f"retr: note: no --qrels, so DeepCT trained on the titles of "
+                   f"{card['data'].get('training_passages')} passages (HDCT weak supervision: a body term's target is "
+                   "1 if the passage's title has it)", err=True)
     click.echo(f"trained DeepCT on {card['data'].get('training_passages')} passages ({t['windows']} windows, "
                f"{t['steps']} steps) in {t['seconds']:.0f} s; final loss {t['final_loss']}; saved to {output}")
+
+
+@click.command("deepct-tune")
+@click.option("--index", "index_dir", required=True, type=click.Path(path_type=Path), help="Index folder.")
+@click.option("--name", default="deepct", show_default=True, help="The DeepCT sub-index.")
+@click.option("--mode", type=click.Choice(["auto", "impact", "bm25"]), default="auto", show_default=True,
+              help="Pin the mode, or choose it on the dev queries (auto).")
+@click.option("--scale", type=click.Choice(["auto", "linear", "sqrt"]), default="auto", show_default=True,
+              help="Pin the weight scale, or choose it on the dev queries (auto).")
+@click.option("--quiet", "-q", is_flag=True)
+def deepct_tune_cmd(index_dir, name, mode, scale, quiet):
+    """Choose a DeepCT sub-index's defaults again (mode, weight scale, k1/b, then the
+    bm25+NAME fusion) on its model's held-out training queries, without re-encoding."""
+    from retrieval.deepct.subindex import retune_deepct
+    from retrieval.index import open_index
+
+    idx = retune_deepct(open_index(index_dir), name, mode=mode, scale=scale, quiet=quiet)
+    e = idx.manifest["subindexes"][name]
+    t, c = e["tuning"], e["config"]
+    fusion = idx.manifest.get("pipelines", {}).get(f"bm25+{name}", {}).get("spec", "untuned")
+    click.echo(f"{name}: {c['mode']}-{c['scale']} k1={c['k1']} b={c['b']}; fusion {fusion} "
+               f"({t['queries']} dev queries: {t['mode_choice']})")

@@ -82,7 +82,8 @@ def ditto_select(model, max_pairs, sts_dir, text, batch_size, max_length, device
 @click.option("--batch-size", type=click.IntRange(min=1), default=128, show_default=True)
 @click.option("--max-length", type=click.IntRange(min=8), default=None, help="Token limit [default: the model's].")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
-@click.option("--output", "-o", type=click.Path(path_type=Path), default=None, help="Also write the scores as JSON.")
+@click.option("--output", "-o", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Also write the scores as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def sts(model, poolings, layer, head, states, sets, text, sts_dir, batch_size, max_length, device, output, quiet):
     """Spearman x100 on STS12-16 ("all"), STS-B test and SICK-R test, and their average."""

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import click
 
+from cli import params
+
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
@@ -19,18 +21,18 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 @click.option("--qrels", required=True, type=click.Path(path_type=Path),
               help="Training qrels (only training queries: never the test split).")
 @click.option("--retriever", default="dense", show_default=True, help="Dense sub-index to train for.")
-@click.option("--output", "-o", type=click.Path(path_type=Path), default=None,
+@click.option("--output", "-o", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Selector folder [default: INDEX/<retriever>/dimsel, recorded in the manifest].")
 @click.option("--epochs", type=click.IntRange(min=1), default=100, show_default=True)
-@click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=1e-3, show_default=True)
+@click.option("--lr", type=params.POSITIVE, default=1e-3, show_default=True)
 @click.option("--hidden", type=click.IntRange(min=1), default=256, show_default=True, help="MLP hidden size.")
 @click.option("--loss", type=click.Choice(["kl", "rank", "kl+rank"]), default="kl+rank", show_default=True,
               help="KL to the softmaxed oracle, contrastive ranking through a soft top-alpha mask, or both.")
 @click.option("--arch", type=click.Choice(["qv", "free"]), default="qv", show_default=True,
               help="qv: importance = q * (q + MLP(q)) (residual around q*q); free: MLP(q).")
-@click.option("--alpha", type=float, default=None,
+@click.option("--alpha", type=params.SHARE_OPEN_CLOSED, default=None,
               help="Fixed share of dimensions to keep [default: chosen on the held-out training queries].")
-@click.option("--dev-share", type=click.FloatRange(0, 1, max_open=True), default=0.2, show_default=True,
+@click.option("--dev-share", type=params.SHARE_CLOSED_OPEN, default=0.2, show_default=True,
               help="Share of the training queries held out to pick the epoch and alpha.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 
 import click
 
+from cli import params
+
 DEFAULT_NAME = "evaluate"
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -56,10 +58,37 @@ def _names(paths: Sequence[str]) -> list[str]:
     return base if len(set(base)) == len(base) else list(paths)
 
 
-def _read_runs(paths: Sequence[str]) -> dict[str, dict]:
+def _read_runs(paths: Sequence[str], qrels: dict | None = None, missing: str = "are left out") -> dict[str, dict]:
+    """The runs by name; with ``qrels``, each is checked to share queries with them (see _check_overlap;
+    ``missing`` says what happens to judged queries that a run lacks)."""
     from eval.io import read_run
 
-    return {name: read_run(p) for name, p in zip(_names(paths), paths)}
+    runs = {name: read_run(p) for name, p in zip(_names(paths), paths)}
+    if qrels is not None:
+        for name, run in runs.items():
+            _check_overlap(name, run, qrels, missing)
+    return runs
+
+
+def _check_overlap(name: str, run: dict, qrels: dict, missing: str) -> None:
+    """A run that shares no query with the qrels (an empty run, the wrong qrels) is an error, not a
+    table of zeros; one whose queries differ from the qrels' gets a warning with the counts."""
+    from eval.errors import EvalError
+    from eval.io import query_overlap
+
+    n_run, n_qrels, both = query_overlap(run, qrels)
+    counts = f"{n_run:,} queries in the run, {n_qrels:,} in the qrels, {both:,} in both"
+    if not both:
+        what = ("the run holds no results" if not n_run else "the qrels hold no judgments" if not n_qrels
+                else "no query of the run is judged in the qrels (the wrong qrels?)")
+        raise EvalError(f"{name}: {what}: {counts}")
+    notes = []
+    if n_run > both:
+        notes.append(f"{n_run - both:,} unjudged queries are not scored")
+    if n_qrels > both:
+        notes.append(f"{n_qrels - both:,} judged queries missing from the run {missing}")
+    if notes:
+        click.echo(f"retr: warning: {name}: {counts}; {'; '.join(notes)}", err=True)
 
 
 def _table(results: dict[str, dict[str, float]]) -> str:
@@ -96,10 +125,12 @@ def _evaluate_cmd(qrels, runs, measures, per_query, as_json, rel_threshold, judg
     from eval.io import read_qrels
     from eval.measures import DEFAULT_MEASURES, Evaluator
 
-    evaluator = Evaluator(read_qrels(qrels), list(measures) or list(DEFAULT_MEASURES), rel_threshold=rel_threshold,
+    judged = read_qrels(qrels)
+    evaluator = Evaluator(judged, list(measures) or list(DEFAULT_MEASURES), rel_threshold=rel_threshold,
                           judged_only=judged_only, complete=complete, max_docs=max_docs)
     results = {}
-    for name, run in _read_runs(runs).items():
+    missing = "score 0" if complete else "are left out of the means (-c scores them 0)"
+    for name, run in _read_runs(runs, judged, missing).items():
         if per_query:
             table = evaluator.evaluate(run, per_query=True)
             from eval.measures import aggregate
@@ -132,7 +163,8 @@ def _evaluate_cmd(qrels, runs, measures, per_query, as_json, rel_threshold, judg
               help="Grade from which a document counts relevant (and is subsampled) [default: 1].")
 @click.option("--drop-nonrel", is_flag=True,
               help="Also forget the judged non-relevant documents (MS MARCO-like: only kept relevant are judged).")
-@click.option("--alpha", type=float, default=0.05, show_default=True, help="Significance level of the paired t-tests.")
+@click.option("--alpha", type=params.LEVEL, default=0.05, show_default=True,
+              help="Significance level of the paired t-tests.")
 @click.option("--holm", is_flag=True, help="Holm-correct the pairwise tests within each scoring.")
 @click.option("--plot", type=click.Path(dir_okay=False), help="Write the curves over the budget to this PNG.")
 @click.option("--json", "as_json", is_flag=True, help="Print the full result as JSON.")
@@ -147,7 +179,8 @@ def partial_cmd(qrels, runs, measures, budgets, seeds, rel_threshold, drop_nonre
 
     if len(runs) < 2:
         raise EvalError("partial needs at least 2 --run files")
-    result = analyse_partial(read_qrels(qrels), _read_runs(runs), measures=list(measures) or ["nDCG@10", "AP@100"],
+    judged = read_qrels(qrels)
+    result = analyse_partial(judged, _read_runs(runs, judged, "score 0"), measures=list(measures) or ["nDCG@10", "AP@100"],
                              budgets=[parse_budget(b) for b in budgets] or DEFAULT_BUDGETS, seeds=seeds,
                              rel_threshold=rel_threshold, keep_nonrel=not drop_nonrel, alpha=alpha,
                              correction="holm" if holm else None, quiet=quiet)
@@ -181,8 +214,8 @@ def format_partial(result: dict) -> str:
 @click.option("-m", "--measure", "measures", multiple=True, help="Measure (repeatable) [default: nDCG@10].")
 @click.option("--test", type=click.Choice(["t", "perm"]), default="t", show_default=True,
               help="Paired t-test or randomization (permutation) test.")
-@click.option("--alpha", type=float, default=0.05, show_default=True, help="Significance level (after Holm).")
-@click.option("--margin", type=float, default=None,
+@click.option("--alpha", type=params.LEVEL, default=0.05, show_default=True, help="Significance level (after Holm).")
+@click.option("--margin", type=params.POSITIVE, default=None,
               help="Also run a TOST equivalence test with this absolute margin (e.g. 0.01).")
 @click.option("--rel-threshold", "-l", type=int, default=None, help="As for retr eval [default: 1].")
 @click.option("--judged-only", "-J", is_flag=True, help="Condensed lists (trec_eval -J).")
@@ -199,9 +232,10 @@ def significance_cmd(qrels, baseline, runs, measures, test, alpha, margin, rel_t
     from eval.significance import compare, format_comparison
 
     paths = [baseline] + [r for r in runs if r != baseline]
-    all_runs = _read_runs(paths)
+    judged = read_qrels(qrels)
+    all_runs = _read_runs(paths, judged, "score 0")
     base_name = next(iter(all_runs))
-    evaluator = Evaluator(read_qrels(qrels), list(measures) or ["nDCG@10"], rel_threshold=rel_threshold,
+    evaluator = Evaluator(judged, list(measures) or ["nDCG@10"], rel_threshold=rel_threshold,
                           judged_only=judged_only, complete=True)
     tables = {name: evaluator.evaluate(run, per_query=True) for name, run in all_runs.items()}
     out = {}
@@ -226,7 +260,7 @@ def unjudged_cmd(qrels, runs, k, as_json):
     from eval.tables import format_table
 
     q = read_qrels(qrels)
-    out = {name: unjudged_report(q, run, k) for name, run in _read_runs(runs).items()}
+    out = {name: unjudged_report(q, run, k) for name, run in _read_runs(runs, q).items()}
     if as_json:
         click.echo(json.dumps(out, indent=1))
         return

@@ -1,14 +1,14 @@
 """`retr`: the command-line face of the retrieval package. Thin by design:
-options are parsed here and every piece of work is a call into `retrieval`."""
+this module only wires the commands, which live one module per method beside
+it (index_cmds, search_cmds, deepct_cmds, dense_cmds, dimsel_cmds, quality_cmds,
+live_cmds, eval_cmd, train_cmd), and turns every known error into one line."""
 from __future__ import annotations
 
-import json
 import sys
-from pathlib import Path
 
 import click
 
-from indexes.errors import InputError, RetrError
+from indexes.errors import RetrError
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -30,367 +30,61 @@ def retr():
     one search command and an evaluator that handles partial judgments."""
 
 
-# ------------------------------------------------------------------ executor
-def executor_options(f):
-    """The options that say where model stages run (``retr index``, ``retr add``, and any
-    later command that encodes documents); the command receives ``executor``
-    (a :class:`retrieval.executors.Executor`)."""
-    import functools
-
-    opts = [
-        click.option("--executor", "executor_kind", type=click.Choice(["local", "ray"]), default="local",
-                     show_default=True, help="Where the model stages (dense, DeepCT, quality scores) run: in this "
-                     "process, or on a Ray cluster (pip install 'retr[ray]')."),
-        click.option("--ray-address", default=None, metavar="auto|HOST:PORT",
-                     help="With --executor ray: join this running cluster [default: start a local one sized to "
-                          "this machine, and stop it afterwards]."),
-        click.option("--workers", type=int, default=None,
-                     help="With --executor ray: model workers (actors) [default: the cluster's CPUs, or GPUs "
-                          "with --gpus-per-worker]."),
-        click.option("--cpus-per-worker", type=float, default=None,
-                     help="With --executor ray: CPUs each worker reserves, fractions allowed [default: 1, less "
-                          "when that would reserve every CPU]."),
-        click.option("--gpus-per-worker", type=float, default=None, help="With --executor ray: GPUs per worker [0]."),
-        click.option("--block-size", type=int, default=None,
-                     help="Documents per block sent to a worker [default: the stage's own: dense 1024, "
-                          "DeepCT 2048, quality 4096; other sizes change the float rounding of vectors, ~1e-7]."),
-    ]
-
-    @functools.wraps(f)
-    def wrapper(*args, executor_kind, ray_address, workers, cpus_per_worker, gpus_per_worker, block_size, **kw):
-        from retrieval.executors import Executor
-
-        kw["executor"] = Executor(executor_kind, address=ray_address, workers=workers,
-                                  cpus_per_worker=cpus_per_worker, gpus_per_worker=gpus_per_worker or 0.0,
-                                  block_size=block_size)
-        if executor_kind == "local" and gpus_per_worker is not None:
-            raise click.UsageError("--gpus-per-worker only applies with --executor ray")
-        return f(*args, **kw)
-
-    for o in reversed(opts):
-        wrapper = o(wrapper)
-    return wrapper
-
-
-# --------------------------------------------------------------------- index
-@retr.command("index")
-@click.option("--corpus", "corpus", required=True, type=click.Path(path_type=Path),
-              help="BEIR folder, or a JSONL/TSV file (optionally .gz).")
-@click.option("--index", "index_dir", required=True, type=click.Path(path_type=Path),
-              help="Index folder to create, or an existing one to add sub-indexes to.")
-@click.option("--k1", type=float, default=0.9, show_default=True, help="Default BM25 k1 stored in the index.")
-@click.option("--b", type=float, default=0.4, show_default=True, help="Default BM25 b stored in the index.")
-@click.option("--dense", "dense_model", is_flag=False, flag_value="minilm", default=None, metavar="[MODEL]",
-              help="Add a dense sub-index: bundled all-MiniLM-L6-v2 by default, or 'splade-tiny', "
-                   "or a local Hugging Face folder.")
-@click.option("--deepct", "deepct_model", type=click.Path(path_type=Path), default=None, metavar="MODEL_DIR",
-              help="Add a DeepCT sub-index (and deepct-query) with a model from `retr train deepct`.")
-@click.option("--deepct-mode", type=click.Choice(["auto", "impact", "bm25"]), default="auto", show_default=True,
-              help="DeepCT default: impact scores, or BM25 over the weights as term frequencies (auto: the "
-                   "better on the model's held-out training queries, else bm25).")
-@click.option("--deepct-scale", type=click.Choice(["auto", "linear", "sqrt"]), default="auto", show_default=True,
-              help="DeepCT weight to integer: round(100 w) or round(100 sqrt w) (auto: chosen like the mode, "
-                   "else linear). Every variant is built; this sets the default.")
-@click.option("--pooling", default="mean", show_default=True, help="Dense pooling: mean, cls, first-last or ditto.")
-@click.option("--faiss", "factory", default="Flat", show_default=True,
-              help="faiss factory string for the dense index (Flat, HNSW32, IVF1024,PQ32, ...).")
-@click.option("--dtype", type=click.Choice(["float32", "float16"]), default="float32", show_default=True,
-              help="Precision of the stored dense vectors.")
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
-              help="Where the dense encoder runs.")
-@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True,
-              help="Encoding batch size (texts per forward pass, in every worker).")
-@click.option("--threads", type=click.IntRange(1, 256), default=2, show_default=True, help="Indexing threads.")
-@click.option("--overwrite", is_flag=True, help="Rebuild: replace the folder (or the named sub-index) on success.")
-@click.option("--empty", type=click.Choice(["error", "skip", "keep"]), default="error", show_default=True,
-              help="What a document without text does: fail the build, be skipped, or be indexed.")
-@click.option("--docvectors", is_flag=True, help="Also store Lucene document vectors (for feedback models).")
-@click.option("--prune", type=float, default=None, metavar="P",
-              help="Static pruning: drop the lowest-quality share P in [0, 1) before anything is encoded or indexed.")
-@click.option("--quality", default=None, metavar="E|FILE",
-              help="With --prune: a quality estimator (see retr quality score) or a docid<TAB>score file "
-                   "[default: the best measured estimator].")
-@executor_options
-@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
-def index_cmd(corpus, index_dir, k1, b, dense_model, deepct_model, deepct_mode, deepct_scale, pooling, factory, dtype, device, batch_size, threads,
-              overwrite, empty, docvectors, prune, quality, quiet, executor):
-    """Build an index folder (document store + Lucene BM25, and optional dense
-    and DeepCT sub-indexes, optionally pruned by passage quality) from a
-    corpus. On an existing folder built from the same corpus, add the
-    requested sub-indexes to it."""
-    from retrieval.writer import index_corpus
-    from retrieval.dense.subindex import DenseSpec
-
-    spec = dspec = None
-    if dense_model is not None:
-        spec = DenseSpec(model=None if dense_model == "minilm" else dense_model, pooling=pooling, factory=factory,
-                         dtype=dtype, device=device, batch_size=batch_size)
-    if deepct_model is not None:
-        from retrieval.deepct.subindex import DeepCTSpec
-        dspec = DeepCTSpec(model=str(deepct_model), mode=deepct_mode, scale=deepct_scale, device=device,
-                           batch_size=batch_size)
-    if quality is not None and prune is None:
-        raise click.UsageError("--quality needs --prune P")
-    idx = index_corpus(corpus, index_dir, dense=spec, deepct=dspec, prune=prune, quality=quality, k1=k1, b=b,
-                       threads=threads, overwrite=overwrite, empty=empty, store_docvectors=docvectors, quiet=quiet,
-                       executor=executor)
-    if not quiet:
-        pr = idx.manifest.get("pruning")
-        if pr:
-            click.echo(f"pruned {pr['dropped']:,} of {pr['considered']:,} documents (share {pr['share']}, "
-                       f"estimator {pr['estimator']})", err=True)
-        click.echo(f"indexed {len(idx):,} documents into {index_dir} ({', '.join(idx.retrievers)})", err=True)
-
-
-@retr.command("add")
-@click.option("--index", "index_dir", required=True, type=click.Path(path_type=Path), help="Existing index folder.")
-@click.option("--corpus", "corpus", required=True, type=click.Path(path_type=Path),
-              help="New documents: BEIR folder, JSONL or TSV (optionally .gz).")
-@click.option("--threads", type=click.IntRange(1, 256), default=2, show_default=True, help="Indexing threads.")
-@click.option("--empty", type=click.Choice(["error", "skip", "keep"]), default="error", show_default=True,
-              help="What a document without text does.")
-@executor_options
-@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
-def add_cmd(index_dir, corpus, threads, empty, quiet, executor):
-    """Add documents to every sub-index of an existing folder (all or nothing).
-    A folder pruned by passage quality scores them first and adds those that
-    reach its threshold."""
-    from retrieval.writer import add_documents
-    from retrieval.index import open_index
-
-    idx = open_index(index_dir)
-    rep: dict = {}
-    idx = add_documents(idx, corpus, threads=threads, empty=empty, quiet=quiet, report=rep, executor=executor)
-    if not quiet:
-        if rep["pruned"]:
-            click.echo(f"pruned {rep['pruned']:,} of {rep['read']:,} new documents below the folder's quality "
-                       f"threshold", err=True)
-        click.echo(f"added {rep['added']:,} documents to {index_dir} ({', '.join(idx.retrievers)}); "
-                   f"now {len(idx):,}", err=True)
-
-
-# -------------------------------------------------------------------- search
-@retr.command("search")
-@click.argument("text", required=False)
-@click.option("--index", "index_dir", required=True, type=click.Path(path_type=Path), help="Index folder.")
-@click.option("--queries", type=click.Path(path_type=Path), help="Queries: BEIR JSONL, TSV or TREC topics.")
-@click.option("--output", "-o", type=click.Path(path_type=Path), help="Where to write the run (batch mode).")
-@click.option("--format", "fmt", type=click.Choice(["trec", "jsonl"]), default=None,
-              help="Output format: TREC run (default for --output) or JSONL hits with text.")
-@click.option("--qrels", type=click.Path(path_type=Path), help="Search only the queries that appear in these qrels.")
-@click.option("--split", help="Search only the queries of this BEIR split (qrels/SPLIT.tsv beside the queries).")
-@click.option("--retriever", default="bm25", show_default=True,
-              help="A sub-index (bm25, dense, ...) or a fused pipeline: bm25+dense, bm25+dense:rrf(k=60), "
-                   "bm25+dense:weighted(bm25=0.3,dense=0.7,norm=zscore).")
-@click.option("--fusion", default=None,
-              help="Fusion for a+b retrievers: rrf[(k=60)], combsum|combmnz[(norm=minmax|zscore)], "
-                   "weighted(a=w,b=w[,norm=...]) [default: the index's tuned fusion, else rrf(k=60)].")
-@click.option("--depth", type=click.IntRange(min=1), default=None,
-              help="Candidates per fused retriever [default: max(k, 100)].")
-@click.option("--k", "k", type=click.IntRange(min=1), default=None,
-              help="Hits per query [default: 1000 with --queries, 10 for free text].")
-@click.option("--k1", type=float, default=None, help="Override BM25 k1 for this search.")
-@click.option("--b", type=float, default=None, help="Override BM25 b for this search.")
-@click.option("--deepct-mode", type=click.Choice(["impact", "bm25"]), default=None,
-              help="Override the DeepCT sub-index's default mode for this search.")
-@click.option("--deepct-scale", type=click.Choice(["linear", "sqrt"]), default=None,
-              help="Override the DeepCT sub-index's default weight scale for this search.")
-@click.option("--threads", type=click.IntRange(1, 256), default=2, show_default=True, help="Search threads.")
-@click.option("--tag", default=None, help="Run tag (last TREC column) [default: the pipeline spec].")
-@click.option("--dimsel", type=click.Choice(["none", "prf", "learned", "oracle"]), default=None,
-              help="Query-aware dimension selection on the dense retriever (learned: `retr train dimsel`).")
-@click.option("--alpha", type=float, default=None,
-              help="Share of dimensions kept, in (0, 1] [default: 0.5; learned: the selector's].")
-@click.option("--prf-k", type=click.IntRange(min=1), default=None, help="Feedback documents for --dimsel prf [5].")
-@click.option("--adaptive", is_flag=True, help="--dimsel learned: per-query count (cumulative importance).")
-@click.option("--dimsel-qrels", type=click.Path(path_type=Path), default=None,
-              help="Labels for --dimsel oracle (an upper-bound analysis, not a search method).")
-@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
-def search_cmd(text, index_dir, queries, output, fmt, qrels, split, retriever, fusion, depth, k, k1, b, deepct_mode,
-               deepct_scale, threads, tag, dimsel, alpha, prf_k, adaptive, dimsel_qrels, quiet):
-    """Search an index: free TEXT prints the top hits; --queries FILE writes a run."""
-    from retrieval.index import open_index
-
-    if (text is None) == (queries is None):
-        raise click.UsageError("give either free TEXT or --queries FILE")
-    if qrels and split:
-        raise click.UsageError("--qrels and --split are alternatives; give one")
-    idx = open_index(index_dir)
-    pipeline = idx.pipeline(retriever, fusion)
-    if deepct_mode or deepct_scale:
-        idx.configure(str(pipeline), mode=deepct_mode, scale=deepct_scale)
-    if k1 is not None or b is not None:
-        idx.configure(str(pipeline), k1=k1, b=b)
-    spec = str(pipeline)
-    from cli.dimsel_cmds import dimsel_options
-
-    dimsel = dimsel_options(dimsel, alpha, prf_k, dimsel_qrels, adaptive)
-
-    if text is not None:
-        hits = idx.search(text, k=k or 10, retriever=spec, depth=depth, dimsel=dimsel)
-        if fmt == "jsonl":
-            for h in hits:
-                click.echo(json.dumps(h.to_dict(), ensure_ascii=False))
-            return
-        if not hits:
-            click.echo("no hits")
-        for h in hits:
-            head = h.title or h.text
-            click.echo(f"{h.rank:>3}. {h.docid}  {h.score:.4f}  {_clip(head, 90)}")
-            if h.title and h.text:
-                click.echo(f"     {_clip(h.text, 100)}")
-        return
-
-    from eval.io import read_qrels
-    from retrieval.collections import read_queries, split_qrels
-    from retrieval.runs import write_run
-
-    qs = read_queries(queries)
-    if split:
-        qrels = split_qrels(queries, split)
-    if qrels:
-        keep = read_qrels(qrels).keys()
-        qs = [q for q in qs if q.qid in keep]
-        if not qs:
-            raise InputError("no query of the queries file appears in the qrels", qrels)
-    fmt = fmt or "trec"
-    results = idx.batch_search(qs, k=k or 1000, retriever=spec, threads=threads, depth=depth,
-                               text=(fmt == "jsonl"), quiet=quiet, dimsel=dimsel)
-    if output is None:
-        if fmt == "trec":
-            for qid, hits in results.items():
-                for h in hits:
-                    click.echo(f"{qid} Q0 {h.docid} {h.rank} {h.score:.6f} {tag or spec}")
-        else:
-            for qid, hits in results.items():
-                for h in hits:
-                    click.echo(json.dumps(h.to_dict(), ensure_ascii=False))
-        return
-    n = write_run(results, output, fmt=fmt, tag=tag or spec)
-    if not quiet:
-        click.echo(f"wrote {n:,} hits for {len(results):,} queries to {output}", err=True)
-
-
-def _clip(s: str, n: int) -> str:
-    s = " ".join(s.split())
-    return s if len(s) <= n else s[: n - 1] + "…"
-
-
-# ---------------------------------------------------------------------- tune
-@retr.command("tune")
-@click.option("--index", "index_dir", required=True, type=click.Path(path_type=Path), help="Index folder.")
-@click.option("--queries", required=True, type=click.Path(path_type=Path), help="Training queries.")
-@click.option("--qrels", required=True, type=click.Path(path_type=Path), help="Training (or dev) qrels, never test.")
-@click.option("--retriever", default="bm25+dense", show_default=True, help="Retrievers to fuse, joined by '+'.")
-@click.option("--metric", default="nDCG@10", show_default=True, help="Measure to maximise.")
-@click.option("--depth", type=click.IntRange(min=1), default=1000, show_default=True,
-              help="Candidates per retriever while tuning (use the depth you will search with).")
-@click.option("--threads", type=click.IntRange(1, 256), default=2, show_default=True)
-@click.option("--dry-run", is_flag=True, help="Report the best fusion without storing it in the index.")
-@click.option("--allow-test-qrels", is_flag=True, hidden=True)
-@click.option("--quiet", "-q", is_flag=True)
-def tune_cmd(index_dir, queries, qrels, retriever, metric, depth, threads, dry_run, allow_test_qrels, quiet):
-    """Choose the fusion of RETRIEVERS on training queries and store it as the
-    index's default for that combination."""
-    from eval.io import read_qrels
-    from retrieval.collections import read_queries
-    from retrieval.index import open_index
-    from retrieval.tune import tune
-
-    idx = open_index(index_dir)
-    rep = tune(idx, read_queries(queries), read_qrels(qrels), retriever=retriever, metric=metric, depth=depth,
-               threads=threads, qrels_path=str(qrels), allow_test=allow_test_qrels, save=not dry_run, quiet=quiet)
-    singles = ", ".join(f"{n} {v:.4f}" for n, v in rep["single"].items())
-    click.echo(f"best {rep['spec']}  {metric} {rep['value']:.4f} on {rep['queries']} training queries "
-               f"(single: {singles})")
-    if not dry_run:
-        click.echo(f"stored as the default for {rep['spec'].split(':')[0]} in {index_dir}/manifest.json", err=True)
-
-
-@retr.command("deepct-tune")
-@click.option("--index", "index_dir", required=True, type=click.Path(path_type=Path), help="Index folder.")
-@click.option("--name", default="deepct", show_default=True, help="The DeepCT sub-index.")
-@click.option("--mode", type=click.Choice(["auto", "impact", "bm25"]), default="auto", show_default=True,
-              help="Pin the mode, or choose it on the dev queries (auto).")
-@click.option("--scale", type=click.Choice(["auto", "linear", "sqrt"]), default="auto", show_default=True,
-              help="Pin the weight scale, or choose it on the dev queries (auto).")
-@click.option("--quiet", "-q", is_flag=True)
-def deepct_tune_cmd(index_dir, name, mode, scale, quiet):
-    """Choose a DeepCT sub-index's defaults again (mode, weight scale, k1/b, then the
-    bm25+NAME fusion) on its model's held-out training queries, without re-encoding."""
-    from retrieval.deepct.subindex import retune_deepct
-    from retrieval.index import open_index
-
-    idx = retune_deepct(open_index(index_dir), name, mode=mode, scale=scale, quiet=quiet)
-    e = idx.manifest["subindexes"][name]
-    t, c = e["tuning"], e["config"]
-    fusion = idx.manifest.get("pipelines", {}).get(f"bm25+{name}", {}).get("spec", "untuned")
-    click.echo(f"{name}: {c['mode']}-{c['scale']} k1={c['k1']} b={c['b']}; fusion {fusion} "
-               f"({t['queries']} dev queries: {t['mode_choice']})")
-
-
-# ---------------------------------------------------------------------- info
-@retr.command("info")
-@click.option("--index", "index_dir", required=True, type=click.Path(path_type=Path), help="Index folder.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a summary.")
-def info_cmd(index_dir, as_json):
-    """Summarise an index folder: documents, sub-indexes, sizes, versions."""
-    from retrieval.index import open_index
-
-    info = open_index(index_dir).info()
-    if as_json:
-        click.echo(json.dumps(info, indent=2))
-        return
-    click.echo(f"index      {info['path']}")
-    click.echo(f"documents  {info['documents']:,}   (source: {info['corpus'].get('source')})")
-    click.echo(f"created    {info['created_at']}")
-    pr = info.get("pruning") or {}
-    if pr:
-        click.echo(f"pruned     {pr['dropped']:,} of {pr['considered']:,} ({pr['share']:.0%}) by {pr.get('estimator')}"
-                   + (f" ({pr['head']})" if pr.get("head") else ""))
-    click.echo(f"docstore   {_mb(info['docstore_bytes'])}")
-    for name, s in info["subindexes"].items():
-        cfg = ", ".join(f"{k}={v}" for k, v in s["config"].items())
-        click.echo(f"  {name:<10} {s['kind']:<8} {s['doc_count']:>10,} docs  {_mb(s['size_bytes']):>9}  {cfg}")
-    v = info["versions"]
-    click.echo("versions   " + ", ".join(f"{k} {v[k]}" for k in v))
-
-
-def _mb(n: int) -> str:
-    return f"{n / 1e6:.1f} MB"
-
-
 # ------------------------------------------------------------------ plug-ins
-def _register_optional():
-    """Commands implemented in sibling modules of cli/ (each module stays thin too)."""
+def _register():
+    """Every command, each implemented in a sibling module of cli/ (each stays thin too)."""
     import importlib
 
     for module, attr, parent, name in [
+        ("cli.index_cmds", "index_cmd", None, "index"),
+        ("cli.index_cmds", "add_cmd", None, "add"),
+        ("cli.index_cmds", "info_cmd", None, "info"),
+        ("cli.search_cmds", "search_cmd", None, "search"),
+        ("cli.search_cmds", "tune_cmd", None, "tune"),
+        ("cli.deepct_cmds", "deepct_tune_cmd", None, "deepct-tune"),
         ("cli.eval_cmd", "eval_cmd", None, "eval"),
         ("cli.dense_cmds", "ditto_select", None, "ditto-select"),
         ("cli.dense_cmds", "sts", "eval", "sts"),
         ("cli.train_cmd", "train", None, "train"),
         ("cli.quality_cmds", "quality", None, "quality"),
+        ("cli.live_cmds", "update_cmd", None, "update"),
+        ("cli.live_cmds", "delete_cmd", None, "delete"),
+        ("cli.live_cmds", "compact_cmd", None, "compact"),
+        ("cli.live_cmds", "check_cmd", None, "check"),
+        ("cli.serve_cmds", "serve_cmd", None, "serve"),
+        ("cli.serve_cmds", "mcp_cmd", None, "mcp"),
     ]:
-        try:
-            cmd = getattr(importlib.import_module(module), attr)
-        except ModuleNotFoundError as e:  # a module that a later change adds
-            if e.name != module:
-                raise
-            continue
+        cmd = getattr(importlib.import_module(module), attr)
         group = retr if parent is None else retr.commands.get(parent)
         if group is not None and name not in getattr(group, "commands", {}):
             group.add_command(cmd, name=name)
 
 
-_register_optional()
+_register()
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so that clean-up runs (the Java indexer is stopped,
+    unfinished folders are removed)."""
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated()
 
 
 def main(argv=None) -> int:
     """Entry point: every known error becomes one line on stderr and exit code 2."""
+    import signal
+
     errors = _known_errors()
     try:
-        retr.main(args=argv, prog_name="retr", standalone_mode=False)
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread (main() called from a thread)
+        pass
+    try:
+        rv = retr.main(args=argv, prog_name="retr", standalone_mode=False)
+        if isinstance(rv, int) and rv:  # a command's click Exit(code) (retr check: 1 on problems)
+            return rv
     except click.exceptions.NoArgsIsHelpError as e:  # pragma: no cover - click >= 8.2
         click.echo(e.ctx.get_help() if e.ctx else str(e))
         return 0
@@ -401,9 +95,15 @@ def main(argv=None) -> int:
     except click.ClickException as e:
         click.echo(f"retr: error: {e.format_message()}", err=True)
         return 2
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as e:
+        if isinstance(e.__cause__, Terminated):  # click turns a KeyboardInterrupt into Abort
+            click.echo("retr: terminated", err=True)
+            return 143
         click.echo("retr: aborted", err=True)
         return 130
+    except Terminated:
+        click.echo("retr: terminated", err=True)
+        return 143
     except KeyboardInterrupt:
         click.echo("retr: interrupted", err=True)
         return 130

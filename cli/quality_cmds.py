@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from cli import params
+
 
 @click.group("quality")
 def quality():
@@ -18,7 +20,8 @@ def quality():
               help="learned, dense-norm, pseudo-ppl, length, stopwords, random [default: the pruning default].")
 @click.option("--head", type=click.Path(path_type=Path), default=None,
               help="For --estimator learned: a head JSON from `retr quality train` [default: the shipped head].")
-@click.option("--output", "-o", required=True, type=click.Path(path_type=Path), help="docid<TAB>score file to write.")
+@click.option("--output", "-o", required=True, type=click.Path(path_type=Path, dir_okay=False),
+              help="docid<TAB>score file to write.")
 @click.option("--empty", type=click.Choice(["error", "skip", "keep"]), default="error", show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option("--quiet", "-q", is_flag=True)
@@ -44,10 +47,11 @@ def score_cmd(corpus, estimator, head, output, empty, batch_size, quiet):
 @click.option("--body", default="minilm", show_default=True, help="Frozen body: minilm, splade-tiny or a local folder.")
 @click.option("--features", "feature_set", type=click.Choice(["tfidf+emb", "emb"]), default="tfidf+emb",
               show_default=True, help="tf-idf beside the body vector, or the body vector alone.")
-@click.option("--neg-ratio", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--neg-ratio", type=params.POSITIVE, default=None,
               help="Sample this many negatives per positive [default: every other passage is a negative].")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--output", "-o", required=True, type=click.Path(path_type=Path), help="Head JSON (with model card).")
+@click.option("--output", "-o", required=True, type=click.Path(path_type=Path, dir_okay=False),
+              help="Head JSON (with model card).")
 @click.option("--quiet", "-q", is_flag=True)
 def train_cmd(corpora, qrels, body, feature_set, neg_ratio, seed, output, quiet):
     """Train the learned estimator's head from training qrels (query-agnostic labels)."""

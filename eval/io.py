@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import zlib
 from collections.abc import Iterator, Mapping
 from typing import IO
 
@@ -38,7 +39,7 @@ def _lines(path: str | os.PathLike) -> Iterator[tuple[int, list[str]]]:
                 parts = line.split()
                 if parts and not parts[0].startswith("#"):
                     yield lineno, parts
-        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
             raise EvalError(f"{path}: corrupt gzip file ({exc})") from None
 
 
@@ -75,6 +76,8 @@ def read_qrels(path: str | os.PathLike) -> Qrels:
             if not value.is_integer():
                 raise EvalError(f"{path}:{lineno}: relevance {grade!r} is not an integer") from None
             rel = int(value)
+        if not -2**31 <= rel < 2**31:  # pytrec_eval holds grades as C ints
+            raise EvalError(f"{path}:{lineno}: relevance {grade!r} is out of range")
         judged = qrels.setdefault(qid, {})
         if docid in judged:
             raise EvalError(f"{path}:{lineno}: document {docid!r} judged twice for query {qid!r} "
@@ -117,11 +120,19 @@ def read_run(path: str | os.PathLike, strict: bool = True) -> Run:
                     docs = run[qid] = {}
                 docs[docid] = value
                 count += 1
-        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
             raise EvalError(f"{path}: corrupt gzip file ({exc})") from None
     if sum(map(len, run.values())) != count:
         _raise_duplicate(path)
     return run
+
+
+def query_overlap(run: Mapping[str, Mapping], qrels: Mapping[str, Mapping]) -> tuple[int, int, int]:
+    """(queries with results in the run, queries with judgments in the qrels, queries in both):
+    a run scored against the wrong qrels shares few or none."""
+    in_run = {q for q, docs in run.items() if docs}
+    in_qrels = {q for q, docs in qrels.items() if docs}
+    return len(in_run), len(in_qrels), len(in_run & in_qrels)
 
 
 def _raise_duplicate(path: str | os.PathLike) -> None:

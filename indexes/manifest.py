@@ -3,14 +3,19 @@
 An index folder holds ``manifest.json`` plus one folder per named sub-index.
 Readers trust only what the manifest lists. The manifest is always written to
 a temporary file and moved into place with ``os.replace``; a new index folder
-is built under ``<target>.tmp-<pid>`` and renamed into place at the end, so a
-killed or failed build never leaves a folder that looks valid.
+is built under ``<target>.tmp-<pid>`` and swapped into place at the end (one
+``renameat2(RENAME_EXCHANGE)`` when it replaces a folder), so a killed or failed
+build never leaves a folder that looks valid. Changes of an existing folder
+make generations (:mod:`indexes.generations`).
+
+Format 2 adds ``"generation"`` and ``"retired"`` (folders of older generations
+still held by readers) and a document store with generation columns; format 1
+folders open as they are and become format 2 on their first change.
 """
 from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import fcntl
 import json
 import os
 import platform
@@ -22,7 +27,7 @@ from typing import Any, Dict, Iterator
 from indexes.errors import IndexFormatError, InputError
 
 FORMAT = "retr-index"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 
 
@@ -40,10 +45,11 @@ def tool_versions(extra: tuple[str, ...] = ()) -> Dict[str, str]:
     return out
 
 
-def new_manifest(config: Dict[str, Any]) -> Dict[str, Any]:
+def new_manifest(config: Dict[str, Any], generation: int = 0) -> Dict[str, Any]:
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
+        "generation": int(generation),
         "created_at": now(),
         "updated_at": now(),
         "config": config,
@@ -75,49 +81,152 @@ def read_manifest(folder: Path | str) -> Dict[str, Any]:
         raise IndexFormatError(f"{folder}: not a retr index (no {MANIFEST}; an unfinished build leaves none)")
     try:
         m = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise IndexFormatError(f"{path}: unreadable manifest ({e})") from None
+    except OSError as e:
+        raise IndexFormatError(f"{path}: unreadable manifest ({e.strerror or e})") from None
+    if not isinstance(m, dict):
+        raise IndexFormatError(f"{path}: not a retr manifest (a JSON {type(m).__name__}, not an object)")
     if m.get("format") != FORMAT:
         raise IndexFormatError(f"{path}: not a retr manifest")
-    if m.get("format_version", 0) > FORMAT_VERSION:
+    version = m.get("format_version", 0)
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise IndexFormatError(f"{path}: format_version {version!r} is not an integer")
+    if version > FORMAT_VERSION:
         raise IndexFormatError(
-            f"{path}: index format {m.get('format_version')} is newer than this retr understands ({FORMAT_VERSION})")
+            f"{path}: index format {version} is newer than this retr understands ({FORMAT_VERSION})")
+    _check_shape(m, path)
     return m
+
+
+def _check_shape(m: Dict[str, Any], path: Path) -> None:
+    """The fields readers index into without looking: a manifest edited by hand fails here, in one line."""
+    def bad(what: str) -> IndexFormatError:
+        return IndexFormatError(f"{path}: malformed manifest ({what})")
+
+    for key in ("config", "versions", "pipelines", "corpus"):
+        if not isinstance(m.get(key, {}), dict):
+            raise bad(f"{key!r} must be an object")
+    if m.get("docstore") is not None:  # a built folder (new_manifest leaves it None until then)
+        if not isinstance(m["docstore"], dict) or not isinstance(m.get("corpus", {}).get("doc_count"), int):
+            raise bad("a built folder needs a 'docstore' object and an integer corpus 'doc_count'")
+    subs = m.get("subindexes", {})
+    if not isinstance(subs, dict):
+        raise bad("'subindexes' must be an object")
+    for name, e in subs.items():
+        if not (isinstance(e, dict) and isinstance(e.get("kind"), str) and isinstance(e.get("path"), str)
+                and isinstance(e.get("config", {}), dict)):
+            raise bad(f"sub-index {name!r} needs a string 'kind' and 'path' and an object 'config'")
+_staging_now: set = set()   # staging folders this process is filling (an inner build uses them as they are)
+
+
+def what_is(path: Path | str) -> str:
+    """``missing``, ``empty`` (an empty folder), ``index`` (a folder with a retr manifest),
+    ``file`` (not a folder), or ``other`` (a folder of something else)."""
+    path = Path(path)
+    if not path.exists() and not path.is_symlink():
+        return "missing"
+    if not path.is_dir() or path.is_symlink():
+        return "file"
+    try:
+        m = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+        if isinstance(m, dict) and m.get("format") == FORMAT:
+            return "index"
+    except (OSError, ValueError, UnicodeDecodeError):
+        pass
+    return "empty" if not any(path.iterdir()) else "other"
+
+
+def next_build_generation(target: Path | str) -> int:
+    """The generation a new build of ``target`` starts at: after the one it replaces, so that
+    readers of the old folder see the switch and no row of its store reads as one of theirs."""
+    try:
+        return int(read_manifest(target).get("generation", 0)) + 1 if what_is(target) == "index" else 0
+    except (IndexFormatError, InputError, ValueError, TypeError):
+        return 0
 
 
 @contextlib.contextmanager
 def _staged(tmp: Path, final: Path, copy_from: Path | str | None = None) -> Iterator[Path]:
     """Work in ``tmp`` (fresh, or a copy of ``copy_from``); on success swap it in
-    as ``final`` (the old ``final`` is moved aside, then removed); on failure remove it."""
+    as ``final`` (one atomic exchange when ``final`` exists, under its writer lock;
+    the old folder is then removed); on failure remove it."""
+    from indexes import generations as gens
+
     if tmp.exists():
         shutil.rmtree(tmp)
     if copy_from is not None:
-        shutil.copytree(copy_from, tmp, ignore=shutil.ignore_patterns(".lock", ".*.tmp-*"))
+        shutil.copytree(copy_from, tmp, ignore=shutil.ignore_patterns(".lock", ".readers", ".*.tmp-*"))
     else:
         tmp.mkdir()
+    _staging_now.add(str(tmp))
     try:
-        yield tmp
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    old = None
-    if final.exists():
+        try:
+            yield tmp
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        gens.pause("index:before-swap")
+        try:
+            _swap_in(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    finally:
+        _staging_now.discard(str(tmp))
+
+
+def _swap_in(tmp: Path, final: Path) -> None:
+    from indexes import generations as gens
+
+    kind = what_is(final)
+    if kind == "missing":
+        try:
+            os.rename(tmp, final)
+        except OSError as e:  # another process created it meanwhile
+            raise InputError(f"appeared while this build ran ({e.strerror}); nothing was replaced", final) from None
+        return
+    if kind not in ("index", "empty"):
+        raise InputError(_not_ours(kind), final)
+    lock = gens.writer_lock(final) if kind == "index" else contextlib.nullcontext()
+    with lock:  # no change of the old folder is cut off half-way
+        if gens.exchange(tmp, final):
+            shutil.rmtree(tmp, ignore_errors=True)  # tmp is now the old folder
+            return
         old = final.with_name(f".{final.name}.old-{os.getpid()}")
         os.replace(final, old)
-    os.replace(tmp, final)
-    if old is not None:
+        os.replace(tmp, final)
         shutil.rmtree(old, ignore_errors=True)
+
+
+def _not_ours(kind: str) -> str:
+    if kind == "file":
+        return "is a file, not an index folder; refusing to replace it (remove it or choose another --index)"
+    return ("is a folder that is not a retr index (it has no retr manifest.json); refusing to replace it "
+            "(remove it or choose another --index)")
 
 
 @contextlib.contextmanager
 def atomic_folder(target: Path | str, overwrite: bool = False, copy_from: Path | str | None = None
                   ) -> Iterator[Path]:
     """Yield a temporary folder (empty, or a copy of ``copy_from``) that
-    replaces ``target`` only if the block succeeds."""
+    replaces ``target`` only if the block succeeds. ``target`` may be missing, an
+    empty folder, or (with ``overwrite``) a retr index; anything else is refused.
+    Staging folders of dead processes beside ``target`` are removed first."""
+    from indexes import generations as gens
+
     target = Path(target)
-    if target.exists() and not overwrite:
+    if str(target) in _staging_now and copy_from is None:  # an inner build of our own staging folder
+        yield target
+        return
+    kind = what_is(target)
+    if kind in ("file", "other"):
+        raise InputError(_not_ours(kind), target)
+    if kind == "index" and not overwrite:
         raise InputError("already exists (pass --overwrite to replace it, or add to it)", target)
     target.parent.mkdir(parents=True, exist_ok=True)
+    for p, _pid in gens.sibling_leftovers(target):
+        gens.remove(p)
     with _staged(target.with_name(f"{target.name}.tmp-{os.getpid()}"), target, copy_from) as tmp:
         yield tmp
 
@@ -133,13 +242,12 @@ def staged_subindex(folder: Path | str, name: str) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def locked(folder: Path | str) -> Iterator[None]:
-    """An exclusive lock on an index folder (for read-modify-write of its manifest)."""
-    with open(Path(folder) / ".lock", "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    """The writer lock of an index folder (for read-modify-write of its manifest); re-entrant
+    in one thread, so a writer that holds it may call code that takes it again."""
+    from indexes import generations as gens
+
+    with gens.writer_lock(folder):
+        yield
 
 
 def add_subindex_entry(folder: Path | str, name: str, entry: Dict[str, Any]) -> Dict[str, Any]:

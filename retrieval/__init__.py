@@ -18,14 +18,18 @@ def __getattr__(name):
     if name in ("open_index", "Index"):
         from retrieval import index as _index
         return getattr(_index, name)
-    if name in ("build_index", "index_corpus", "add_documents"):
+    if name in ("build_index", "index_corpus", "add_documents", "update_documents", "delete_documents", "compact"):
         from retrieval import writer as _writer
         return getattr(_writer, name)
+    if name == "Client":
+        from retrieval.client import Client
+        return Client
     if name in ("read_corpus", "read_queries"):
         from retrieval import collections as _c
         return getattr(_c, name)
     raise AttributeError(f"module 'retrieval' has no attribute {name!r}")
 
 
-__all__ = ["Document", "Query", "Hit", "open_index", "build_index", "index_corpus", "add_documents", "Index",
-           "read_corpus", "read_queries", "RetrError", "InputError", "IndexFormatError"]
+__all__ = ["Document", "Query", "Hit", "open_index", "build_index", "index_corpus", "add_documents",
+           "update_documents", "delete_documents", "compact", "Index",
+           "read_corpus", "read_queries", "Client", "RetrError", "InputError", "IndexFormatError"]

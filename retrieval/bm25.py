@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from indexes import manifest as mf
+from indexes.errors import InputError
 from retrieval.kinds import BuildContext, SubIndexKind
 from retrieval.types import Query
 
@@ -19,6 +20,20 @@ class BM25Spec:
     k1: float = 0.9
     b: float = 0.4
     store_docvectors: bool = False
+
+    def validate(self) -> "BM25Spec":
+        check_bm25(self.k1, self.b)
+        return self
+
+
+def check_bm25(k1: Optional[float], b: Optional[float]) -> None:
+    """BM25's k1 must be a finite number >= 0 and b a number in [0, 1] (Lucene refuses others)."""
+    import math
+
+    if k1 is not None and not (isinstance(k1, (int, float)) and math.isfinite(k1) and k1 >= 0):
+        raise InputError(f"k1 must be a finite number >= 0, got {k1!r}")
+    if b is not None and not (isinstance(b, (int, float)) and 0 <= b <= 1):
+        raise InputError(f"b must be a number in [0, 1], got {b!r}")
 
 
 class BM25Retriever:
@@ -36,6 +51,7 @@ class BM25Retriever:
         self._index = LuceneIndex(path, k1=self.k1, b=self.b)
 
     def configure(self, k1: Optional[float] = None, b: Optional[float] = None) -> None:
+        check_bm25(k1, b)
         if k1 is not None or b is not None:
             self._index.set_bm25(self.k1 if k1 is None else k1, self.b if b is None else b)
             self.k1, self.b = self._index.k1, self._index.b
@@ -43,9 +59,16 @@ class BM25Retriever:
     def search(self, text: str, k: int) -> Scored:
         return self._index.search(text, k)
 
+    def search_filtered(self, text: str, k: int, allowed) -> Scored:
+        """The first ``k`` documents of ``allowed`` in this retriever's ranking (Lucene FILTER clause)."""
+        return self._index.search_filtered(text, k, allowed)
+
     def batch_search(self, queries: Sequence[Query], k: int, threads: int = 1) -> Dict[str, Scored]:
         res = self._index.batch_search([q.text for q in queries], [q.qid for q in queries], k, threads)
         return {q.qid: res.get(q.qid, []) for q in queries}
+
+    def close(self) -> None:
+        self._index.close()
 
 
 class BM25Kind(SubIndexKind):
@@ -72,13 +95,35 @@ class BM25Kind(SubIndexKind):
                      store_docvectors=bool(entry.get("config", {}).get("store_docvectors")))
         return entry
 
+    def delete(self, folder: Path, entry: dict, docids: Sequence[str], ctx: BuildContext) -> dict:
+        from indexes.lucene import change_index
+
+        change_index(folder, delete=docids)
+        return entry
+
+    def compact(self, folder: Path, entry: dict, ctx: BuildContext) -> dict:
+        from indexes.lucene import change_index
+
+        change_index(folder, expunge=True)
+        return entry
+
     def retriever(self, folder: Path, entry: dict) -> BM25Retriever:
         return BM25Retriever(folder, entry)
 
     def count(self, folder: Path, entry: dict) -> Dict[str, int]:
-        from indexes.lucene import LuceneIndex
+        from indexes.lucene import doc_count
 
-        return {"lucene": LuceneIndex(folder).num_docs}
+        return {"lucene": doc_count(folder)}
+
+    def ids(self, folder: Path, entry: dict) -> Dict[str, List[str]]:
+        from indexes.lucene import live_ids
+
+        return {"lucene": live_ids(folder)}
+
+    def present(self, folder: Path, entry: dict, docids: Sequence[str]) -> Dict[str, set]:
+        from indexes.lucene import present_ids
+
+        return {"lucene": set(present_ids(folder, docids))}
 
 
 KIND = BM25Kind()

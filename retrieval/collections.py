@@ -7,23 +7,34 @@ Formats (each may be gzipped, ``.gz``):
 - queries as BEIR JSONL ``{"_id", "text"}``, TSV ``qid<TAB>text``, or TREC topics (``<top><num>…<title>…``).
 
 Every problem is reported as an InputError naming the file and line: a
-malformed line, a missing id, a duplicate id, empty text, bad UTF-8, a missing
-path. Corpora are streamed; only the set of seen ids is kept in memory.
+malformed line, a missing id, a duplicate id, an id with whitespace (document
+or query: a TREC run could not hold it), empty text, bad UTF-8 or a lone
+surrogate escape, a missing path. Corpora are streamed; only the set of seen
+ids is kept in memory.
+
+Over-long passages are refused, not truncated: a document whose title and text
+together exceed ``MAX_CONTENTS_CHARS`` (20,000,000 UTF-16 code units, the
+longest string Anserini's JSON reader accepts), or whose id exceeds Lucene's
+32,766 UTF-8 bytes for one term, fails the read with its line number.
+Truncating would index a different passage than the document store holds.
 """
 from __future__ import annotations
 
 import gzip
 import json
 import re
+import zlib
 from pathlib import Path
 from typing import Iterator, List, Optional, Tuple
 
 from indexes.errors import InputError
+from indexes.lucene import MAX_CONTENTS_CHARS, MAX_DOCID_BYTES
 from retrieval.types import Document, Query
 
 _ID_KEYS = ("_id", "id", "docid", "doc_id")
 _SPACE = re.compile(r"\s")
 _TEXT_KEYS = ("text", "contents", "body")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def _open_lines(path: Path) -> Iterator[Tuple[int, str]]:
@@ -40,9 +51,7 @@ def _open_lines(path: Path) -> Iterator[Tuple[int, str]]:
                     yield n, raw.decode("utf-8")
                 except UnicodeDecodeError as e:
                     raise InputError(f"invalid UTF-8 at byte {e.start} of the line", path, n) from None
-    except (OSError, EOFError, gzip.BadGzipFile) as e:
-        if isinstance(e, InputError):
-            raise
+    except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
         raise InputError(f"cannot read ({e})", path) from None
 
 
@@ -68,9 +77,34 @@ def _json_object(line: str, path: Path, n: int) -> dict:
         obj = json.loads(line)
     except json.JSONDecodeError as e:
         raise InputError(f"malformed JSON ({e.msg} at column {e.colno})", path, n) from None
+    except ValueError as e:  # e.g. an integer over Python's 4,300-digit conversion limit
+        raise InputError(f"malformed JSON ({str(e).split(':')[0]})", path, n) from None
+    except RecursionError:
+        raise InputError("malformed JSON (nested too deeply)", path, n) from None
     if not isinstance(obj, dict):
         raise InputError("expected a JSON object", path, n)
+    if _SURROGATE_ESCAPE.search(line):  # "\ud800" alone decodes to a str that no UTF-8 writer accepts
+        try:
+            json.dumps(obj, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise InputError("invalid Unicode (a \\u surrogate escape without its pair)", path, n) from None
     return obj
+
+
+def _utf16_length(s: str) -> int:
+    """Length in UTF-16 code units, as Java (Anserini) counts it: astral characters count twice."""
+    return len(s) if s.isascii() else len(s.encode("utf-16-le")) // 2
+
+
+def check_lengths(docid: str, title: str, text: str, path: Optional[Path] = None, n: Optional[int] = None) -> None:
+    """Refuse a document id or passage longer than Lucene can hold (one line, with the place)."""
+    if len(docid.encode("utf-8")) > MAX_DOCID_BYTES:
+        raise InputError(f"document id of {len(docid.encode('utf-8')):,} bytes is longer than Lucene's limit "
+                         f"of {MAX_DOCID_BYTES:,} (UTF-8)", path, n)
+    chars = _utf16_length(f"{title} {text}" if title else text)
+    if chars > MAX_CONTENTS_CHARS:
+        raise InputError(f"document {docid[:80]!r} is {chars:,} characters long, over the {MAX_CONTENTS_CHARS:,} "
+                         f"that Lucene's indexer reads (title and text together); split or shorten it", path, n)
 
 
 def _first(obj: dict, keys) -> Optional[object]:
@@ -122,7 +156,9 @@ def read_corpus(path: Path | str, check_duplicates: bool = True, empty: str = "e
         if not docid:
             raise InputError("empty document id", path, n)
         if _SPACE.search(docid):
-            raise InputError(f"document id {docid!r} contains whitespace (TREC runs cannot hold it)", path, n)
+            raise InputError(f"document id {docid[:80]!r} contains whitespace (TREC runs cannot hold it)", path, n)
+        if 2 * (len(title) + 1 + len(text)) > MAX_CONTENTS_CHARS or 4 * len(docid) > MAX_DOCID_BYTES:
+            check_lengths(docid, title, text, path, n)
         if not (text.strip() or title.strip()) and empty != "keep":
             if empty == "error":
                 raise InputError(f"document {docid!r} has empty text (--empty skip drops such documents)", path, n)
@@ -206,6 +242,8 @@ def read_queries(path: Path | str) -> List[Query]:
 def _add_query(out, seen, qid, text, path, n):
     if not qid:
         raise InputError("empty query id", path, n)
+    if _SPACE.search(qid):
+        raise InputError(f"query id {qid[:80]!r} contains whitespace (TREC runs cannot hold it)", path, n)
     if qid in seen:
         raise InputError(f"duplicate query id {qid!r}", path, n)
     if not text.strip():

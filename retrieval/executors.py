@@ -149,7 +149,8 @@ class Stage:
 # ------------------------------------------------------------------------------------ sources
 @dataclass
 class StoreSource:
-    """Documents of a document store file (``docs`` table, in rowid order), as
+    """The visible documents of a document store file (``docs`` table, in rowid order; a live
+    index's store also holds deleted and replaced rows, which are skipped), as
     ``(docid, "title text")`` pairs: what the kinds encode."""
 
     path: Path
@@ -163,7 +164,7 @@ class StoreSource:
     def __len__(self) -> int:
         con = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
         try:
-            return int(con.execute("SELECT COUNT(*) FROM docs").fetchone()[0])
+            return int(con.execute(f"SELECT COUNT(*) FROM docs WHERE {_live(con)}").fetchone()[0])
         finally:
             con.close()
 
@@ -172,7 +173,7 @@ class StoreSource:
         con = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
         try:
             out, lo, n, last = [], None, 0, None
-            for (rid,) in con.execute("SELECT rowid FROM docs ORDER BY rowid"):
+            for (rid,) in con.execute(f"SELECT rowid FROM docs WHERE {_live(con)} ORDER BY rowid"):
                 if lo is None:
                     lo = rid
                 n += 1
@@ -187,12 +188,20 @@ class StoreSource:
             con.close()
 
 
+def _live(con: sqlite3.Connection) -> str:
+    """The condition for the rows a build encodes: those not deleted (schema 2 stores keep
+    deleted rows for older generations' readers; schema 1 has no such column). The same
+    rows, in the same order, as :meth:`indexes.docstore.DocStore.iter_docs` with no generation."""
+    cols = {r[1] for r in con.execute("PRAGMA table_info(docs)")}
+    return "deleted IS NULL" if "deleted" in cols else "1"
+
+
 def read_range(path: Union[str, Path], lo: int, hi: int) -> Tuple[List[str], List[str]]:
     """(docids, texts) of the store's rows with ``lo <= rowid < hi``, in order."""
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        rows = con.execute("SELECT docid, title, text FROM docs WHERE rowid >= ? AND rowid < ? ORDER BY rowid",
-                           (int(lo), int(hi))).fetchall()
+        rows = con.execute(f"SELECT docid, title, text FROM docs WHERE rowid >= ? AND rowid < ? AND {_live(con)} "
+                           f"ORDER BY rowid", (int(lo), int(hi))).fetchall()
     finally:
         con.close()
     return [r[0] for r in rows], [f"{r[1]} {r[2]}" if r[1] else r[2] for r in rows]

@@ -4,7 +4,7 @@ A pipeline spec is one short string, used alike by the CLI (``--retriever``),
 the Python API (``retriever=``) and the run tag::
 
     bm25                                    one retriever
-    bm25+dense                              fused with the folder's tuned default (else rrf(k=60))
+    bm25+dense                              fused with the folder's tuned fusion (retr tune), else DEFAULT_FUSION
     bm25+dense:rrf(k=60)                    reciprocal rank fusion
     bm25+dense:combsum(norm=minmax)         CombSUM over normalised scores
     bm25+dense:combmnz(norm=zscore)         CombMNZ
@@ -19,6 +19,13 @@ fusion depth) are handled the same way by every method, explicitly:
 - combmnz: as combsum, and the multiplier counts only the lists that
   actually retrieved the document.
 ``Hit.scores`` keeps each retriever's raw score, with ``None`` where missing.
+
+DEFAULT_FUSION, the fusion of a bare ``a+b`` on a folder that was never tuned,
+is chosen without training queries by a leave-one-collection-out protocol
+(eval/benchmarks/bench_defaults.py; numbers in eval/results/defaults.md): on
+each of SciFact, NFCorpus, Cranfield and Vaswani held out, the fusion chosen on
+the other three beat the better single retriever, and on average beat
+rrf(k=60); chosen on all four it is combmnz over min-max normalised scores.
 """
 from __future__ import annotations
 
@@ -62,6 +69,10 @@ class Fusion:
 
     def __str__(self) -> str:
         return f"{self.method}({self.params()})"
+
+
+# The untuned default of a bare a+b (see the module docstring and eval/results/defaults.md).
+DEFAULT_FUSION = Fusion("combmnz", norm="minmax")
 
 
 @dataclass(frozen=True)
@@ -127,7 +138,7 @@ def _make_fusion(method: str, params: str, retrievers: Sequence[str]) -> Fusion:
 
 def parse_pipeline(spec: str, fusion: Optional[str] = None, default: Optional[str] = None) -> Pipeline:
     """Parse ``--retriever`` (+ optional ``--fusion``). ``default`` is the
-    fusion used for a bare ``a+b`` (the folder's tuned one, else rrf)."""
+    fusion used for a bare ``a+b`` (the folder's tuned one); without it, DEFAULT_FUSION."""
     m = _SPEC.match(spec or "")
     if not m:
         raise InputError(f"cannot parse retriever spec {spec!r} (e.g. bm25, dense, bm25+dense:rrf(k=60))")
@@ -148,7 +159,7 @@ def parse_pipeline(spec: str, fusion: Optional[str] = None, default: Optional[st
     elif default:
         f = parse_pipeline(default).fusion
     else:
-        f = Fusion("rrf", 60)
+        f = DEFAULT_FUSION
     return Pipeline(names, f)
 
 

@@ -1,21 +1,31 @@
 """The reader: open an index folder and search it. Every change to a folder
-(build, add, ...) is in :mod:`retrieval.writer`; this module imports no builder.
+(build, add, delete, ...) is in :mod:`retrieval.writer`; this module imports no builder.
 
-    INDEX/manifest.json   config, counts, versions, sub-indexes (see indexes.manifest)
-    INDEX/docs.sqlite     document store (title, text, metadata)
-    INDEX/bm25/           Lucene BM25 index (Anserini)
+    INDEX/manifest.json   generation, config, counts, versions, sub-indexes (see indexes.manifest)
+    INDEX/docs.sqlite     document store (title, text, metadata), every generation in one file
+    INDEX/bm25/           Lucene BM25 index (Anserini); bm25.g<N>/ after the N-th change
     INDEX/<name>/         further sub-indexes (dense, deepct, ...)
+
+An open :class:`Index` reads one generation (see :mod:`indexes.generations`) and holds
+it (a shared lock) so that no writer removes its files; every search runs on one
+generation from start to end. Before each search it checks (one ``os.stat``) whether
+the manifest changed and, if so, moves to the newest generation; ``refresh()`` does
+that on demand and ``auto_refresh=False`` leaves it to the caller.
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
+from indexes import generations as gens
 from indexes import manifest as mf
+from indexes.bulk import no_gc
 from indexes.docstore import DocStore
 from indexes.errors import IndexFormatError, InputError
+from retrieval.filters import Allowed, MetadataTable, parse_filter
 from retrieval.fusion import Pipeline, fuse, parse_pipeline
 from retrieval.kinds import kind_of
 from retrieval.progress import progress
@@ -23,6 +33,7 @@ from retrieval.types import Document, Hit, Query
 
 DOCSTORE = "docs.sqlite"
 DEPTH = 100  # candidates each fused retriever returns, at least (more when k is larger)
+DEEPEN_SHARE = 0.25  # filters allowing this share of the documents or more read the ranking deeper instead
 
 
 def _tick(timings: Optional[Dict[str, float]], stage: str, t0: float) -> None:
@@ -30,27 +41,257 @@ def _tick(timings: Optional[Dict[str, float]], stage: str, t0: float) -> None:
         timings[stage] = timings.get(stage, 0.0) + time.perf_counter() - t0
 
 
+def _stat_key(path: Path) -> Optional[Tuple[int, int, int, int]]:
+    try:
+        st = os.stat(path / mf.MANIFEST)
+    except FileNotFoundError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def docstore_path(path: Path, manifest: dict) -> Path:
+    return Path(path) / ((manifest.get("docstore") or {}).get("path") or DOCSTORE)
+
+
+class _Generation:
+    """One generation of a folder as a reader holds it: its manifest, document store and
+    retrievers, and the shared lock (``fd``) that keeps writers from removing its files."""
+
+    def __init__(self, path: Path, manifest: dict, key, fd: Optional[int]):
+        self.path = path
+        self.manifest = manifest
+        self.key = key
+        self.number = int(manifest.get("generation", 0))
+        self._fd = fd
+        self._docstore: Optional[DocStore] = None
+        self._metadata: Optional[MetadataTable] = None  # filters' view of the documents (first filter)
+        self.retrievers: Dict[str, object] = {}
+        self.previous: Dict[str, object] = {}   # retrievers of the generation before, for kind.reopen
+        self.users = 0
+        self.retired = False
+        self.retired_by_newer = False  # a newer generation replaced it (refresh), so writers may collect it
+        self.lock = threading.Lock()
+
+    @property
+    def docstore(self) -> DocStore:
+        if self._docstore is None:
+            self._docstore = DocStore(docstore_path(self.path, self.manifest), generation=self.number)
+        return self._docstore
+
+    @property
+    def metadata(self) -> MetadataTable:
+        """This generation's documents and their metadata, indexed for filters (read on first use)."""
+        if self._metadata is None:
+            with self.lock:
+                if self._metadata is None:
+                    self._metadata = MetadataTable(self.docstore.iter_meta())
+        return self._metadata
+
+    def entry(self, name: str) -> dict:
+        entries = self.manifest.get("subindexes", {})
+        if name not in entries:
+            raise InputError(f"index has no {name!r} sub-index (it has: {', '.join(entries) or 'none'})", self.path)
+        return entries[name]
+
+    def retriever(self, name: str, options: Optional[dict] = None):
+        with self.lock:
+            r = self.retrievers.get(name)
+            if r is None:
+                entry = self.entry(name)
+                kind = kind_of(entry)
+                old = self.previous.pop(name, None)
+                folder = self.path / entry["path"]
+                r = kind.reopen(old, folder, entry) if old is not None else kind.retriever(folder, entry)
+                if options:
+                    r.configure(**{k: v for k, v in options.items() if k in getattr(r, "options", ())})
+                self.retrievers[name] = r
+            return r
+
+    def inherit(self, old: "_Generation") -> None:
+        """Take over what ``old`` opened and this generation shares: retrievers of entries
+        that did not change (same folder, same settings), the document store of the same
+        generation; the others are kept for ``kind.reopen`` (a loaded encoder stays loaded)."""
+        with old.lock:
+            for name, r in list(old.retrievers.items()):
+                new_entry = self.manifest.get("subindexes", {}).get(name)
+                if new_entry is not None and new_entry == old.manifest.get("subindexes", {}).get(name):
+                    self.retrievers[name] = old.retrievers.pop(name)
+                elif new_entry is not None and new_entry.get("kind") == old.manifest["subindexes"][name].get("kind"):
+                    self.previous[name] = r
+            if (old._docstore is not None and old.number == self.number
+                    and docstore_path(old.path, old.manifest) == docstore_path(self.path, self.manifest)):
+                self._docstore, old._docstore = old._docstore, None
+                self._metadata = old._metadata
+
+    def release(self, collect: bool = False) -> None:
+        """Close what only this generation uses and let writers remove its files; with ``collect``
+        (an older generation than the folder's current one) remove them now, in the background,
+        if no writer is busy and no other reader holds them."""
+        with self.lock:
+            for r in list(self.retrievers.values()):
+                if hasattr(r, "close"):
+                    try:
+                        r.close()
+                    except Exception:  # pragma: no cover - closing must not fail a search
+                        pass
+            self.retrievers.clear()
+            if self._docstore is not None:
+                self._docstore.close()
+                self._docstore = None
+            self.drop_lock()
+        if collect and self.retired_by_newer:
+            threading.Thread(target=gens.try_collect, args=(self.path,), name="retr-collect", daemon=True).start()
+
+    def drop_lock(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:  # pragma: no cover
+                pass
+
+    def __del__(self):  # only the lock: no JVM calls at interpreter shutdown
+        try:
+            self.drop_lock()
+        except Exception:  # pragma: no cover - modules already torn down
+            pass
+
+
+def _open_generation(path: Path) -> _Generation:
+    """The current generation of ``path``, held: the manifest is read, its generation
+    locked, and the manifest checked again (a writer may have switched in between)."""
+    for _ in range(1000):
+        key = _stat_key(path)
+        m = mf.read_manifest(path)
+        g = int(m.get("generation", 0))
+        try:
+            fd = gens.hold_generation(path, g)
+        except BlockingIOError:
+            continue
+        if key is not None and _stat_key(path) == key:
+            gen = _Generation(path, m, key, fd)
+            for name, entry in m.get("subindexes", {}).items():
+                if not (path / entry["path"]).exists():
+                    gen.drop_lock()
+                    raise IndexFormatError(f"{path}: sub-index {name!r} is listed in the manifest but missing "
+                                           f"on disk")
+            try:
+                DocStore(docstore_path(path, m)).check()
+            except BaseException:
+                gen.drop_lock()
+                raise
+            return gen
+        if fd is not None:
+            os.close(fd)
+    raise IndexFormatError(f"{path}: the manifest changed on every read; cannot open it")
+
+
 class Index:
     """An opened index folder. Sub-indexes and the JVM/models load lazily, on
-    first use; after that, searching is safe from several threads."""
+    first use; after that, searching is safe from several threads.
 
-    def __init__(self, path: Path, manifest: dict):
+    It reads one generation of the folder (:attr:`generation`). With ``auto_refresh``
+    (the default) each search first moves to the newest generation if a writer made
+    one; :meth:`refresh` does it on demand. A search never mixes two generations.
+    :meth:`close` (or leaving a ``with`` block) lets writers remove the generation's
+    files; a closed Index opens the newest generation again on its next use."""
+
+    def __init__(self, path: Union[str, Path], auto_refresh: bool = True):
         self.path = Path(path)
-        self.manifest = manifest
-        self._docstore: Optional[DocStore] = None
-        self._retrievers: Dict[str, object] = {}
-        self._lock = threading.Lock()
+        self.auto_refresh = auto_refresh
+        self._lock = threading.RLock()
+        self._options: Dict[str, dict] = {}     # Index.configure, applied again in each new generation
+        self._overrides: Dict[str, object] = {}  # use_retriever
+        self._gen: Optional[_Generation] = _open_generation(self.path)
 
     @classmethod
-    def open(cls, path: Union[str, Path]) -> "Index":
-        path = Path(path)
-        m = mf.read_manifest(path)
-        for name, entry in m.get("subindexes", {}).items():
-            if not (path / entry["path"]).exists():
-                raise IndexFormatError(f"{path}: sub-index {name!r} is listed in the manifest but missing on disk")
-        return cls(path, m)
+    def open(cls, path: Union[str, Path], auto_refresh: bool = True) -> "Index":
+        return cls(path, auto_refresh=auto_refresh)
+
+    # -- generations -----------------------------------------------------
+    def _current(self) -> _Generation:
+        g = self._gen
+        if g is None:
+            with self._lock:
+                if self._gen is None:
+                    self._gen = _open_generation(self.path)
+                g = self._gen
+        return g
+
+    @property
+    def generation(self) -> int:
+        return self._current().number
+
+    def refresh(self) -> bool:
+        """Move to the newest generation if the folder changed; True if it did. Searches
+        running meanwhile finish on the generation they started on."""
+        with self._lock:
+            old = self._current()
+            if _stat_key(self.path) == old.key:
+                return False
+            new = _open_generation(self.path)
+            new.inherit(old)
+            for name, o in list(self._overrides.items()):
+                rebind = getattr(o, "rebind", None)
+                if name in new.manifest.get("subindexes", {}) and rebind is not None:
+                    new.retrievers[name] = rebind(new.retriever(name, self._options.get(name)))
+                    self._overrides[name] = new.retrievers[name]
+                else:
+                    self._overrides.pop(name)
+            self._gen = new
+            with old.lock:
+                old.retired = True
+                old.retired_by_newer = new.number != old.number
+                idle = old.users == 0
+            if idle:
+                old.release(collect=True)
+            return True
+
+    def _enter(self) -> _Generation:
+        if self.auto_refresh and self._gen is not None and _stat_key(self.path) != self._gen.key:
+            try:
+                self.refresh()
+            except (IndexFormatError, InputError):
+                pass  # the folder is being replaced: keep searching what is held
+        with self._lock:
+            g = self._current()
+            with g.lock:
+                g.users += 1
+        return g
+
+    def _leave(self, g: _Generation) -> None:
+        with g.lock:
+            g.users -= 1
+            done = g.retired and g.users == 0
+        if done:
+            g.release(collect=True)
+
+    def close(self) -> None:
+        with self._lock:
+            g, self._gen = self._gen, None
+        if g is not None:
+            with g.lock:
+                g.retired = True
+                g.retired_by_newer = _stat_key(self.path) != g.key
+                idle = g.users == 0
+            if idle:
+                g.release(collect=True)
+
+    def __enter__(self) -> "Index":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     # -- introspection -------------------------------------------------
+    @property
+    def manifest(self) -> dict:
+        return self._current().manifest
+
+    @manifest.setter
+    def manifest(self, value: dict) -> None:  # after a manifest-only change of the same generation
+        self._current().manifest = value
+
     @property
     def retrievers(self) -> List[str]:
         return list(self.manifest.get("subindexes", {}))
@@ -59,43 +300,44 @@ class Index:
         return int(self.manifest["corpus"]["doc_count"])
 
     def info(self) -> dict:
-        out = {"path": str(self.path), "documents": len(self), "created_at": self.manifest.get("created_at"),
-               "corpus": self.manifest.get("corpus", {}), "versions": self.manifest.get("versions", {}),
-               "pruning": self.manifest.get("pruning"), "subindexes": {}}
-        for name, e in self.manifest.get("subindexes", {}).items():
-            out["subindexes"][name] = {"kind": e["kind"], "doc_count": e.get("doc_count"),
+        m = self.manifest
+        out = {"path": str(self.path), "documents": len(self), "generation": int(m.get("generation", 0)),
+               "created_at": m.get("created_at"), "updated_at": m.get("updated_at"),
+               "corpus": m.get("corpus", {}), "versions": m.get("versions", {}),
+               "pruning": m.get("pruning"), "subindexes": {}}
+        for name, e in m.get("subindexes", {}).items():
+            out["subindexes"][name] = {"kind": e["kind"], "path": e["path"], "doc_count": e.get("doc_count"),
                                        "size_bytes": mf.folder_size(self.path / e["path"]),
                                        "config": e.get("config", {}), "model": e.get("model"),
-                                       "built_at": e.get("built_at")}
-        store = self.path / DOCSTORE
-        out["docstore_bytes"] = store.stat().st_size if store.exists() else 0
+                                       "built_at": e.get("built_at"),
+                                       "deleted_pending": int(e.get("deleted_pending", 0))}
+        store = docstore_path(self.path, m)
+        out["docstore_bytes"] = sum(p.stat().st_size for p in (store, Path(f"{store}-wal")) if p.exists())
         return out
 
     # -- components ----------------------------------------------------
     @property
     def docstore(self) -> DocStore:
-        if self._docstore is None:
-            self._docstore = DocStore(self.path / DOCSTORE)
-        return self._docstore
+        return self._current().docstore
 
     def retriever(self, name: str):
+        o = self._overrides.get(name)
+        if o is not None:
+            return o
+        return self._current().retriever(name, self._options.get(name))
+
+    def use_retriever(self, name: str, retriever) -> None:
+        """Answer sub-index ``name`` through ``retriever`` from now on (dimension selection's
+        ``attach``); one with a ``rebind(new)`` method follows the index to new generations."""
+        self._current().entry(name)
         with self._lock:
-            r = self._retrievers.get(name)
-            if r is None:
-                entries = self.manifest.get("subindexes", {})
-                if name not in entries:
-                    raise InputError(f"index has no {name!r} sub-index (it has: {', '.join(entries) or 'none'})",
-                                     self.path)
-                entry = entries[name]
-                r = kind_of(entry).retriever(self.path / entry["path"], entry)
-                self._retrievers[name] = r
-            return r
+            self._overrides[name] = retriever
 
     def configure(self, retriever: str = "bm25", **options) -> List[str]:
         """Set search options (``k1``, ``b``; DeepCT's ``mode``, ``scale``, ``query``) on every
         member of the pipeline ``retriever`` whose retriever takes them (its ``options``);
         options left None are kept. Returns the names configured; an option that no
-        member takes is an error, naming the pipeline."""
+        member takes is an error, naming the pipeline. They stay set in later generations."""
         given = {k: v for k, v in options.items() if v is not None}
         if not given:
             return []
@@ -111,83 +353,151 @@ class Index:
             done += [n for n in takers if n not in done]
         for n in done:
             r = self.retriever(n)
-            r.configure(**{k: v for k, v in given.items() if k in r.options})
+            mine = {k: v for k, v in given.items() if k in r.options}
+            r.configure(**mine)
+            self._options[n] = dict(self._options.get(n, {}), **mine)
         return done
 
     # -- search --------------------------------------------------------
     def pipeline(self, retriever: str = "bm25", fusion: Optional[str] = None) -> Pipeline:
-        """Parse a retriever spec; a bare ``a+b`` takes the folder's tuned fusion (``retr tune``), else rrf."""
+        """Parse a retriever spec; a bare ``a+b`` takes the folder's tuned fusion (``retr tune``), else
+        ``retrieval.fusion.DEFAULT_FUSION`` (chosen without training queries, eval/results/defaults.md)."""
+        return self._pipeline(self.manifest, retriever, fusion)
+
+    def _pipeline(self, m: dict, retriever: str, fusion: Optional[str]) -> Pipeline:
         base = retriever.split(":", 1)[0].strip()
-        tuned = self.manifest.get("pipelines", {}).get(base, {}).get("spec")
+        tuned = m.get("pipelines", {}).get(base, {}).get("spec")
         p = parse_pipeline(retriever, fusion, default=tuned)
-        entries = self.manifest.get("subindexes", {})
+        entries = m.get("subindexes", {})
         for name in p.retrievers:
             if name not in entries:
                 raise InputError(f"index has no {name!r} sub-index (it has: {', '.join(entries) or 'none'})",
                                  self.path)
         return p
 
+    @property
+    def metadata(self) -> MetadataTable:
+        """The current generation's documents and metadata, indexed for filters."""
+        return self._current().metadata
+
+    def allowed(self, filter) -> Optional[Allowed]:
+        """The documents a filter (see :mod:`retrieval.filters`) allows; None for no filter."""
+        return self._allowed(self._current(), filter)
+
+    @staticmethod
+    def _allowed(g: "_Generation", filter) -> Optional[Allowed]:
+        flt = parse_filter(filter)
+        return None if flt is None else g.metadata.allowed(flt)
+
     def search(self, query: str, k: int = 10, retriever: str = "bm25", fusion: Optional[str] = None,
                text: bool = True, depth: Optional[int] = None, timings: Optional[Dict[str, float]] = None,
-               dimsel=None) -> List[Hit]:
-        """Top-``k`` hits for one query, with title and text unless ``text=False``.
+               dimsel=None, filter=None) -> List[Hit]:
+        """Top-``k`` hits for one query, with title, text and metadata unless ``text=False``.
 
         ``retriever`` is a sub-index name or a fused pipeline spec such as
         ``bm25+dense`` or ``bm25+dense:rrf(k=60)`` (see :mod:`retrieval.fusion`);
         fused retrievers each return ``max(k, depth or 100)`` candidates.
         ``timings``, when given, accumulates seconds per stage. ``dimsel``: query-aware
-        dimension selection on the dense retriever(s) (see :func:`retrieval.dense.dimsel.wrap`)."""
+        dimension selection on the dense retriever(s) (see :func:`retrieval.dense.dimsel.wrap`).
+
+        ``filter`` (see :mod:`retrieval.filters`) restricts the hits to matching documents,
+        before any cut-off. One retriever: the first ``k`` matching documents of its full
+        ranking, with their unfiltered scores. A fused pipeline: each member's list is its
+        own filtered ranking cut at the fusion depth (``max(k, depth or 100)`` matching
+        documents), and those lists are fused as an unfiltered search fuses (same
+        normalisation over the lists given, same rule for a document a list lacks); the
+        first ``k`` fused. A filter that matches every document returns the unfiltered hits."""
         if not isinstance(query, str) or not query.strip():
             raise InputError("query text is empty")
         _check_k(k)
-        p = self.pipeline(retriever, fusion)
-        lists = {}
-        for name in p.retrievers:
-            t0 = time.perf_counter()
-            r = self._pick(name, dimsel, p.fused)
-            lists[name] = r.search(query, k if not p.fused else max(k, depth or DEPTH))
-            _tick(timings, name, t0)
-        return self._result(p, lists, k, text, None, timings)
+        g = self._enter()
+        try:
+            p = self._pipeline(g.manifest, retriever, fusion)
+            allowed = self._allowed(g, filter)
+            lists = {}
+            for name in p.retrievers:
+                t0 = time.perf_counter()
+                r = self._pick(g, name, dimsel, p.fused)
+                kk = k if not p.fused else max(k, depth or DEPTH)
+                lists[name] = r.search(query, kk) if allowed is None else self._filtered(g, r, query, kk, allowed)
+                _tick(timings, name, t0)
+            return self._result(g, p, lists, k, text, None, timings)
+        finally:
+            self._leave(g)
+
+    def _filtered(self, g: "_Generation", r, query: str, k: int, allowed: Allowed):
+        """Retriever ``r``'s first ``k`` documents among ``allowed``, exactly. A filter that allows
+        at least ``DEEPEN_SHARE`` of the collection reads the unfiltered ranking deep enough to
+        hold ``k`` of them (about ``2k / share``, deeper until found or the ranking ends): cheaper
+        than a Lucene filter of that many ids. A smaller one uses the retriever's own filtered
+        search (a Lucene FILTER clause, a faiss selector); a retriever without one has its full
+        ranking filtered."""
+        n, total = len(allowed), max(len(g.metadata), 1)
+        if not n:
+            return []
+        native = getattr(r, "search_filtered", None)
+        if native is None or n >= DEEPEN_SHARE * total:
+            depth = total if native is None else min(total, max(k + 10, -(-2 * k * total // n)))
+            while True:
+                ranked = r.search(query, depth)
+                hits = [x for x in ranked if x[0] in allowed.set]
+                if len(hits) >= k or len(ranked) < depth or depth >= total:
+                    return hits[:k]
+                depth = min(total, depth * 4)
+        return native(query, k, allowed)
 
     def batch_search(self, queries: Sequence[Union[Query, str]], k: int = 10, retriever: str = "bm25",
                      fusion: Optional[str] = None, threads: int = 1, text: bool = False, quiet: bool = True,
                      depth: Optional[int] = None, batch_size: Optional[int] = None,
-                     timings: Optional[Dict[str, float]] = None, dimsel=None) -> Dict[str, List[Hit]]:
+                     timings: Optional[Dict[str, float]] = None, dimsel=None, filter=None
+                     ) -> Dict[str, List[Hit]]:
         """Search many queries; returns ``{qid: hits}`` in the order of ``queries``.
         Plain strings get ids "0", "1", ... Queries go to the backends in
         batches of ``batch_size`` (default: all at once when quiet, else
-        about 20 batches so the progress bar moves)."""
+        about 20 batches so the progress bar moves). All of them search one generation.
+        ``filter`` applies to every query, as in :meth:`search`."""
         _check_k(k)
         qs = [q if isinstance(q, Query) else Query(str(i), q) for i, q in enumerate(queries)]
-        p = self.pipeline(retriever, fusion)
-        rs = {name: self._pick(name, dimsel, p.fused) for name in p.retrievers}
-        kk = k if not p.fused else max(k, depth or DEPTH)
-        if batch_size is None:
-            batch_size = max(len(qs), 1) if quiet else max(256, len(qs) // 20)
-        out: Dict[str, List[Hit]] = {}
-        with progress(total=len(qs), desc=f"searching ({p})", unit="q", quiet=quiet) as bar:
-            for i in range(0, len(qs), batch_size):
-                chunk = qs[i:i + batch_size]
-                res = {}
-                for name, r in rs.items():
-                    t0 = time.perf_counter()
-                    res[name] = r.batch_search(chunk, kk, threads)
-                    _tick(timings, name, t0)
-                for q in chunk:
-                    out[q.qid] = self._result(p, {n: res[n].get(q.qid, []) for n in rs}, k, text, q.qid, timings)
-                bar.update(len(chunk))
-        return out
+        g = self._enter()
+        try:
+            p = self._pipeline(g.manifest, retriever, fusion)
+            allowed = self._allowed(g, filter)
+            rs = {name: self._pick(g, name, dimsel, p.fused) for name in p.retrievers}
+            kk = k if not p.fused else max(k, depth or DEPTH)
+            if batch_size is None:
+                batch_size = max(len(qs), 1) if quiet else max(256, len(qs) // 20)
+            out: Dict[str, List[Hit]] = {}
+            with progress(total=len(qs), desc=f"searching ({p})", unit="q", quiet=quiet) as bar:
+                for i in range(0, len(qs), batch_size):
+                    chunk = qs[i:i + batch_size]
+                    res = {}
+                    for name, r in rs.items():
+                        t0 = time.perf_counter()
+                        if allowed is None:
+                            res[name] = r.batch_search(chunk, kk, threads)
+                        else:
+                            res[name] = {q.qid: self._filtered(g, r, q.text, kk, allowed) for q in chunk}
+                        _tick(timings, name, t0)
+                    with no_gc():  # a batch's hits at once: see indexes.bulk
+                        for q in chunk:
+                            out[q.qid] = self._result(g, p, {n: res[n].get(q.qid, []) for n in rs}, k, text,
+                                                      q.qid, timings)
+                    bar.update(len(chunk))
+            return out
+        finally:
+            self._leave(g)
 
-    def _pick(self, name: str, dimsel=None, fused: bool = False):
-        """The retriever for ``name``; with ``dimsel`` (a mode name, a dict of options or a
-        retrieval.dense.dimsel.DimSel) the dense one searches with masked query vectors. In a fused
-        pipeline only the members whose kind takes dimension selection are wrapped."""
-        kind = kind_of(self.manifest["subindexes"][name])
+    def _pick(self, g: _Generation, name: str, dimsel=None, fused: bool = False):
+        """The retriever for ``name`` in generation ``g``; with ``dimsel`` (a mode name, a dict of
+        options or a retrieval.dense.dimsel.DimSel) the dense one searches with masked query vectors.
+        In a fused pipeline only the members whose kind takes dimension selection are wrapped."""
+        kind = kind_of(g.manifest["subindexes"][name])
         if dimsel is None or (fused and not kind.dimsel):
-            return self.retriever(name)
-        return kind.with_dimsel(self, name, dimsel)
+            o = self._overrides.get(name)
+            return o if o is not None else g.retriever(name, self._options.get(name))
+        return kind.with_dimsel(_View(self, g), name, dimsel)
 
-    def _result(self, p: Pipeline, lists, k, text, qid, timings) -> List[Hit]:
+    def _result(self, g: _Generation, p: Pipeline, lists, k, text, qid, timings) -> List[Hit]:
         if not p.fused:
             hits = [Hit(docid=d, score=s, rank=i, qid=qid) for i, (d, s) in enumerate(lists[p.retrievers[0]], 1)]
         else:
@@ -197,17 +507,46 @@ class Index:
             _tick(timings, "fusion", t0)
         if text and hits:
             t0 = time.perf_counter()
-            rows = self.docstore.get_many(h.docid for h in hits)
+            rows = g.docstore.get_many(h.docid for h in hits)
             for h in hits:
                 row = rows.get(h.docid)
                 if row is not None:
-                    h.title, h.text = row[1], row[2]
+                    h.title, h.text, h.metadata = row[1], row[2], row[3] or {}
             _tick(timings, "text", t0)
         return hits
 
     def get(self, docid: str) -> Optional[Document]:
-        row = self.docstore.get(docid)
+        g = self._enter()
+        try:
+            row = g.docstore.get(docid)
+        finally:
+            self._leave(g)
         return None if row is None else Document(row[0], row[2], row[1], row[3] or {})
+
+
+class _View:
+    """One generation of an Index, seen as an Index (for code that takes one, such as
+    dimension selection), so that a search does not switch generations half-way."""
+
+    def __init__(self, index: Index, g: _Generation):
+        self._index, self._g = index, g
+        self.path = index.path
+        self.manifest = g.manifest
+
+    @property
+    def docstore(self) -> DocStore:
+        return self._g.docstore
+
+    @property
+    def retrievers(self) -> List[str]:
+        return list(self.manifest.get("subindexes", {}))
+
+    def retriever(self, name: str):
+        o = self._index._overrides.get(name)
+        return o if o is not None else self._g.retriever(name, self._index._options.get(name))
+
+    def use_retriever(self, name: str, retriever) -> None:
+        self._index.use_retriever(name, retriever)
 
 
 def _check_k(k: int) -> None:
@@ -215,6 +554,6 @@ def _check_k(k: int) -> None:
         raise InputError(f"k must be a positive integer, got {k!r}")
 
 
-def open_index(path: Union[str, Path]) -> Index:
+def open_index(path: Union[str, Path], auto_refresh: bool = True) -> Index:
     """Open an index folder built by ``retr index`` / :func:`build_index`."""
-    return Index.open(path)
+    return Index.open(path, auto_refresh=auto_refresh)

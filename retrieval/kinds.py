@@ -6,9 +6,20 @@ A kind answers the same questions whatever it stores:
 - ``build(folder, name, ctx, spec)``: write a new sub-index into ``folder`` from
   the folder's documents (``ctx``: :class:`BuildContext`); returns its manifest entry.
 - ``append(folder, entry, docs, ctx)``: add documents; returns the updated entry.
-- ``delete(folder, entry, docids, ctx)``: remove documents by id (the live index).
-- ``retriever(folder, entry)``: open it for search (``search``, ``batch_search``).
-- ``count(folder, entry)``: documents per physical index it keeps, for ``retr check``.
+- ``delete(folder, entry, docids, ctx)``: remove documents by id; returns the updated entry.
+- ``compact(folder, entry, ctx)``: drop what deletions left behind (Lucene segments with
+  deletes expunged, faiss rebuilt without masked rows); returns the updated entry.
+- ``retriever(folder, entry)``: open it for search (``search``, ``batch_search``);
+  ``reopen(old, folder, entry)`` opens another generation, keeping what does not
+  change between generations (a loaded encoder).
+- ``count(folder, entry)``: live documents per physical index it keeps, for ``retr check``;
+  ``ids(folder, entry)`` their ids, ``present(folder, entry, docids)`` which of ``docids``
+  each physical index holds.
+
+The writer calls ``append``, ``delete`` and ``compact`` on ``folder``, a new
+generation's folder that starts as a hard-link copy of the current one (see
+:mod:`indexes.generations`): a kind writes new files there, or replaces a name with
+``os.replace``, and never writes into a file it did not create in that call.
 - ``entries(name, entry)``: the manifest entries one build contributes (DeepCT adds
   a DeepCT-Query alias over the same folder); ``dimsel``: whether query-aware
   dimension selection applies to it, and ``with_dimsel`` to apply it.
@@ -47,6 +58,7 @@ class BuildContext:
     quiet: bool = False
     threads: int = 2
     precomputed: Optional[dict] = None
+    generation: int = 0                                  # the generation being written
     stream: Optional[Iterable[Tuple[str, str]]] = None   # docs as they are read (BM25 during a build)
     meanwhile: Optional[Callable[[], None]] = None       # work that overlaps the Lucene indexer
     executor: Any = None  # where model stages run: an opened runner of retrieval.executors (None: in-process)
@@ -76,11 +88,23 @@ class SubIndexKind:
     def delete(self, folder: Path, entry: dict, docids: Sequence[str], ctx: BuildContext) -> dict:
         raise InputError(f"sub-index kind {self.name!r} cannot delete documents; rebuild the index instead")
 
+    def compact(self, folder: Path, entry: dict, ctx: BuildContext) -> dict:
+        return entry
+
     def retriever(self, folder: Path, entry: dict):
         raise NotImplementedError
 
+    def reopen(self, old, folder: Path, entry: dict):
+        return self.retriever(folder, entry)
+
     def count(self, folder: Path, entry: dict) -> Dict[str, int]:
         raise NotImplementedError
+
+    def ids(self, folder: Path, entry: dict) -> Dict[str, List[str]]:
+        raise NotImplementedError
+
+    def present(self, folder: Path, entry: dict, docids: Sequence[str]) -> Dict[str, set]:
+        return {k: set(v) & set(docids) for k, v in self.ids(folder, entry).items()}
 
     def entries(self, name: str, entry: dict) -> Dict[str, dict]:
         return {name: entry}

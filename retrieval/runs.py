@@ -17,6 +17,8 @@ def write_run(results: Mapping[str, List[Hit]], path: Path | str, fmt: str = "tr
     if fmt not in FORMATS:
         raise InputError(f"unknown output format {fmt!r}; choose one of {', '.join(FORMATS)}")
     path = Path(path)
+    if path.is_dir():
+        raise InputError("is a folder; the run needs a file name", path)
     if path.parent and not path.parent.exists():
         raise InputError("output folder does not exist", path.parent)
     if any(c.isspace() for c in tag):
@@ -35,8 +37,10 @@ def write_run(results: Mapping[str, List[Hit]], path: Path | str, fmt: str = "tr
                         f.write(json.dumps(d, ensure_ascii=False) + "\n")
                     n += 1
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError):  # a read-only folder, a full disk, a folder created meanwhile
+            raise InputError(f"cannot write the run ({e.strerror or e})", path) from None
         raise
     return n
 

@@ -27,8 +27,8 @@ class Query:
 @dataclass(slots=True)
 class Hit:
     """One ranked result. ``title``/``text`` are filled from the document store
-    (empty when the caller asked for ids only); ``scores`` holds each
-    retriever's own score when results were fused."""
+    (empty when the caller asked for ids only), and so is ``metadata`` (None
+    then); ``scores`` holds each retriever's own score when results were fused."""
 
     docid: str
     score: float
@@ -37,6 +37,7 @@ class Hit:
     text: str = ""
     scores: Optional[Dict[str, float]] = None
     qid: Optional[str] = None
+    metadata: Optional[Dict[str, Any]] = None
 
     def to_dict(self) -> Dict[str, Any]:
         d = {"docid": self.docid, "rank": self.rank, "score": self.score,
@@ -45,4 +46,6 @@ class Hit:
             d = {"qid": self.qid, **d}
         if self.scores:
             d["scores"] = dict(self.scores)
+        if self.metadata is not None:
+            d["metadata"] = dict(self.metadata)
         return d

@@ -1,32 +1,47 @@
 """The writer: every change to an index folder goes through here. A build
 writes a new folder (document store, BM25, then each requested sub-index kind)
 that appears only when everything succeeded; ``add_subindex`` adds a kind to an
-existing folder; ``add_documents`` grows every sub-index by the same documents.
+existing folder; ``add_documents``, ``update_documents`` and ``delete_documents``
+change every sub-index by the same documents; ``compact`` drops what deletions
+left behind.
+
+Every change of an existing folder makes a new generation (see
+:mod:`indexes.generations`): under the folder's writer lock it re-reads the
+manifest, cleans what dead writers left, writes the new generation's rows into
+the document store and its sub-index folders as hard-link copies of the current
+ones changed by the kinds, and then switches the manifest with one
+``os.replace``. Readers of the old generation keep it until they move on; its
+folders are removed once none holds it. A change costs what changed, not the
+folder: shared files are linked, never copied.
 
 Each sub-index kind is driven through :mod:`retrieval.kinds` (build, append,
-entries, ...); this module holds no per-kind logic. Reading is
+delete, compact, entries, ...); this module holds no per-kind logic. Reading is
 :mod:`retrieval.index`, which imports nothing from here.
 """
 from __future__ import annotations
 
+import contextlib
+import copy
 import hashlib
-import json
-import sqlite3
+import sys
 import time
 from pathlib import Path
-from typing import AbstractSet, Callable, Dict, Iterable, List, Optional, Tuple, Union
+from typing import AbstractSet, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
+from indexes import generations as gens
 from indexes import manifest as mf
-from indexes.docstore import DocStoreWriter
+from indexes.docstore import DocStoreWriter, LiveStore, migrate, schema
 from indexes.errors import InputError
 from retrieval.bm25 import BM25Spec
-from retrieval.collections import count_lines, read_corpus
+from retrieval.collections import check_lengths, count_lines, read_corpus
 from retrieval.dense.subindex import DenseSpec
 from retrieval.executors import Executor, open_executor
-from retrieval.index import DOCSTORE, Index
+from retrieval.index import DOCSTORE, Index, docstore_path
 from retrieval.kinds import BuildContext, SubIndexKind, get_kind, kind_of
 from retrieval.progress import progress
 from retrieval.types import Document
+
+HISTORY = 50  # changes kept in the manifest's log (the counts cover all of them)
 
 
 def _fingerprint_update(h, doc: Document) -> None:
@@ -40,7 +55,8 @@ def build_index(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[s
                 k1: float = 0.9, b: float = 0.4, threads: int = 2, overwrite: bool = False,
                 store_docvectors: bool = False, empty: str = "error", dense: Optional[DenseSpec] = None,
                 quiet: bool = False, keep: Union[AbstractSet[str], Callable[[Document], bool], None] = None,
-                pruning: Optional[dict] = None, dense_vectors: Optional[dict] = None, executor=None) -> Index:
+                pruning: Optional[dict] = None, dense_vectors: Optional[dict] = None,
+                generation: Optional[int] = None, executor=None) -> Index:
     """Build an index folder with a document store and a Lucene BM25 sub-index.
 
     ``corpus`` is a path (BEIR folder, JSONL, TSV, .gz) or an iterable of
@@ -55,10 +71,13 @@ def build_index(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[s
     in the manifest as-is, with the number of documents dropped added.
     ``dense_vectors`` (see :func:`retrieval.dense.subindex.build_dense`) are vectors
     already computed for the documents, used when their encoder is ``dense``'s.
-    ``executor`` (:class:`retrieval.executors.Executor`, or an opened runner) says where
-    the dense encoder runs; BM25 (Lucene) is always built here.
+    ``generation``: the folder's first generation (default: 0, or the one after that of
+    the folder it replaces). ``executor`` (:class:`retrieval.executors.Executor`, or an
+    opened runner) says where the dense encoder runs; BM25 (Lucene) is always built here.
     """
     index_dir = Path(index_dir)
+    BM25Spec(k1, b, store_docvectors).validate()
+    gen = mf.next_build_generation(index_dir) if generation is None else int(generation)
     if dense is not None:
         dense.validate()  # fail on a bad option before reading the corpus
     source = str(corpus) if isinstance(corpus, (str, Path)) else "<python iterable>"
@@ -68,7 +87,7 @@ def build_index(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[s
             else _checked(corpus))
     t0 = time.perf_counter()
     with mf.atomic_folder(index_dir, overwrite=overwrite) as tmp:
-        store = DocStoreWriter(tmp / DOCSTORE)
+        store = DocStoreWriter(tmp / DOCSTORE, generation=gen)
         h = hashlib.sha256()
         kept = keep if keep is None or callable(keep) else (lambda d, ids=keep: d.docid in ids)
         dropped = [0]
@@ -95,7 +114,7 @@ def build_index(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[s
                     store.add(doc.docid, doc.title, doc.text, doc.metadata or None)
 
         ctx = BuildContext(tmp / DOCSTORE, "", _cache_base(index_dir), quiet=quiet, threads=threads,
-                           stream=stream(), meanwhile=fill_store if from_file else None)
+                           stream=stream(), meanwhile=fill_store if from_file else None, generation=gen)
         try:
             bm25 = get_kind("bm25").build(tmp / "bm25", "bm25", ctx, BM25Spec(k1, b, store_docvectors))
         finally:
@@ -105,18 +124,20 @@ def build_index(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[s
         if n_docs != int(bm25["doc_count"]):
             raise InputError(f"the corpus changed while it was being indexed ({bm25['doc_count']} documents "
                              f"in the first pass, {n_docs} in the second)", source)
-        m = mf.new_manifest({"threads": threads, "empty": empty})
+        m = mf.new_manifest({"threads": threads, "empty": empty}, generation=gen)
         m["corpus"] = {"source": source, "doc_count": n_docs, "fingerprint": "sha256:" + h.hexdigest(),
                        "skipped_empty": len(skipped)}
-        m["docstore"] = {"path": DOCSTORE, "doc_count": n_docs}
+        m["docstore"] = {"path": DOCSTORE, "doc_count": n_docs, "schema": 2}
         if keep is not None or pruning is not None:
             m["pruning"] = {**(pruning or {}), "dropped": dropped[0], "kept": n_docs}
-        m["subindexes"]["bm25"] = dict(bm25, build_seconds=round(time.perf_counter() - t0, 3))
+        m["subindexes"]["bm25"] = dict(bm25, build_seconds=round(time.perf_counter() - t0, 3), generation=gen)
         if dense is not None:
             with open_executor(executor) as ex:
                 ctx = BuildContext(tmp / DOCSTORE, m["corpus"]["fingerprint"], _cache_base(index_dir), quiet=quiet,
-                                   threads=threads, precomputed=dense_vectors, executor=ex)
-                m["subindexes"]["dense"] = get_kind("dense").build(tmp / "dense", "dense", ctx, dense)
+                                   threads=threads, precomputed=dense_vectors, generation=gen, executor=ex)
+                m["subindexes"]["dense"] = dict(get_kind("dense").build(tmp / "dense", "dense", ctx, dense),
+                                                generation=gen)
+        gens.pause("index:built")
         mf.write_manifest(tmp, m)
     return Index.open(index_dir)
 
@@ -175,7 +196,7 @@ def index_corpus(corpus: Union[str, Path], index_dir: Union[str, Path], *, dense
                 idx = add_deepct(idx, deepct, overwrite=overwrite, quiet=quiet, executor=ex)
         return idx
     kw = dict(k1=k1, b=b, threads=threads, overwrite=True, store_docvectors=store_docvectors, empty=empty,
-              dense=dense, quiet=quiet)
+              dense=dense, quiet=quiet, generation=mf.next_build_generation(index_dir))
     with mf.atomic_folder(index_dir, overwrite=overwrite) as stage, open_executor(executor) as ex:
         if prune is not None:
             idx = build_pruned_index(corpus, stage, prune, quality, executor=ex, **kw)
@@ -207,22 +228,24 @@ def corpus_fingerprint(corpus: Union[str, Path], empty: str = "error") -> Tuple[
 
 def add_subindex(index: Index, kind: str, spec, name: Optional[str] = None, overwrite: bool = False,
                  quiet: bool = False, executor=None, **options) -> Index:
-    """Build a sub-index of ``kind`` from the folder's document store and list it.
-    It is built beside the others and becomes visible only when the manifest that
-    lists it is swapped in. ``options`` go to the kind's ``after_add`` step."""
+    """Build a sub-index of ``kind`` from the folder's document store and list it, as a new
+    generation: it is built beside the others and becomes visible only when the manifest
+    that lists it is swapped in. ``options`` go to the kind's ``after_add`` step."""
     k = get_kind(kind)
     name = name or kind
     spec.validate()
-    if name in index.manifest["subindexes"] and not overwrite:
-        raise InputError(f"index already has a {name!r} sub-index (pass --overwrite to rebuild it)", index.path)
-    with mf.staged_subindex(index.path, name) as tmp, open_executor(_executor_spec(executor)) as ex:
-        ctx = BuildContext(index.path / DOCSTORE, index.manifest["corpus"]["fingerprint"], _cache_base(index.path),
-                           quiet=quiet, executor=ex)
-        entry = k.build(tmp, name, ctx, spec)
-    for n, e in k.entries(name, entry).items():
-        mf.add_subindex_entry(index.path, n, e)
-    k.after_add(Index.open(index.path), name, quiet=quiet, **options)
-    return Index.open(index.path)
+    with open_executor(_executor_spec(executor)) as ex, _changing(index, quiet) as ch:
+        if name in ch.old["subindexes"] and not overwrite:
+            raise InputError(f"index already has a {name!r} sub-index (pass --overwrite to rebuild it)", ch.path)
+        rel = ch.fresh_folder(name)
+        entry = k.build(ch.path / rel, rel, ch.context(executor=ex), spec)
+        for n, e in k.entries(name, entry).items():
+            if n in ch.old["subindexes"]:
+                ch.retire(ch.old["subindexes"][n])
+            ch.new["subindexes"][n] = dict(e, generation=ch.gen)
+        ch.commit()
+    k.after_add(Index.open(ch.path), name, quiet=quiet, **options)
+    return Index.open(ch.path)
 
 
 def add_dense(index: Index, spec: DenseSpec, name: str = "dense", overwrite: bool = False,
@@ -265,83 +288,421 @@ def _checked(docs: Iterable[Document]) -> Iterable[Document]:
             raise InputError(f"item {i}: duplicate document id {d.docid!r}")
         if not d.contents.strip():
             raise InputError(f"item {i}: document {d.docid!r} has empty text")
+        check_lengths(d.docid, d.title, d.text, f"item {i}")
         seen.add(d.docid)
         yield d
 
 
 
-def add_documents(index, corpus: Union[str, Path, Iterable[Document]], threads: int = 2, empty: str = "error",
-                  quiet: bool = False, report: Optional[dict] = None, executor=None):
-    """Add the documents of ``corpus`` to every sub-index of ``index``; returns the reopened Index.
-    In a folder pruned by passage quality, new documents pass the same estimator and
-    threshold first, and only those it keeps are added. ``report`` (a dict) receives
-    the counts: ``read``, ``added``, ``pruned``. ``executor`` runs the model stages
-    (:class:`retrieval.executors.Executor`), as in :func:`index_corpus`."""
-    with open_executor(_executor_spec(executor)) as ex:
-        return _add_documents(index, corpus, threads, empty, quiet, report, ex)
+# ------------------------------------------------------------------------------ generations
+def _notice(msg: str) -> None:
+    """A progress line on stderr (like the bars, silenced by quiet)."""
+    from tqdm.auto import tqdm
+
+    tqdm.write(msg, file=sys.stderr)
 
 
-def _add_documents(index, corpus, threads, empty, quiet, report, executor):
-    m = index.manifest
-    kinds = {name: kind_of(e) for name, e in m["subindexes"].items()}
-    fixed = sorted({k.name for k in kinds.values() if type(k).append is SubIndexKind.append})
-    if fixed:  # fail before any work
-        raise InputError(f"sub-index kind(s) {', '.join(fixed)} cannot take new documents; rebuild the "
-                         f"index from the full corpus instead", index.path)
-    pruning = m.get("pruning")
+def _path_of(index) -> Path:
+    return Path(index.path if hasattr(index, "path") else index)
+
+
+class _Change:
+    """One change of a folder in progress: generation ``gen`` (the current one + 1). Folders it
+    makes are removed again if it fails; :meth:`commit` switches the manifest to it."""
+
+    def __init__(self, path: Path, manifest: dict, store: LiveStore, store_rel: str, quiet: bool, threads: int):
+        self.path, self.old, self.quiet, self.threads = path, manifest, quiet, threads
+        self.base = int(manifest.get("generation", 0))
+        self.gen = self.base + 1
+        self.new = copy.deepcopy(manifest)
+        self.new["generation"] = self.gen
+        self.new["format_version"] = mf.FORMAT_VERSION
+        self.new.setdefault("retired", [])
+        self.store, self.store_rel = store, store_rel
+        self.made: List[Path] = []
+        self.bytes_copied = 0
+        self.committed = False
+
+    # -- folders
+    def fresh_folder(self, name: str) -> str:
+        """A folder name for a sub-index built in this generation."""
+        used = {str(e.get("path")) for e in self.old["subindexes"].values()}
+        used |= {str(r.get("path")) for r in self.old.get("retired", [])}
+        rel = name if name not in used and not (self.path / name).exists() else gens.gen_path(name, self.gen)
+        self.made.append(self.path / rel)
+        (self.path / rel).mkdir()
+        return rel
+
+    def retire(self, entry: dict) -> None:
+        """The folder of ``entry`` is no longer the current generation's (kept while read)."""
+        rel = entry["path"]
+        if not any(r["path"] == rel for r in self.new["retired"]):
+            self.new["retired"].append({"path": rel, "from": int(entry.get("generation", 0)), "to": self.base})
+
+    def stage(self, name: str) -> Path:
+        """The sub-index ``name`` of the new generation: a hard-link copy of the current folder,
+        which the kind then changes (aliases share their target's new folder)."""
+        entry = self.new["subindexes"][name]
+        old_rel = entry["path"]
+        rel = gens.gen_path(old_rel, self.gen)
+        dst = self.path / rel
+        self.made.append(dst)
+        self.bytes_copied += gens.link_tree(self.path / old_rel, dst)
+        self.retire(entry)
+        moved = _moved(entry, old_rel, rel)
+        entry.clear()
+        entry.update(moved, generation=self.gen)
+        for e in self.new["subindexes"].values():
+            if e.get("alias_of") == name:
+                e.update(_moved(e, old_rel, rel), generation=self.gen)
+        return dst
+
+    def context(self, **kw) -> BuildContext:
+        return BuildContext(self.path / self.store_rel, self.old.get("corpus", {}).get("fingerprint", ""),
+                            _cache_base(self.path), quiet=self.quiet, threads=self.threads, generation=self.gen, **kw)
+
+    # -- the switch
+    def commit(self) -> None:
+        m = self.new
+        live = {str(e.get("path")) for e in m["subindexes"].values()} | {self.store_rel}
+        m["retired"] = [r for r in m["retired"] if r["path"] not in live and (self.path / r["path"]).exists()]
+        gens.pause("write:before-switch")
+        mf.write_manifest(self.path, m)
+        self.committed = True
+        gens.pause("write:after-switch")
+        self.collect()
+
+    def collect(self) -> None:
+        """Remove the folders of generations nobody reads and the rows nobody can see."""
+        m = mf.read_manifest(self.path)
+        gens.collect(self.path, m)
+        if schema(self.path / self.store_rel) == 2:
+            self.store.purge(gens.oldest_held(self.path, int(m.get("generation", 0))))
+
+    def rollback(self) -> None:
+        if self.store is not None:
+            self.store.rollback_after(self.base)
+        for p in self.made:
+            gens.remove(p)
+
+
+def _moved(entry: dict, old: str, new: str) -> dict:
+    """``entry`` with its folder and every path inside it (a selector's folder, ...) moved from
+    ``old`` to ``new``: the values of ``path`` keys, and strings that start with ``old/``."""
+    def walk(v, key=None):
+        if isinstance(v, dict):
+            return {k: walk(x, k) for k, x in v.items()}
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        if isinstance(v, str) and ((key == "path" and v == old) or v.startswith(old + "/")):
+            return new + v[len(old):]
+        return v
+    return walk(entry)
+
+
+def clean_leftovers(path: Path, manifest: dict) -> List[str]:
+    """Remove what dead writers left in and beside ``path`` (call with the writer lock held):
+    folders of generations that never got their manifest, retr's temporary folders, staging
+    folders of dead builds, and document-store rows of uncommitted generations. Returns
+    what was removed."""
+    done = []
+    for p in gens.inner_leftovers(path, manifest):
+        gens.remove(p)
+        done.append(str(p))
+    for p, _pid in gens.sibling_leftovers(path):
+        gens.remove(p)
+        done.append(str(p))
+    store = docstore_path(path, manifest)
+    if store.exists() and schema(store) == 2:
+        ls = LiveStore(store)
+        try:
+            n = ls.rollback_after(int(manifest.get("generation", 0)))
+        finally:
+            ls.close()
+        if n:
+            done.append(f"{n} document-store rows of an uncommitted generation")
+    return done
+
+
+@contextlib.contextmanager
+def _changing(index, quiet: bool = False, threads: int = 2) -> Iterator[_Change]:
+    """Hold the folder's writer lock, clean leftovers, and yield the next generation's change
+    (format 1 folders get a schema-2 document store in it: one copy of the store, once)."""
+    path = _path_of(index)
+    on_wait = None if quiet else (lambda pid: _notice(f"retr: waiting for another writer of {path}"
+                                                       + (f" (pid {pid})" if pid and pid > 0 else "")))
+    with gens.writer_lock(path, on_wait):
+        m = mf.read_manifest(path)
+        clean_leftovers(path, m)
+        gens.collect(path, m)
+        store_rel = str((m.get("docstore") or {}).get("path") or DOCSTORE)
+        migrated = None
+        if schema(path / store_rel) == 1:
+            gen = int(m.get("generation", 0)) + 1
+            new_rel = f"docs.g{gen}.sqlite"
+            migrated = path / new_rel
+            migrate(path / store_rel, migrated, int(m.get("generation", 0)))
+            old_rel, store_rel = store_rel, new_rel
+        try:
+            store = LiveStore(path / store_rel)
+        except BaseException:
+            if migrated is not None:
+                gens.remove(migrated)
+            raise
+        ch = _Change(path, m, store, store_rel, quiet, threads)
+        if migrated is not None:
+            ch.made += [migrated, Path(f"{migrated}-wal"), Path(f"{migrated}-shm")]
+            ch.new["docstore"] = dict(m.get("docstore") or {}, path=store_rel, schema=2)
+            ch.new["retired"].append({"path": old_rel, "from": 0, "to": ch.base})
+            ch.new["migrated"] = {"from_format": int(m.get("format_version", 1)), "at": mf.now(),
+                                  "generation": ch.gen}
+        try:
+            yield ch
+        except BaseException:
+            if not ch.committed:
+                ch.rollback()
+            raise
+        finally:
+            store.close()
+
+
+def _read_docs(corpus, empty: str) -> List[Document]:
     docs = list(read_corpus(corpus, empty=empty) if isinstance(corpus, (str, Path)) else _checked(corpus))
     if not docs:
-        raise InputError("no documents to add", corpus if isinstance(corpus, (str, Path)) else None)
-    existing = set(index.docstore.get_many(d.docid for d in docs))
-    if existing:
-        first = next(d.docid for d in docs if d.docid in existing)
-        raise InputError(f"{len(existing)} document id(s) are already in the index (first: {first!r})",
-                         corpus if isinstance(corpus, (str, Path)) else None)
-    read = len(docs)
-    if pruning:
-        from retrieval.quality.prune import QualityError, prune_additions
+        raise InputError("no documents given", corpus if isinstance(corpus, (str, Path)) else None)
+    return docs
 
-        try:
-            docs = prune_additions(pruning, docs, quiet=quiet, executor=executor)
-        except QualityError as e:
-            raise InputError(str(e), index.path) from None
-    if report is not None:
-        report.update(read=read, added=len(docs), pruned=read - len(docs))
-    if not docs:
-        return index  # every new document fell below the pruning threshold: nothing changes
+
+def _source(corpus) -> str:
+    return str(corpus) if isinstance(corpus, (str, Path)) else "<python iterable>"
+
+
+def _apply(ch: _Change, removed: Sequence[str], added: Sequence[Document], op: str, source: str,
+           t0: float, extra: Optional[dict] = None, executor=None) -> None:
+    """Change every sub-index (and the store) of ``ch``'s new generation by the same documents
+    (their model stages on ``executor``, an opened runner)."""
+    m = ch.old
+    kinds = {name: kind_of(e) for name, e in m["subindexes"].items()}
+    n_old = int(m["corpus"]["doc_count"])
+    n = n_old - len(removed) + len(added)
+    if n <= 0:
+        raise InputError(f"this would leave the index without documents ({len(removed)} deleted); "
+                         f"build a new one instead", ch.path)
+    ch.store.change(ch.gen, removed, added)
+    gens.pause("write:after-docstore")
+    ctx = ch.context(executor=executor)
+    physical = [name for name, e in m["subindexes"].items() if not e.get("alias_of")]
+    for name in progress(physical, desc=f"{op}: updating sub-indexes", unit="sub-index", quiet=ch.quiet):
+        folder = ch.stage(name)
+        e = ch.new["subindexes"][name]
+        k = kinds[name]
+        if removed:
+            e = k.delete(folder, e, removed, ctx)
+        if added:
+            e = k.append(folder, e, added, ctx)
+        ch.new["subindexes"][name] = dict(e, doc_count=int(e["doc_count"]) - len(removed) + len(added),
+                                          deleted_pending=int(e.get("deleted_pending", 0)) + len(removed),
+                                          added_pending=int(e.get("added_pending", 0)) + len(added),
+                                          updated_at=mf.now())
+    for name, e in ch.new["subindexes"].items():  # an alias (deepct-query) mirrors its target's new state
+        t = ch.new["subindexes"].get(e.get("alias_of"))
+        if t is not None:
+            ch.new["subindexes"][name] = dict(e, **{k: t[k] for k in ("variant_bytes", "documents_without_terms",
+                                                                     "doc_count", "deleted_pending", "added_pending",
+                                                                     "updated_at")
+                                                    if k in t})
+    gens.pause("write:after-subindexes")
+    h = hashlib.sha256(m["corpus"]["fingerprint"].encode())
+    for d in removed:
+        h.update(f"-{d}\x00".encode())
+    for d in added:
+        h.update(f"{d.docid}\x00{d.contents}\x01".encode())
+    corpus = dict(m["corpus"], doc_count=n, fingerprint="sha256:" + h.hexdigest())
+    rec = {"generation": ch.gen, "op": op, "added": len(added), "removed": len(removed), "source": source,
+           "at": mf.now(), "seconds": round(time.perf_counter() - t0, 2), **(extra or {})}
+    corpus["changes"] = (corpus.get("changes", []) + [rec])[-HISTORY:]
+    corpus["added_total"] = int(corpus.get("added_total", 0)) + len(added)
+    corpus["removed_total"] = int(corpus.get("removed_total", 0)) + len(removed)
+    if op == "add":  # the log `retr add` always kept
+        corpus["additions"] = (corpus.get("additions", []) + [
+            {"source": source, "documents": len(added), "at": rec["at"], "seconds": rec["seconds"]}])[-HISTORY:]
+    ch.new["corpus"] = corpus
+    ch.new["docstore"] = dict(ch.new.get("docstore") or {}, path=ch.store_rel, doc_count=n, schema=2)
+    if ch.new.get("pruning"):
+        ch.new["pruning"] = dict(ch.new["pruning"], kept=n)
+    ch.new.pop("pipelines", None)  # tuned on the old collection: retune
+    ch.commit()
+
+
+def _check_kinds(m: dict, path: Path, need: str) -> None:
+    base = {"append": SubIndexKind.append, "delete": SubIndexKind.delete}[need]
+    fixed = sorted({kind_of(e).name for e in m["subindexes"].values() if getattr(type(kind_of(e)), need) is base})
+    if fixed:  # fail before any work
+        verb = "take new documents" if need == "append" else "delete documents"
+        raise InputError(f"sub-index kind(s) {', '.join(fixed)} cannot {verb}; rebuild the index from the full "
+                         f"corpus instead", path)
+
+
+def _pruned(pruning: Optional[dict], docs: List[Document], quiet: bool, path: Path, executor=None) -> List[Document]:
+    if not pruning:
+        return docs
+    from retrieval.quality.prune import QualityError, prune_additions
+
+    try:
+        return prune_additions(pruning, docs, quiet=quiet, executor=executor)
+    except QualityError as e:
+        raise InputError(str(e), path) from None
+
+
+def _pruning_record(ch: _Change, read: int, kept: int) -> None:
+    pruning = ch.old.get("pruning")
+    if pruning:
+        ch.new["pruning"] = dict(pruning, considered=int(pruning.get("considered", 0)) + read,
+                                 dropped=int(pruning.get("dropped", 0)) + read - kept)
+
+
+def add_documents(index, corpus: Union[str, Path, Iterable[Document]], threads: int = 2, empty: str = "error",
+                  quiet: bool = False, report: Optional[dict] = None, executor=None) -> Index:
+    """Add the documents of ``corpus`` to every sub-index of ``index`` (an Index or its folder)
+    as one new generation; returns the reopened Index. Ids already in the index are an error
+    (use :func:`update_documents` to replace them). In a folder pruned by passage quality,
+    new documents pass the same estimator and threshold first, and only those it keeps are
+    added. ``report`` (a dict) receives the counts: ``read``, ``added``, ``pruned``.
+    ``executor`` runs the model stages (:class:`retrieval.executors.Executor`), as in
+    :func:`index_corpus`."""
+    return _write(index, corpus, "add", threads, empty, quiet, report, executor)
+
+
+def update_documents(index, corpus: Union[str, Path, Iterable[Document]], threads: int = 2, empty: str = "error",
+                     quiet: bool = False, report: Optional[dict] = None, executor=None) -> Index:
+    """Replace the documents of ``index`` that have the ids of ``corpus``'s documents and add
+    the others, in every sub-index, as one new generation; returns the reopened Index. Only
+    the given text is encoded. In a pruned folder a new version below the threshold removes
+    the old one. ``report``: ``read``, ``added`` (new ids), ``replaced``, ``pruned``, ``removed``.
+    ``executor``: as in :func:`add_documents`."""
+    return _write(index, corpus, "update", threads, empty, quiet, report, executor)
+
+
+def _write(index, corpus, op: str, threads: int, empty: str, quiet: bool, report: Optional[dict],
+           executor=None) -> Index:
+    path = _path_of(index)
+    executor = _executor_spec(executor)  # a bad option fails before the corpus is read
+    docs = _read_docs(corpus, empty)  # read and checked before the lock: a bad file changes nothing
     t0 = time.perf_counter()
-    with mf.atomic_folder(index.path, overwrite=True, copy_from=index.path) as tmp:
-        con = sqlite3.connect(tmp / DOCSTORE)
-        con.executemany("INSERT INTO docs VALUES (?,?,?,?)",
-                        [(d.docid, d.title, d.text, json.dumps(d.metadata, ensure_ascii=False) if d.metadata else None)
-                         for d in docs])
-        con.commit()
-        con.close()
-        new = dict(m)
-        new["subindexes"] = {}
-        ctx = BuildContext(tmp / DOCSTORE, m["corpus"]["fingerprint"], _cache_base(index.path), quiet=quiet,
-                           threads=threads, executor=executor)
-        for name, entry in m["subindexes"].items():
-            e = kinds[name].append(tmp / entry["path"], entry, docs, ctx)
-            new["subindexes"][name] = dict(e, doc_count=int(e["doc_count"]) + len(docs), updated_at=mf.now())
-        for name, e in new["subindexes"].items():  # an alias (deepct-query) mirrors its target's new state
-            if e.get("alias_of") in new["subindexes"]:
-                t = new["subindexes"][e["alias_of"]]
-                new["subindexes"][name] = dict(e, **{k: t[k] for k in ("variant_bytes", "documents_without_terms")
-                                                     if k in t})
-        h = hashlib.sha256(m["corpus"]["fingerprint"].encode())
-        for d in docs:
-            h.update(f"{d.docid}\x00{d.contents}\x01".encode())
-        n = int(m["corpus"]["doc_count"]) + len(docs)
-        new["corpus"] = dict(m["corpus"], doc_count=n, fingerprint="sha256:" + h.hexdigest(),
-                             additions=m["corpus"].get("additions", []) + [
-                                 {"source": str(corpus) if isinstance(corpus, (str, Path)) else "<python iterable>",
-                                  "documents": len(docs), "at": mf.now(),
-                                  "seconds": round(time.perf_counter() - t0, 2)}])
-        new["docstore"] = dict(m["docstore"], doc_count=n)
-        if pruning:
-            new["pruning"] = dict(pruning, considered=int(pruning.get("considered", 0)) + read,
-                                  dropped=int(pruning.get("dropped", 0)) + read - len(docs), kept=n)
-        new.pop("pipelines", None)  # tuned on the old collection: retune
-        mf.write_manifest(tmp, new)
-    return Index.open(index.path)
+    # The executor (a Ray session) starts before the writer lock is taken, so other writers do
+    # not wait on the cluster's start-up.
+    with open_executor(executor) as ex, _changing(path, quiet, threads) as ch:
+        m = ch.old
+        _check_kinds(m, path, "append")
+        have = ch.store.visible([d.docid for d in docs], ch.base)
+        if op == "add" and have:
+            first = next(d.docid for d in docs if d.docid in have)
+            raise InputError(f"{len(have)} document id(s) are already in the index (first: {first!r}; "
+                             f"`retr update` replaces documents)",
+                             corpus if isinstance(corpus, (str, Path)) else None)
+        if have:
+            _check_kinds(m, path, "delete")
+        kept = _pruned(m.get("pruning"), docs, quiet, path, ex)
+        kept_ids = {d.docid for d in kept}
+        removed = [d.docid for d in docs if d.docid in have]
+        rep = {"read": len(docs), "added": sum(1 for d in kept if d.docid not in have), "pruned": len(docs) - len(kept)}
+        if op == "update":
+            rep.update(replaced=sum(1 for d in kept if d.docid in have),
+                       removed=sum(1 for d in removed if d not in kept_ids))
+        if report is not None:
+            report.update(rep)
+        if not kept and not removed:
+            return Index.open(path)  # every new document fell below the pruning threshold: nothing changes
+        _pruning_record(ch, len(docs), len(kept))
+        _apply(ch, removed, kept, op, _source(corpus), t0, executor=ex)
+    return Index.open(path)
+
+
+def read_ids(path: Union[str, Path]) -> List[str]:
+    """Document ids from a file: one per line (blank lines and ``#`` comments skipped; a TSV
+    line counts by its first column)."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError("no such file", path)
+    out = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise InputError(f"not UTF-8 text ({e.reason})", path) from None
+    for line in lines:
+        line = line.strip()
+        if line and not line.startswith("#"):
+            out.append(line.split("\t")[0].strip())
+    if not out:
+        raise InputError("no document ids in the file", path)
+    return out
+
+
+def delete_documents(index, docids: Iterable[str], quiet: bool = False, missing_ok: bool = False,
+                     report: Optional[dict] = None) -> Index:
+    """Remove ``docids`` from every sub-index of ``index`` as one new generation; returns the
+    reopened Index. Ids the index does not hold are an error unless ``missing_ok``. Lucene
+    and faiss keep the deleted rows (masked) until :func:`compact`; see the README on what
+    that does to BM25's collection statistics. ``report``: ``asked``, ``deleted``, ``missing``."""
+    path = _path_of(index)
+    ids = list(dict.fromkeys(str(d) for d in docids))
+    if not ids:
+        raise InputError("no document ids to delete")
+    t0 = time.perf_counter()
+    with _changing(path, quiet) as ch:
+        _check_kinds(ch.old, path, "delete")
+        have = ch.store.visible(ids, ch.base)
+        missing = [d for d in ids if d not in have]
+        if missing and not missing_ok:
+            raise InputError(f"{len(missing)} of {len(ids)} document id(s) are not in the index (first: "
+                             f"{missing[0]!r}); nothing was deleted", path)
+        removed = [d for d in ids if d in have]
+        if report is not None:
+            report.update(asked=len(ids), deleted=len(removed), missing=len(missing))
+        if not removed:
+            return Index.open(path)
+        _apply(ch, removed, [], "delete", f"{len(removed)} id(s)", t0)
+    return Index.open(path)
+
+
+def compact(index, quiet: bool = False, report: Optional[dict] = None) -> Index:
+    """Drop what additions and deletions left behind, as one new generation: Lucene segments
+    are merged with their deleted documents expunged (their statistics then count live
+    documents only, as a fresh build's do), faiss is rebuilt without masked rows and delta
+    files, DeepCT keeps one weights file. Also removes old generations no reader holds and
+    leftovers of dead processes. Sub-indexes with nothing to drop are left as they are.
+    Returns the reopened Index; ``report``: ``compacted`` (names), ``seconds``."""
+    path = _path_of(index)
+    t0 = time.perf_counter()
+    with _changing(path, quiet) as ch:
+        todo = [n for n, e in ch.old["subindexes"].items()
+                if not e.get("alias_of") and (int(e.get("deleted_pending", 0)) or int(e.get("added_pending", 0)))]
+        if report is not None:
+            report.update(compacted=todo)
+        if not todo and not ch.new.get("migrated"):
+            ch.collect()
+            if report is not None:
+                report.update(seconds=round(time.perf_counter() - t0, 2))
+            return Index.open(path)
+        ctx = ch.context()
+        for name in progress(todo, desc="compacting", unit="sub-index", quiet=quiet):
+            folder = ch.stage(name)
+            e = kind_of(ch.new["subindexes"][name]).compact(folder, ch.new["subindexes"][name], ctx)
+            ch.new["subindexes"][name] = dict(e, deleted_pending=0, added_pending=0, compacted_at=mf.now())
+        for name, e in ch.new["subindexes"].items():
+            t = ch.new["subindexes"].get(e.get("alias_of"))
+            if t is not None:
+                ch.new["subindexes"][name] = dict(e, **{k: t[k] for k in ("variant_bytes", "documents_without_terms",
+                                                                         "deleted_pending", "added_pending",
+                                                                         "compacted_at") if k in t})
+        gens.pause("compact:before-switch")
+        corpus = dict(ch.new["corpus"])
+        corpus["changes"] = (corpus.get("changes", []) + [
+            {"generation": ch.gen, "op": "compact", "sub_indexes": todo, "at": mf.now(),
+             "seconds": round(time.perf_counter() - t0, 2)}])[-HISTORY:]
+        ch.new["corpus"] = corpus
+        ch.commit()
+    if report is not None:
+        report.update(seconds=round(time.perf_counter() - t0, 2))
+    return Index.open(path)
+

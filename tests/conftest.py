@@ -71,6 +71,46 @@ def small_dense_index(tmp_path_factory, small_corpus):
     return add_dense(idx, DenseSpec(), quiet=True)
 
 
+def with_meta(src, dst):
+    """A copy of a BEIR corpus whose documents carry metadata derived from their id."""
+    dst.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for i, line in enumerate(open(src / "corpus.jsonl", encoding="utf-8")):
+        o = json.loads(line)
+        d = int(o["_id"])
+        o["metadata"] = {"year": 1990 + d % 30, "shard": "odd" if d % 2 else "even",
+                         "tags": ["a", "b"] if i % 3 == 0 else ["c"]}
+        if i % 7 == 0:
+            del o["metadata"]["year"]
+        lines.append(json.dumps(o) + "\n")
+    (dst / "corpus.jsonl").write_text("".join(lines), encoding="utf-8")
+    return dst
+
+
+@pytest.fixture(scope="session")
+def meta_corpus(tmp_path_factory, small_corpus):
+    return with_meta(small_corpus, tmp_path_factory.mktemp("meta"))
+
+
+@pytest.fixture(scope="session")
+def meta_index(tmp_path_factory, meta_corpus):
+    """BM25 over the 400 passages, with metadata."""
+    import retrieval
+
+    return retrieval.build_index(meta_corpus, tmp_path_factory.mktemp("midx") / "IDX", quiet=True)
+
+
+@pytest.fixture(scope="session")
+def meta_dense_index(tmp_path_factory, meta_corpus):
+    """BM25 + MiniLM dense over the 400 passages, with metadata."""
+    import retrieval
+    from retrieval.dense.subindex import DenseSpec
+    from retrieval.writer import add_dense
+
+    idx = retrieval.build_index(meta_corpus, tmp_path_factory.mktemp("mdidx") / "IDX", quiet=True)
+    return add_dense(idx, DenseSpec(), quiet=True)
+
+
 def run_retr(*args, cwd=None, input=None, timeout=600):
     """Run the real `retr` console entry point in a child process."""
     return subprocess.run([sys.executable, "-m", "cli.main", *map(str, args)], cwd=cwd or ROOT,

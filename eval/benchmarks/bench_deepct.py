@@ -26,6 +26,7 @@ from common import WORK, by_name, machine, md_table, run_dict, write_results
 
 from eval import evaluate
 from eval.significance import compare
+from retrieval.fusion import DEFAULT_FUSION
 
 MEASURES = ["nDCG@10", "R@100", "R@1000"]
 MODELS = WORK / "deepct-models"
@@ -173,7 +174,7 @@ def run_collection(col, threads, rebuild=False, retune=False):
             "encode_seconds": e.get("encode_seconds"), "default_mode": e["config"]["mode"],
             "default_scale": e["config"].get("scale", "linear"),
             "k1": e["config"]["k1"], "b": e["config"]["b"], "tuning": e.get("tuning"),
-            "fusion": idx.manifest.get("pipelines", {}).get(f"bm25+{sub}", {}).get("spec", "rrf(k=60) (untuned)"),
+            "fusion": idx.manifest.get("pipelines", {}).get(f"bm25+{sub}", {}).get("spec", f"{DEFAULT_FUSION} (untuned)"),
             "variant_bytes": e["variant_bytes"],
             "bm25_bytes": idx.info()["subindexes"]["bm25"]["size_bytes"],
         }

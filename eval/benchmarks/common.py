@@ -87,6 +87,42 @@ def md_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return "\n".join(out)
 
 
+def synthetic_corpus(n: int, out_path: Path, seed: int = 0, sources: Sequence[Collection] | None = None) -> Path:
+    """A BEIR-style corpus of ``n`` passages for scale benchmarks, built from the local collections:
+    passage ``i`` gets the new id ``syn-<i>`` and the text of two passages of ``sources`` (default: all
+    of COLLECTIONS; title and text, passages without text skipped) drawn at random with ``seed`` and
+    joined by a space, so every passage is distinct while the vocabulary and term statistics are
+    those of real text. Written once to ``out_path`` (JSONL, ``{"_id", "title", "text"}``); a call
+    with the same ``n``, ``seed`` and sources reuses the file (recorded in ``<out_path>.meta.json``)."""
+    import random
+
+    out_path = Path(out_path)
+    sources = list(COLLECTIONS if sources is None else sources)
+    meta = {"n": n, "seed": seed, "sources": [c.folder for c in sources], "version": 1}
+    meta_path = out_path.with_name(out_path.name + ".meta.json")
+    if out_path.exists() and meta_path.exists() and json.loads(meta_path.read_text()) == meta:
+        return out_path
+    pool: List[str] = []
+    for c in sources:
+        with open(c.corpus, encoding="utf-8") as f:
+            for line in f:
+                d = json.loads(line)
+                text = " ".join(x for x in (d.get("title") or "", d.get("text") or "") if x.strip())
+                if text.strip():
+                    pool.append(text)
+    rng = random.Random(seed)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_path.with_name(out_path.name + f".tmp-{os.getpid()}")
+    width = len(str(max(n - 1, 0)))
+    with open(tmp, "w", encoding="utf-8") as out:
+        for i in range(n):
+            a, b = rng.randrange(len(pool)), rng.randrange(len(pool))
+            out.write(json.dumps({"_id": f"syn-{i:0{width}d}", "title": "", "text": f"{pool[a]} {pool[b]}"}) + "\n")
+    tmp.replace(out_path)
+    meta_path.write_text(json.dumps(meta) + "\n")
+    return out_path
+
+
 def run_dict(results) -> Dict[str, Dict[str, float]]:
     return {qid: {h.docid: h.score for h in hits} for qid, hits in results.items()}
 

@@ -1,7 +1,9 @@
 """The DeepCT sub-index (Dai & Callan 2019): passage term weights from a DeepCT
 model, written into real Lucene indexes through Anserini, and its retriever.
 
-    INDEX/deepct/weights.jsonl.gz     raw term weights per passage (to derive variants without re-encoding)
+    INDEX/deepct/weights.jsonl.gz     raw term weights per passage (to derive variants without re-encoding);
+                                      passages added later: weights-g<N>.jsonl.gz, one file per generation,
+                                      merged into weights.jsonl.gz by compaction
     INDEX/deepct/impact-linear/       JsonVectorCollection -impact -pretokenized, tf = round(w*100)
     INDEX/deepct/impact-sqrt/         the same with round(sqrt(w)*100)
     INDEX/deepct/bm25-linear/         JsonVectorCollection -pretokenized (no -impact): the weights become
@@ -26,10 +28,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from indexes import jvm
 from indexes import manifest as mf
 from indexes.errors import InputError, RetrError
-from indexes.lucene import build_lucene
+from indexes.lucene import LuceneIndex, build_lucene
 from retrieval.kinds import BuildContext, SubIndexKind
 from retrieval.progress import progress
 from retrieval.types import Query
@@ -97,50 +98,43 @@ def _index_vectors(vectors, folder: Path, impact: bool, threads: int, append: bo
 
 
 class _Searcher:
-    """One Lucene variant of the DeepCT folder: impact (SimpleImpactSearcher, integer
-    query weights) or BM25 (SimpleSearcher, whitespace analyser, repeated query terms)."""
+    """One Lucene variant of the DeepCT folder: impact (integer query weights) or
+    BM25 (whitespace analyser, repeated query terms), ranked as Anserini's
+    SimpleImpactSearcher / SimpleSearcher rank (see :class:`indexes.lucene.LuceneIndex`)."""
 
     def __init__(self, path: Path, impact: bool, k1: float, b: float):
         self.impact = impact
-        self._JList = jvm.autoclass("java.util.ArrayList")
-        if impact:
-            self._s = jvm.autoclass("io.anserini.search.SimpleImpactSearcher")(str(path))
-            self._JMap = jvm.autoclass("java.util.HashMap")
-            self._JInt = jvm.autoclass("java.lang.Integer")
-        else:
-            self._s = jvm.autoclass("io.anserini.search.SimpleSearcher")(str(path))
-            self._s.set_analyzer(jvm.autoclass("org.apache.lucene.analysis.core.WhitespaceAnalyzer")())
-            self.set_bm25(k1, b)
+        self._index = LuceneIndex(path, impact=impact, k1=k1, b=b, analyzer=None if impact else "whitespace")
         self._lock = threading.Lock()
 
     def set_bm25(self, k1: float, b: float) -> None:
         if not self.impact:
-            self._s.set_bm25(float(k1), float(b))
+            self._index.set_bm25(float(k1), float(b))
 
     def _query(self, weights: Dict[str, int]):
         if self.impact:
-            m = self._JMap()
-            for t, w in weights.items():
-                m.put(t, self._JInt(int(w)))
-            return m
+            return weights
         # BM25: Anserini's bag-of-words query boosts a term by its count in the query text
         return " ".join(t for t, w in weights.items() for _ in range(int(w)))
 
     def batch(self, weights: Sequence[Dict[str, int]], qids: Sequence[str], k: int, threads: int
               ) -> Dict[str, Scored]:
-        jq, jid = self._JList(), self._JList()
         todo = [(q, w) for q, w in zip(qids, weights) if w]
-        if not todo:
-            return {q: [] for q in qids}
-        for q, w in todo:
-            jq.add(self._query(w))
-            jid.add(str(q))
-        with self._lock:
-            res = self._s.batch_search(jq, jid, int(k), int(threads))
         out: Dict[str, Scored] = {q: [] for q in qids}
-        for entry in res.entrySet().toArray():
-            out[entry.getKey()] = [(h.docid, float(h.score)) for h in entry.getValue()]
+        if not todo:
+            return out
+        with self._lock:
+            res = self._index.batch_search([self._query(w) for _, w in todo], [str(q) for q, _ in todo], k, threads)
+        out.update(res)
         return out
+
+
+    def search_filtered(self, weights: Dict[str, int], k: int, allowed) -> Scored:
+        """The first ``k`` documents of ``allowed`` in this variant's ranking (Lucene FILTER clause)."""
+        if not weights:
+            return []
+        with self._lock:
+            return self._index.search_filtered(self._query(weights), k, allowed)
 
 
 def variant_name(mode: str, scale: str) -> str:
@@ -149,10 +143,13 @@ def variant_name(mode: str, scale: str) -> str:
 
 # ----------------------------------------------------------------------------------- build
 def _write_deepct(folder: Path, pairs: Iterable[Tuple[str, Dict[str, float]]], threads: int,
-                  append: bool = False) -> Tuple[List[str], Dict[str, int], Dict[str, float], int]:
-    """Store the raw weights of ``(docid, weights)`` pairs (a stream: they are written as they
-    come, so memory stays flat) and write (or, with ``append``, extend) every Lucene variant;
-    returns (docids, bytes per variant, indexing seconds per variant, documents without terms)."""
+                  append: bool = False, generation: int = 0) -> Tuple[List[str], Dict[str, int], Dict[str, float], int]:
+    """Store the raw weights of ``(docid, weights)`` pairs and write (or, with ``append``, extend)
+    every Lucene variant; returns (docids, bytes per variant, indexing seconds per variant,
+    documents without terms). ``pairs`` is a stream: weights and each scale's impacts are
+    written to disk as they come, so memory stays flat whatever the corpus size. Added
+    weights go to a file of their own, ``weights-g<N>.jsonl.gz``: the folder is a hard-link
+    copy of the previous generation's, whose files must not change."""
     from retrieval.deepct.model import to_impacts
 
     ids: List[str] = []
@@ -160,15 +157,18 @@ def _write_deepct(folder: Path, pairs: Iterable[Tuple[str, Dict[str, float]]], t
     empty = 0
     files = {scale: open(p, "w", encoding="utf-8") for scale, p in spools.items()}
     try:
-        with gzip.open(folder / WEIGHTS_FILE, "at" if append else "wt", encoding="utf-8") as f:  # append: a new gzip member
+        def rows():
+            nonlocal empty
             for d, w in pairs:
                 ids.append(d)
-                f.write(json.dumps({"id": d, "w": {t: round(v, 5) for t, v in w.items()}}) + "\n")
                 for scale, fh in files.items():
                     imp = to_impacts(w, scale)
                     if scale == "linear" and not imp:
                         empty += 1
                     fh.write(json.dumps([d, imp]) + "\n")
+                yield d, w
+
+        _write_weights(folder / (f"weights-g{int(generation)}.jsonl.gz" if append else WEIGHTS_FILE), rows())
         for fh in files.values():
             fh.close()
 
@@ -205,6 +205,42 @@ def _weights(enc, docs, total: Optional[int], runner, quiet: bool, desc: str = "
             yield from zip(ids, terms_of_words(words, enc.prep.an))
 
     return run, stream()
+
+
+def _write_weights(path: Path, rows) -> None:
+    import os
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    os.close(fd)
+    try:
+        with gzip.open(tmp, "wt", encoding="utf-8") as f:
+            for d, w in rows:
+                f.write(json.dumps({"id": d, "w": {t: round(v, 5) for t, v in w.items()}}) + "\n")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _weight_files(folder: Path) -> List[Path]:
+    import re
+
+    extra = sorted((int(m.group(1)), p) for p in Path(folder).iterdir()
+                   if (m := re.match(r"^weights-g(\d+)\.jsonl\.gz$", p.name)))
+    base = Path(folder) / WEIGHTS_FILE
+    return ([base] if base.exists() else []) + [p for _g, p in extra]
+
+
+def read_weights(folder: Path):
+    """``(docid, {term: weight})`` of every passage the folder's weight files hold, in the order
+    they were written (the build's, then each addition's); a later row of a docid replaces an
+    earlier one (an update), and deleted documents are still there until compaction."""
+    for p in _weight_files(folder):
+        with gzip.open(p, "rt", encoding="utf-8") as f:
+            for line in f:
+                o = json.loads(line)
+                yield o["id"], o["w"]
 
 
 def build_deepct(folder: Path, name: str, store_path: Path, spec: DeepCTSpec, fingerprint: str,
@@ -407,7 +443,7 @@ def entry_encoder(entry: dict, purpose: str, threads: Optional[int] = 1, stride:
 
 
 def append_deepct(folder: Path, entry: dict, docs: Sequence[Tuple[str, str]], threads: int = 2,
-                  quiet: bool = True, executor=None) -> dict:
+                  quiet: bool = True, generation: int = 0, executor=None) -> dict:
     """Encode ``(docid, contents)`` pairs with the sub-index's own model and append them
     to its stored weights and every Lucene variant; returns the updated entry. The
     defaults (mode, scale, k1/b) stay as tuned; the new documents are not tuned on."""
@@ -415,7 +451,7 @@ def append_deepct(folder: Path, entry: dict, docs: Sequence[Tuple[str, str]], th
 
     enc = entry_encoder(entry, "adding documents to a DeepCT sub-index", threads=threads, stride=True)
     _run, pairs = _weights(enc, docs, len(docs), runner_of(executor), quiet)
-    _ids, sizes, _secs, empty = _write_deepct(folder, pairs, threads, append=True)
+    _ids, sizes, _secs, empty = _write_deepct(folder, pairs, threads, append=True, generation=generation)
     return dict(entry, variant_bytes=sizes,
                 documents_without_terms=int(entry.get("documents_without_terms", 0)) + empty)
 
@@ -449,6 +485,9 @@ class DeepCTRetriever:
             raise InputError(f"unknown DeepCT scale {scale!r} (choose from: {', '.join(SCALES)})")
         if query is not None and query not in QUERY_MODES:
             raise InputError(f"unknown query weighting {query!r} (choose from: {', '.join(QUERY_MODES)})")
+        from retrieval.bm25 import check_bm25
+
+        check_bm25(k1, b)
         if (k1 is not None or b is not None) and (mode or self.mode) != "bm25":
             raise InputError("--k1/--b apply to the DeepCT sub-index only in bm25 mode (its default mode is "
                              f"{self.mode!r})")
@@ -495,6 +534,19 @@ class DeepCTRetriever:
         weights = self.query_terms([q.text for q in queries])
         return s.batch(weights, [q.qid for q in queries], k, threads)
 
+    def close(self) -> None:
+        with self._lock:
+            for s in self._searchers.values():
+                s._index.close()
+            self._searchers.clear()
+
+
+    def search_filtered(self, text: str, k: int, allowed) -> Scored:
+        """The first ``k`` documents of ``allowed`` in this retriever's ranking."""
+        s = self._searcher(self.mode, self.scale)
+        s.set_bm25(self.k1, self.b)
+        return s.search_filtered(self.query_terms([text])[0], k, allowed)
+
 
 class DeepCTKind(SubIndexKind):
     name = "deepct"
@@ -507,16 +559,65 @@ class DeepCTKind(SubIndexKind):
         if entry.get("alias_of"):  # deepct-query shares its target's folder: the writer mirrors the target
             return entry
         return append_deepct(folder, entry, [(d.docid, d.contents) for d in docs], threads=ctx.threads,
-                             quiet=ctx.quiet, executor=ctx.executor)
+                             quiet=ctx.quiet, generation=ctx.generation, executor=ctx.executor)
+
+    def delete(self, folder: Path, entry: dict, docids: Sequence[str], ctx: BuildContext) -> dict:
+        if entry.get("alias_of"):
+            return entry
+        from indexes.lucene import change_index
+
+        for v in _variants(entry):
+            change_index(folder / v, delete=docids)
+        return dict(entry, variant_bytes={v: mf.folder_size(folder / v) for v in _variants(entry)})
+
+    def compact(self, folder: Path, entry: dict, ctx: BuildContext) -> dict:
+        """Every variant with its deleted documents expunged; one weights file holding the live
+        passages' latest weights, in the document store's order (as a fresh build writes it)."""
+        if entry.get("alias_of"):
+            return entry
+        from indexes.lucene import change_index
+        from retrieval.deepct.model import to_impacts
+
+        for v in _variants(entry):
+            change_index(folder / v, expunge=True)
+        latest = dict(read_weights(folder))
+        order = [d for d, _t in ctx.docs()]
+        missing = [d for d in order if d not in latest]
+        if missing:
+            raise RetrError(f"{folder}: no stored DeepCT weights for {len(missing)} document(s) "
+                            f"(first: {missing[0]!r})")
+        old = _weight_files(folder)
+        _write_weights(folder / WEIGHTS_FILE, ((d, latest[d]) for d in order))
+        for p in old:
+            if p.name != WEIGHTS_FILE:
+                p.unlink()
+        empty = sum(1 for d in order if not to_impacts(latest[d], "linear"))
+        return dict(entry, variant_bytes={v: mf.folder_size(folder / v) for v in _variants(entry)},
+                    documents_without_terms=empty)
 
     def retriever(self, folder: Path, entry: dict) -> DeepCTRetriever:
         return DeepCTRetriever(folder, entry)
 
-    def count(self, folder: Path, entry: dict) -> Dict[str, int]:
-        from indexes.lucene import LuceneIndex
+    def reopen(self, old, folder: Path, entry: dict) -> DeepCTRetriever:
+        r = DeepCTRetriever(folder, entry)
+        if isinstance(old, DeepCTRetriever) and old.entry.get("model") == entry.get("model"):
+            r._encoder = old._encoder
+        return r
 
-        return {v: LuceneIndex(folder / v, impact=v.startswith("impact")).num_docs
-                for v in entry.get("config", {}).get("variants", [])}
+    def count(self, folder: Path, entry: dict) -> Dict[str, int]:
+        from indexes.lucene import doc_count
+
+        return {v: doc_count(folder / v) for v in _variants(entry)}
+
+    def ids(self, folder: Path, entry: dict) -> Dict[str, List[str]]:
+        from indexes.lucene import live_ids
+
+        return {v: live_ids(folder / v) for v in _variants(entry)}
+
+    def present(self, folder: Path, entry: dict, docids: Sequence[str]) -> Dict[str, set]:
+        from indexes.lucene import present_ids
+
+        return {v: set(present_ids(folder / v, docids)) for v in _variants(entry)}
 
     def entries(self, name: str, entry: dict) -> Dict[str, dict]:
         return with_alias(name, entry)
@@ -525,6 +626,10 @@ class DeepCTKind(SubIndexKind):
         """Tune ``bm25+<name>`` on the model's held-out training queries, when there are any."""
         if tune_fusion and "bm25" in index.retrievers:
             tune_default_fusion(index, name, quiet=quiet)
+
+
+def _variants(entry: dict) -> List[str]:
+    return list(entry.get("config", {}).get("variants", []))
 
 
 KIND = DeepCTKind()

@@ -53,7 +53,8 @@ class TrainConfig:
     dropout: float = 0.1
     min_rel: int = 1                  # a qrel is relevant when grade >= min_rel
     dev_fraction: float = 0.1         # training queries held out (recorded) for tuning BM25/fusion
-    title: str = "off"                # off | extra (titles for docs without qrels) | only
+    title: str = "auto"               # auto (only without qrels, off with them) | off | extra (titles for docs
+                                      # without qrels) | only
     title_limit: Optional[int] = None  # at most this many title-supervised passages
     max_windows: Optional[int] = None  # at most this many training windows per passage (None: all)
     checkpoint_every: int = 50        # steps
@@ -65,8 +66,8 @@ class TrainConfig:
             raise InputError("epochs, batch size and learning rate must be positive")
         if not 0 <= self.dev_fraction < 1:
             raise InputError("dev fraction must be in [0, 1)")
-        if self.title not in ("off", "extra", "only"):
-            raise InputError(f"title supervision must be off, extra or only (got {self.title!r})")
+        if self.title not in ("auto", "off", "extra", "only"):
+            raise InputError(f"title supervision must be auto, off, extra or only (got {self.title!r})")
         if self.max_length < 16:
             raise InputError("max length must be at least 16")
         return self
@@ -92,6 +93,7 @@ def build_training_data(corpus, queries=None, qrels=None, cfg: TrainConfig = Tra
 
     if (queries is None) != (qrels is None):
         raise InputError("give both queries and qrels, or neither (title weak supervision)")
+    cfg = resolve_title(cfg, queries)
     if queries is None and cfg.title == "off":
         raise InputError("no training data: give --queries and --qrels, or use title weak supervision (--title only)")
     docs = {d.docid: d for d in read_corpus(corpus, empty="skip")}
@@ -119,6 +121,9 @@ def build_training_data(corpus, queries=None, qrels=None, cfg: TrainConfig = Tra
         for d, t in tt.by_doc.items():
             data.texts[d], data.targets[d] = bodies[d], t
         data.info["title_targets"] = tt.stats
+        if queries is None and not data.targets:
+            raise InputError("no qrels given and no passage has both a title and a text, so there is nothing to "
+                             "train DeepCT on: give training queries and qrels (--queries, --qrels)", corpus)
     if not data.targets:
         raise InputError("no training passages: no relevant qrels matched the corpus and no titles were usable")
     data.info["training_passages"] = len(data.targets)
@@ -146,6 +151,15 @@ def _save_checkpoint(path: Path, state: dict) -> None:
     os.replace(tmp, path / "state.pt")
 
 
+def resolve_title(cfg: TrainConfig, queries) -> TrainConfig:
+    """``title="auto"``: HDCT title supervision alone when there are no training queries, none with them."""
+    from dataclasses import replace
+
+    if cfg.title != "auto":
+        return cfg
+    return replace(cfg, title="off" if queries is not None else "only")
+
+
 def train_deepct(corpus, output, queries=None, qrels=None, cfg: Optional[TrainConfig] = None,
                  overwrite: bool = False, quiet: bool = False, stop_after_steps: Optional[int] = None) -> dict:
     """Train and save a DeepCT model into ``output``; returns its model card.
@@ -159,6 +173,9 @@ def train_deepct(corpus, output, queries=None, qrels=None, cfg: Optional[TrainCo
     from retrieval.models import pick_device
 
     cfg = (cfg or TrainConfig()).validate()
+    if (queries is None) != (qrels is None):
+        raise InputError("give both queries and qrels, or neither (title weak supervision)")
+    cfg = resolve_title(cfg, queries)   # the card and the checkpoint key record what was resolved
     out = Path(output)
     if dc.is_deepct_dir(out) and not overwrite:
         raise InputError("already holds a trained DeepCT model (pass --overwrite to replace it)", out)

@@ -641,17 +641,32 @@ class DimSel:
             out[i] = top_mask(imp, self.alpha)
         return out
 
-    def search_vectors(self, Q: np.ndarray, k: int, qids: Optional[Sequence[str]] = None) -> List[Scored]:
+    def rebind(self, dense) -> "DimSel":
+        """The same selection over another generation's dense retriever (Index.refresh)."""
+        import copy
+
+        new = copy.copy(self)
+        new.dense = dense
+        return new
+
+    def search_vectors(self, Q: np.ndarray, k: int, qids: Optional[Sequence[str]] = None,
+                       allowed=None) -> List[Scored]:
+        """``allowed`` (a filter's documents) restricts the final search only: the masks are
+        chosen as without it, so a filtered search is this ranking, filtered."""
         Q = np.atleast_2d(np.asarray(Q, dtype=np.float32))
         mask = self.masks(Q, qids)
         if mask is None:
             self.last_kept = np.full(len(Q), Q.shape[1])
-            return self.dense.search_vectors(Q, k)
+            return self.dense.search_vectors(Q, k, allowed)
         self.last_kept = mask.sum(axis=1)
-        return self.dense.search_vectors(apply_mask(Q, mask), k)
+        return self.dense.search_vectors(apply_mask(Q, mask), k, allowed)
 
     def search(self, text: str, k: int, qid: Optional[str] = None) -> Scored:
         return self.search_vectors(self.dense.encode_queries([text]), k, [qid] if qid is not None else None)[0]
+
+    def search_filtered(self, text: str, k: int, allowed, qid: Optional[str] = None) -> Scored:
+        return self.search_vectors(self.dense.encode_queries([text]), k, [qid] if qid is not None else None,
+                                   allowed)[0]
 
     def batch_search(self, queries: Sequence[Query], k: int, threads: int = 1) -> Dict[str, Scored]:
         res = self.search_vectors(self.dense.encode_queries([q.text for q in queries]), k, [q.qid for q in queries])

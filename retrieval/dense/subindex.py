@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -133,7 +134,8 @@ def build_dense(folder: Path, name: str, store_path: Path, spec: DenseSpec, fing
             yield v, docids[start:start + len(v)]
             start += len(v)
 
-    fi = FaissIndex.build(batches(), factory=spec.factory, dim=enc.dim, use_gpu=False, quiet=quiet)
+    fi = FaissIndex.build(batches(), factory=spec.factory, dim=enc.dim, use_gpu=False, quiet=quiet,
+                          expected=len(docids))
     fi.save(folder)
     (folder / "encoder.json").write_text(json.dumps(cfg, indent=2) + "\n")
     shutil.rmtree(cache, ignore_errors=True)
@@ -211,17 +213,18 @@ def _encode_shards_on(runner, enc, store_path: Path, cache: Path, spec: DenseSpe
 
 class DenseRetriever:
     """faiss search over vectors from the dense encoder recorded in the manifest.
-    The encoder (torch + transformers) loads on the first query."""
+    The encoder (torch + transformers) loads on the first query. A folder changed since
+    it was built or compacted is searched through :class:`indexes.faiss_live.LiveFaiss`."""
 
     kind = "dense"
 
-    def __init__(self, path: Path, entry: dict):
-        from indexes.faiss_index import FaissIndex
+    def __init__(self, path: Path, entry: dict, encoder=None):
+        from indexes.faiss_live import open_live
 
         self.path = Path(path)
         self.entry = entry
-        self._index = FaissIndex.open(self.path)
-        self._encoder = None
+        self._index = open_live(self.path)
+        self._encoder = encoder
 
     @property
     def encoder(self):
@@ -234,16 +237,70 @@ class DenseRetriever:
     def encode_queries(self, texts: Sequence[str]):
         return self.encoder.encode(list(texts), quiet=True).astype("float32", copy=False)
 
-    def search_vectors(self, vectors, k: int) -> List[Scored]:
-        scores, names = self._index.search(vectors, k)
-        return [list(zip(n, map(float, s))) for n, s in zip(names, scores)]
+    def search_vectors(self, vectors, k: int, allowed=None) -> List[Scored]:
+        """``allowed`` (a filter's documents): the first ``k`` of them in each ranking. A faiss
+        index takes it as an ID selector; a changed live index (delta rows, deletion mask) ranks
+        deeper, then filters (exact either way)."""
+        from indexes.faiss_index import FaissIndex
+
+        if allowed is None or isinstance(self._index, FaissIndex):
+            kw = {} if allowed is None else {"allowed": allowed}
+            scores, names = self._index.search(vectors, k, **kw)
+            return [list(zip(n, map(float, s))) for n, s in zip(names, scores)]
+        total = max(1, int(self._index.ntotal))
+        depth = min(total, max(k + 10, -(-2 * k * total // max(1, len(allowed)))))
+        while True:
+            ranked = self.search_vectors(vectors, depth)
+            out = [[x for x in r if x[0] in allowed.set][:k] for r in ranked]
+            if all(len(o) >= k for o in out) or depth >= total or all(len(r) < depth for r in ranked):
+                return out
+            depth = min(total, depth * 4)
 
     def search(self, text: str, k: int) -> Scored:
         return self.search_vectors(self.encode_queries([text]), k)[0]
 
+    def search_filtered(self, text: str, k: int, allowed) -> Scored:
+        """The first ``k`` documents of ``allowed`` in this retriever's ranking (a faiss ID selector)."""
+        return self.search_vectors(self.encode_queries([text]), k, allowed)[0]
+
     def batch_search(self, queries: Sequence[Query], k: int, threads: int = 1) -> Dict[str, Scored]:
         res = self.search_vectors(self.encode_queries([q.text for q in queries]), k)
         return {q.qid: r for q, r in zip(queries, res)}
+
+
+_writer_encoders: Dict[str, object] = {}  # encoder config -> loaded encoder, for repeated changes in one process
+_writer_encoders_lock = threading.Lock()
+
+
+def _encode_new(entry: dict, docs: Sequence, quiet: bool, executor=None):
+    """The vectors of ``docs`` by the sub-index's own encoder: in this process (the model loaded
+    once per process, so a service that adds documents often pays the load once), or on the
+    executor's Ray workers."""
+    from retrieval.executors import runner_of
+
+    runner = runner_of(executor)
+    if runner.kind != "local":
+        import numpy as np
+
+        from retrieval.dense.encoder import DenseStage
+
+        stage = DenseStage(entry["encoder"], int(entry.get("spec", {}).get("batch_size", 64)),
+                           entry.get("spec", {}).get("device", "auto"))
+        got = list(runner.map(stage, [(d.docid, d.contents) for d in docs], total=len(docs), desc="encoding",
+                              quiet=quiet))
+        if [i for ids, _v in got for i in ids] != [d.docid for d in docs]:
+            raise RetrError("the encoded blocks came back out of order")
+        return np.concatenate([v for _ids, v in got]).astype("float32", copy=False)
+    from retrieval.dense.encoder import DenseEncoder
+
+    key = json.dumps(entry["encoder"], sort_keys=True, default=str)
+    with _writer_encoders_lock:
+        enc = _writer_encoders.get(key)
+        if enc is None:
+            enc = DenseEncoder.from_config(entry["encoder"], quiet=True)
+            _writer_encoders.clear()  # one at a time: a model is large
+            _writer_encoders[key] = enc
+        return enc.encode([d.contents for d in docs], quiet=quiet).astype("float32", copy=False)
 
 
 class DenseKind(SubIndexKind):
@@ -255,36 +312,52 @@ class DenseKind(SubIndexKind):
                            precomputed=ctx.precomputed, executor=ctx.executor)
 
     def append(self, folder: Path, entry: dict, docs: Sequence, ctx: BuildContext) -> dict:
-        from indexes.faiss_index import FaissIndex
-        from retrieval.dense.encoder import DenseEncoder, DenseStage
-        from retrieval.executors import runner_of
+        """Only the new passages are encoded; their vectors go to a delta file of this generation."""
+        from indexes.faiss_live import add_delta, open_live
 
-        runner = runner_of(ctx.executor)
-        if runner.kind == "local":
-            enc = DenseEncoder.from_config(entry["encoder"], quiet=True)
-            vectors = enc.encode([d.contents for d in docs], quiet=ctx.quiet).astype("float32", copy=False)
-        else:
-            import numpy as np
+        add_delta(folder, _encode_new(entry, docs, ctx.quiet, ctx.executor), [d.docid for d in docs], ctx.generation)
+        return dict(entry, faiss=open_live(folder).describe(folder))
 
-            stage = DenseStage(entry["encoder"], int(entry.get("spec", {}).get("batch_size", 64)),
-                               entry.get("spec", {}).get("device", "auto"))
-            got = list(runner.map(stage, [(d.docid, d.contents) for d in docs], total=len(docs), desc="encoding",
-                                  quiet=ctx.quiet))
-            if [i for ids, _v in got for i in ids] != [d.docid for d in docs]:
-                raise RetrError("the encoded blocks came back out of order")
-            vectors = np.concatenate([v for _ids, v in got]).astype("float32", copy=False)
-        fi = FaissIndex.open(folder, mmap=False)
-        fi.add(vectors, [d.docid for d in docs])
-        fi.save(folder)
+    def delete(self, folder: Path, entry: dict, docids: Sequence[str], ctx: BuildContext) -> dict:
+        from indexes.faiss_live import delete_rows, open_live
+
+        delete_rows(folder, docids, ctx.generation)
+        return dict(entry, faiss=open_live(folder).describe(folder))
+
+    def compact(self, folder: Path, entry: dict, ctx: BuildContext) -> dict:
+        """A new faiss file without the masked rows. Exact types (Flat, HNSW, IVF-Flat) are rebuilt
+        from their own vectors; compressed ones are encoded again from the document store."""
+        from indexes.faiss_live import NotReconstructible, compact
+
+        try:
+            fi = compact(folder, quiet=ctx.quiet)
+        except NotReconstructible:
+            for p in list(Path(folder).iterdir()):  # names only: other generations keep their files
+                if p.is_file():
+                    p.unlink()
+            spec = DenseSpec(**{k: v for k, v in entry.get("spec", {}).items() if k in DenseSpec.__dataclass_fields__})
+            spec.model = entry["encoder"]["model"]
+            new = build_dense(folder, entry["path"], ctx.store_path, spec, ctx.fingerprint, ctx.cache_base,
+                              ctx.quiet, executor=ctx.executor)
+            return dict(entry, faiss=new["faiss"], encode_seconds=new["encode_seconds"])
         return dict(entry, faiss=fi.describe(folder))
 
     def retriever(self, folder: Path, entry: dict) -> DenseRetriever:
         return DenseRetriever(folder, entry)
 
-    def count(self, folder: Path, entry: dict) -> Dict[str, int]:
-        from indexes.faiss_index import FaissIndex
+    def reopen(self, old, folder: Path, entry: dict) -> DenseRetriever:
+        same = isinstance(old, DenseRetriever) and old.entry.get("encoder") == entry.get("encoder")
+        return DenseRetriever(folder, entry, encoder=old._encoder if same else None)
 
-        return {"faiss": int(FaissIndex.open(folder).ntotal)}
+    def count(self, folder: Path, entry: dict) -> Dict[str, int]:
+        from indexes.faiss_live import open_live
+
+        return {"faiss": int(open_live(folder).ntotal)}
+
+    def ids(self, folder: Path, entry: dict) -> Dict[str, List[str]]:
+        from indexes.faiss_live import open_live
+
+        return {"faiss": open_live(folder).docids}
 
     def with_dimsel(self, index, name: str, dimsel):
         from retrieval.dense.dimsel import wrap

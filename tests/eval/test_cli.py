@@ -31,24 +31,27 @@ def test_json_one_and_several_runs(files):
         args += ["-m", m]
     res = invoke(args + [files / "one.trec", "--json"])
     assert res.exit_code == 0, res.output
+    # one.trec lacks q3: stdout stays JSON, the counts go to stderr
+    assert res.stderr.strip() == ("retr: warning: one.trec: 2 queries in the run, 3 in the qrels, 2 in both; 1 judged "
+                                  "queries missing from the run are left out of the means (-c scores them 0)")
     qrels, run = E.read_qrels(files / "qrels.txt"), E.read_run(files / "one.trec")
-    assert json.loads(res.output) == pytest.approx(E.evaluate(qrels, run, MEASURES))
+    assert json.loads(res.stdout) == pytest.approx(E.evaluate(qrels, run, MEASURES))
     res = invoke(args + [files / "one.trec", files / "two.trec", "--json", "-l", "2"])
-    out = json.loads(res.output)
+    out = json.loads(res.stdout)
     assert set(out) == {"one.trec", "two.trec"}
     assert out["two.trec"] == pytest.approx(E.evaluate(qrels, E.read_run(files / "two.trec"), MEASURES, rel_threshold=2))
 
 
 def test_table_and_per_query(files):
     res = invoke(["--qrels", files / "qrels.txt", files / "one.trec", files / "two.trec", "-m", "AP", "-m", "P@2"])
-    lines = res.output.splitlines()
+    lines = res.stdout.splitlines()
     assert lines[0].split() == ["run", "AP", "P@2"]
     assert lines[1].split()[0] == "one.trec" and len({len(line) for line in lines}) == 1  # aligned
     res = invoke(["--qrels", files / "qrels.txt", files / "one.trec", "-m", "AP", "--per-query", "--json"])
-    out = json.loads(res.output)
+    out = json.loads(res.stdout)
     assert set(out) == {"q1", "q2", "all"} and out["all"]["AP"] == pytest.approx((out["q1"]["AP"] + out["q2"]["AP"]) / 2)
     res = invoke(["--qrels", files / "qrels.txt", files / "one.trec", "-m", "AP", "-c", "--json"])
-    assert json.loads(res.output)["AP"] == pytest.approx((out["q1"]["AP"] + out["q2"]["AP"]) / 3)
+    assert json.loads(res.stdout)["AP"] == pytest.approx((out["q1"]["AP"] + out["q2"]["AP"]) / 3)
 
 
 def test_bad_input_raises_eval_error_with_location(files):
@@ -80,10 +83,10 @@ def test_help_and_added_subcommands(files):
 def test_subcommands(files, tmp_path):
     res = invoke(["significance", "--qrels", files / "qrels.txt", "--baseline", files / "one.trec", files / "two.trec",
                   "-m", "AP", "--margin", "0.1", "--json"])
-    rows = json.loads(res.output)["AP"]
+    rows = json.loads(res.stdout)["AP"]
     assert rows[0]["system"] == "one.trec" and rows[1]["system"] == "two.trec" and "tost_p" in rows[1]
     res = invoke(["unjudged", "--qrels", files / "qrels.txt", files / "one.trec", "-k", "2", "--json"])
-    assert json.loads(res.output)["one.trec"]["unjudged@2"] == 2
+    assert json.loads(res.stdout)["one.trec"]["unjudged@2"] == 2
     res = invoke(["partial", "--qrels", files / "qrels.txt", "--run", files / "one.trec", "--run", files / "two.trec",
                   "--budget", "1", "--seeds", "2", "-q", "--plot", tmp_path / "p.png"])
     assert res.exit_code == 0, res.output

@@ -130,3 +130,10 @@ def test_gpu_request_falls_back_to_cpu(data):
         _, got = idx.search(Q, 10)
     assert any("GPU" in str(x.message) for x in w) and not idx.on_gpu
     assert got == brute(X, ids, Q, 10)[1]
+
+
+def test_build_checks_the_count_it_was_to_hold(data):
+    X, ids, _ = data
+    assert FaissIndex.build(X, ids, expected=len(ids)).ntotal == len(ids)
+    with pytest.raises(IndexFormatError, match=f"holds {len(ids)} vectors but was to hold {len(ids) + 1}"):
+        FaissIndex.build(((X[i:i + 100], ids[i:i + 100]) for i in range(0, len(X), 100)), expected=len(ids) + 1)

@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pytest
 
@@ -30,10 +31,13 @@ def test_add_documents_to_bm25_and_dense(tmp_path, small_dense_index):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["IDX"]
 
 
-def _lucene_docs(path, impact=False):
-    from indexes.lucene import LuceneIndex
+def _lucene_docs(path, name="bm25"):
+    """The live documents Lucene holds in sub-index ``name`` of the folder at ``path``, in the
+    folder of its current generation."""
+    from indexes.lucene import doc_count
 
-    return LuceneIndex(path, impact=impact).num_docs
+    m = retrieval.open_index(path).manifest
+    return doc_count(Path(path) / m["subindexes"][name]["path"])
 
 
 def test_add_keeps_every_old_document_and_equals_a_fresh_build(tmp_path, small_corpus):
@@ -47,7 +51,7 @@ def test_add_keeps_every_old_document_and_equals_a_fresh_build(tmp_path, small_c
     queries = list(read_queries(small_corpus / "queries.jsonl"))
     idx = retrieval.build_index(old, tmp_path / "A", quiet=True)
     idx2 = add_documents(idx, new, quiet=True)
-    assert len(idx2) == 400 == idx2.manifest["subindexes"]["bm25"]["doc_count"] == _lucene_docs(idx2.path / "bm25")
+    assert len(idx2) == 400 == idx2.manifest["subindexes"]["bm25"]["doc_count"] == _lucene_docs(idx2.path)
     for d in old[::37] + new[::23]:  # every document is still there, old and new
         assert idx2.get(d.docid) is not None
         assert d.docid in [h.docid for h in idx2.search(d.contents[:300], k=10, text=False)]
@@ -74,7 +78,9 @@ def test_cli_add_rejects_bad_corpus_and_keeps_index(retr, tmp_path, small_corpus
     assert "now 401" in r.stderr
     r = retr("search", "--index", path, "zebrafish fins", "--k", "1")
     assert "n1" in r.stdout
-    assert _lucene_docs(path / "bm25") == 401
+    assert _lucene_docs(path) == 401
+    r = retr("check", "--index", path, "--strict", "--full")
+    assert r.returncode == 0, r.stdout + r.stderr
 
 
 def test_add_to_a_pruned_folder_applies_its_estimator_and_threshold(retr, tmp_path, small_corpus):
@@ -129,6 +135,10 @@ def test_cli_add_to_scifact_keeps_the_old_top_10(retr, tmp_path, scifact_dir):
     after = idx.search(q, k=10, text=False)
     assert [h.docid for h in after] == [h.docid for h in before] and len(before) == 10
     n = len(idx)
-    assert n == 5233 == idx.manifest["subindexes"]["bm25"]["doc_count"] == _lucene_docs(path / "bm25")
+    assert n == 5233 == idx.manifest["subindexes"]["bm25"]["doc_count"] == _lucene_docs(path)
     assert len(idx.docstore) == n
     assert idx.search("aerodynamics of a wing in a slipstream", k=1)[0].docid == "cran-1"
+    r = retr("info", "--index", path)
+    assert "5,233 docs" in r.stdout, r.stdout
+    r = retr("check", "--index", path, "--strict")
+    assert r.returncode == 0 and r.stdout.startswith("ok:"), r.stdout + r.stderr

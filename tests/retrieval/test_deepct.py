@@ -282,7 +282,7 @@ def test_retr_add_grows_the_deepct_sub_index(tmp_path, tiny_beir, model_dir):
 
     import retrieval
     from retrieval.writer import add_documents
-    from retrieval.deepct.subindex import DeepCTSpec
+    from retrieval.deepct.subindex import DeepCTSpec, read_weights
     from retrieval.types import Document
 
     from retrieval.writer import index_corpus
@@ -296,13 +296,16 @@ def test_retr_add_grows_the_deepct_sub_index(tmp_path, tiny_beir, model_dir):
     assert m["deepct"]["doc_count"] == m["deepct-query"]["doc_count"] == m["bm25"]["doc_count"] == 92
     assert m["deepct"]["config"] == before["config"]  # the tuned defaults stay
     assert m["deepct-query"]["variant_bytes"] == m["deepct"]["variant_bytes"] != before["variant_bytes"]
-    with gzip.open(idx2.path / "deepct" / "weights.jsonl.gz", "rt", encoding="utf-8") as f:
-        rows = [json.loads(l)["id"] for l in f]
+    folder = idx2.path / m["deepct"]["path"]
+    assert m["deepct-query"]["path"] == m["deepct"]["path"] != before["path"]  # the new generation's folder
+    with gzip.open(folder / "weights.jsonl.gz", "rt", encoding="utf-8") as f:  # the built file, unchanged
+        assert len([json.loads(l)["id"] for l in f]) == 90
+    rows = [d for d, _w in read_weights(folder)]  # the added weights are in a file of their own
     assert len(rows) == 92 and rows[-2:] == ["new-1", "new-2"]
-    from indexes.lucene import LuceneIndex
+    from indexes.lucene import doc_count
 
     for v in m["deepct"]["config"]["variants"]:  # every variant holds the old documents and the new
-        assert LuceneIndex(idx2.path / "deepct" / v, impact=v.startswith("impact")).num_docs == 92, v
+        assert doc_count(folder / v) == 92, v
     for mode in ("impact", "bm25"):
         for scale in ("linear", "sqrt"):
             idx2.retriever("deepct").configure(mode=mode, scale=scale)
@@ -311,3 +314,74 @@ def test_retr_add_grows_the_deepct_sub_index(tmp_path, tiny_beir, model_dir):
     idx2.retriever("deepct-query").configure(query="plain")
     assert idx2.search("zyxwvut", k=1, retriever="deepct-query")[0].docid == "new-1"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["IDX"]
+
+
+def test_deepct_delete_update_compact_equal_a_fresh_build(tmp_path, tiny_beir, model_dir):
+    """Deleted passages leave every DeepCT variant at once; updated ones are encoded again, alone;
+    after compaction every variant's run is the TREC file of a fresh build of the final corpus."""
+    import retrieval
+    from retrieval.check import check_index
+    from retrieval.deepct.subindex import DeepCTSpec, read_weights
+    from retrieval.types import Document
+    from retrieval.writer import compact, delete_documents, index_corpus, update_documents
+
+    spec = DeepCTSpec(model=str(model_dir), tune=False)
+    idx = index_corpus(tiny_beir, tmp_path / "IDX", deepct=spec, quiet=True)
+    docs = list(retrieval.read_corpus(tiny_beir))
+    victim, changed = docs[4], docs[5]
+    idx = delete_documents(idx, [victim.docid], quiet=True)
+    variants = [(m, s) for m in ("impact", "bm25") for s in ("linear", "sqrt")]
+    for mode, scale in variants:
+        idx.configure("deepct", mode=mode, scale=scale)
+        assert victim.docid not in [h.docid for h in idx.search(victim.title, k=10, retriever="deepct")], mode
+    idx = update_documents(idx, [Document(changed.docid, "zyxwvut quokka habitat", "Quokka"),
+                                 Document("new-1", "marsupial island ecology on rottnest")], quiet=True)
+    rep = check_index(idx.path, full=True, strict=True)
+    assert rep.ok and "deepct" in rep.checked, rep.problems
+    for mode, scale in variants:
+        idx.configure("deepct", mode=mode, scale=scale)
+        assert idx.search("zyxwvut quokka", k=1, retriever="deepct")[0].docid == changed.docid, (mode, scale)
+    idx = compact(idx, quiet=True)
+    assert check_index(idx.path, full=True, strict=True).ok
+    folder = idx.path / idx.manifest["subindexes"]["deepct"]["path"]
+    final = [Document(d, text, title) for d, title, text, _m in idx.docstore.iter_docs()]
+    assert [d for d, _w in read_weights(folder)] == [d.docid for d in final]  # one file, the store's order
+    assert sorted(p.name for p in folder.iterdir() if p.is_file()) == ["weights.jsonl.gz"]
+    fresh = index_corpus(final, tmp_path / "F", deepct=spec, quiet=True)
+    qs = retrieval.read_queries(tiny_beir / "queries.jsonl")
+    for mode, scale in variants:
+        runs = []
+        for i in (idx, fresh):
+            i.configure("deepct", mode=mode, scale=scale)
+            runs.append([f"{q} {h.docid} {h.rank} {h.score:.5f}" for q, hs in
+                         i.batch_search(qs, k=20, retriever="deepct").items() for h in hs])
+        assert runs[0] == runs[1], (mode, scale)
+
+
+def test_training_without_qrels_uses_titles_and_says_so(tmp_path, tiny_beir):
+    """`retr train deepct --corpus C` with no --qrels trains on titles (the card records title=only and
+    title targets) and prints one note; a corpus without titles is refused in one error line."""
+    out = tmp_path / "T"
+    r = run_retr("train", "deepct", "--corpus", tiny_beir, "--output", out, "--base", "splade-tiny",
+                 "--epochs", "1", "--lr", "1e-3", "--max-length", "64", "--quiet")
+    assert r.returncode == 0, r.stderr
+    notes = [l for l in r.stderr.splitlines() if l.startswith("retr: note: ")]
+    assert len(notes) == 1 and "titles" in notes[0] and "Traceback" not in r.stderr
+    card = json.loads((out / "deepct.json").read_text())
+    assert card["training"]["settings"]["title"] == "only"
+    assert card["targets"]["kind"] == "title weak supervision (HDCT)"
+    titled = sum(1 for l in (tiny_beir / "corpus.jsonl").read_text().splitlines() if json.loads(l)["title"].strip())
+    assert card["data"]["training_passages"] == titled > 0
+    # with qrels, auto means no title supervision
+    from retrieval.deepct.train import TrainConfig, resolve_title
+
+    assert resolve_title(TrainConfig(), "queries.jsonl").title == "off"
+    assert resolve_title(TrainConfig(title="extra"), None).title == "extra"
+    # a corpus without titles: one error line, nothing written
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text("".join(json.dumps({"_id": json.loads(l)["_id"], "title": "", "text": json.loads(l)["text"]}) + "\n"
+                            for l in (tiny_beir / "corpus.jsonl").read_text().splitlines()))
+    r = run_retr("train", "deepct", "--corpus", bare, "--output", tmp_path / "N", "--base", "splade-tiny")
+    err = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(err) == 1 and err[0].startswith("retr: error: ") and "title" in err[0], r.stderr
+    assert not (tmp_path / "N").exists() or not any((tmp_path / "N").iterdir())

@@ -4,7 +4,7 @@ import pytest
 
 from indexes.errors import InputError
 from retrieval.collections import read_queries
-from retrieval.fusion import Fusion, fuse, parse_pipeline
+from retrieval.fusion import DEFAULT_FUSION, Fusion, fuse, parse_pipeline
 from retrieval.tune import candidates, tune
 
 A = [("d1", 10.0), ("d2", 8.0), ("d3", 4.0)]
@@ -48,7 +48,8 @@ def test_spec_round_trips(spec):
 
 def test_spec_forms_and_errors():
     assert str(parse_pipeline("bm25+dense", "rrf")) == "bm25+dense:rrf(k=60)"
-    assert str(parse_pipeline("bm25+dense")) == "bm25+dense:rrf(k=60)"
+    assert str(parse_pipeline("bm25+dense")) == "bm25+dense:combmnz(norm=minmax)"
+    assert parse_pipeline("bm25+dense").fusion == DEFAULT_FUSION
     assert str(parse_pipeline("bm25+dense", default="bm25+dense:combsum(norm=zscore)")) == \
         "bm25+dense:combsum(norm=zscore)"
     for bad, msg in [("bm25+bm25", "each once"), ("bm25:rrf", "at least two"), ("a+b:magic", "unknown fusion"),
@@ -111,3 +112,49 @@ def test_tune_uses_only_training_qrels(small_dense_index, small_corpus, tmp_path
     # the tuned spec is now the default for a bare bm25+dense, and is a valid, parseable pipeline
     assert str(idx.pipeline("bm25+dense")) == rep["spec"]
     assert idx.manifest["pipelines"]["bm25+dense"]["spec"] == rep["spec"]
+
+
+def _untuned_copy(idx, tmp_path):
+    """A copy of the folder with no tuned pipeline, whatever other tests stored in the shared fixture."""
+    import shutil
+
+    import retrieval
+    from indexes import manifest as mf
+
+    path = tmp_path / "copy"
+    shutil.copytree(idx.path, path)
+    m = mf.read_manifest(path)
+    m.pop("pipelines", None)
+    mf.write_manifest(path, m)
+    return retrieval.open_index(path)
+
+
+def test_untuned_default_is_combmnz_minmax_and_tuning_wins(small_dense_index, small_corpus, tmp_path):
+    """A bare a+b on a folder never tuned fuses with DEFAULT_FUSION (the leave-one-collection-out choice of
+    eval/results/defaults.md); checked against CombMNZ computed here from each retriever's own top 100."""
+    idx = _untuned_copy(small_dense_index, tmp_path)
+    assert idx.pipeline("bm25+dense").fusion == Fusion("combmnz", norm="minmax")
+    qs = read_queries(small_corpus / "queries.jsonl")[:10]
+    bare = idx.batch_search(qs, k=10, retriever="bm25+dense")
+    lists = {n: idx.retriever(n).batch_search(qs, 100, 1) for n in ("bm25", "dense")}
+    for q in qs:
+        oracle = {}
+        for n in lists:
+            scores = [s for _, s in lists[n][q.qid]]
+            lo, hi = min(scores), max(scores)
+            for d, s in lists[n][q.qid]:
+                total, count = oracle.get(d, (0.0, 0))
+                oracle[d] = (total + (1.0 if hi == lo else (s - lo) / (hi - lo)), count + 1)
+        fused = {d: t * c for d, (t, c) in oracle.items()}
+        got = [(h.docid, h.score) for h in bare[q.qid]]
+        want = sorted(fused.items(), key=lambda x: (-x[1], x[0]))[:10]
+        assert [d for d, _ in got] == [d for d, _ in want]
+        assert [s for _, s in got] == pytest.approx([s for _, s in want])
+    # retr tune's fusion, once stored, takes precedence over the untuned default
+    train = {}
+    for line in (small_corpus / "qrels" / "test.tsv").read_text().splitlines()[1:31]:
+        q, d, r = line.split("\t")
+        train.setdefault(q, {})[d] = int(r)
+    rep = tune(idx, qs, train, qrels_path=str(tmp_path / "train.tsv"), quiet=True, depth=100)
+    assert str(idx.pipeline("bm25+dense")) == rep["spec"]
+    assert idx.pipeline("bm25+dense:rrf(k=60)").fusion == Fusion("rrf", 60)   # an explicit fusion wins over both

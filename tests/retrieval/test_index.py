@@ -84,3 +84,16 @@ def test_python_iterable_corpus_and_errors(tmp_path):
     assert not (tmp_path / "j").exists()
     with pytest.raises(InputError, match="empty"):
         idx.search("  ")
+
+
+def test_python_api_refuses_over_long_passages_and_bad_bm25_before_any_work(tmp_path, small_index):
+    from retrieval import Document
+
+    with pytest.raises(retrieval.InputError, match="item 2: document 'b' is 20,000,001 characters"):
+        retrieval.build_index([Document("a", "hello"), Document("b", "x" * 20_000_001)], tmp_path / "A", quiet=True)
+    with pytest.raises(retrieval.InputError, match="k1 must be a finite number"):
+        retrieval.build_index([Document("a", "hello")], tmp_path / "B", k1=-1.0, quiet=True)
+    with pytest.raises(retrieval.InputError, match="b must be a number in"):
+        small_index.configure("bm25", b=1.5)
+    assert not (tmp_path / "A").exists() and not (tmp_path / "B").exists()
+    assert small_index.retriever("bm25").b == 0.4  # a refused option changes nothing

@@ -1,0 +1,146 @@
+"""`retr index`, `retr add` and `retr info`: build a folder, grow it, describe it."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from cli import params
+
+
+# --------------------------------------------------------------------- index
+@click.command("index")
+@click.option("--corpus", "corpus", required=True, type=click.Path(path_type=Path),
+              help="BEIR folder, or a JSONL/TSV file (optionally .gz).")
+@click.option("--index", "index_dir", required=True, type=click.Path(path_type=Path),
+              help="Index folder to create, or an existing one to add sub-indexes to.")
+@click.option("--k1", type=params.K1, default=0.9, show_default=True, help="Default BM25 k1 stored in the index.")
+@click.option("--b", type=params.B, default=0.4, show_default=True, help="Default BM25 b stored in the index.")
+@click.option("--dense", "dense_model", is_flag=False, flag_value="minilm", default=None, metavar="[MODEL]",
+              help="Add a dense sub-index: bundled all-MiniLM-L6-v2 by default, or 'splade-tiny', "
+                   "or a local Hugging Face folder.")
+@click.option("--deepct", "deepct_model", type=click.Path(path_type=Path), default=None, metavar="MODEL_DIR",
+              help="Add a DeepCT sub-index (and deepct-query) with a model from `retr train deepct`.")
+@click.option("--deepct-mode", type=click.Choice(["auto", "impact", "bm25"]), default="auto", show_default=True,
+              help="DeepCT default: impact scores, or BM25 over the weights as term frequencies (auto: the "
+                   "better on the model's held-out training queries, else bm25).")
+@click.option("--deepct-scale", type=click.Choice(["auto", "linear", "sqrt"]), default="auto", show_default=True,
+              help="DeepCT weight to integer: round(100 w) or round(100 sqrt w) (auto: chosen like the mode, "
+                   "else linear). Every variant is built; this sets the default.")
+@click.option("--pooling", default="mean", show_default=True, help="Dense pooling: mean, cls, first-last or ditto.")
+@click.option("--faiss", "factory", default="Flat", show_default=True,
+              help="faiss factory string for the dense index (Flat, HNSW32, IVF1024,PQ32, ...).")
+@click.option("--dtype", type=click.Choice(["float32", "float16"]), default="float32", show_default=True,
+              help="Precision of the stored dense vectors.")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+              help="Where the dense encoder runs.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Encoding batch size (texts per forward pass, in every worker).")
+@click.option("--threads", type=click.IntRange(1, 256), default=2, show_default=True, help="Indexing threads.")
+@click.option("--overwrite", is_flag=True, help="Rebuild: replace the folder (or the named sub-index) on success.")
+@click.option("--empty", type=click.Choice(["error", "skip", "keep"]), default="error", show_default=True,
+              help="What a document without text does: fail the build, be skipped, or be indexed.")
+@click.option("--docvectors", is_flag=True, help="Also store Lucene document vectors (for feedback models).")
+@click.option("--prune", type=params.SHARE_CLOSED_OPEN, default=None, metavar="P",
+              help="Static pruning: drop the lowest-quality share P before anything is encoded or indexed.")
+@click.option("--quality", default=None, metavar="E|FILE",
+              help="With --prune: a quality estimator (see retr quality score) or a docid<TAB>score file "
+                   "[default: length, chosen without training queries; see eval/results/defaults.md].")
+@params.executor_options
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+def index_cmd(corpus, index_dir, k1, b, dense_model, deepct_model, deepct_mode, deepct_scale, pooling, factory, dtype, device, batch_size, threads,
+              overwrite, empty, docvectors, prune, quality, quiet, executor):
+    """Build an index folder (document store + Lucene BM25, and optional dense
+    and DeepCT sub-indexes, optionally pruned by passage quality) from a
+    corpus. On an existing folder built from the same corpus, add the
+    requested sub-indexes to it."""
+    from retrieval.writer import index_corpus
+    from retrieval.dense.subindex import DenseSpec
+
+    spec = dspec = None
+    if dense_model is not None:
+        spec = DenseSpec(model=None if dense_model == "minilm" else dense_model, pooling=pooling, factory=factory,
+                         dtype=dtype, device=device, batch_size=batch_size)
+    if deepct_model is not None:
+        from retrieval.deepct.subindex import DeepCTSpec
+        dspec = DeepCTSpec(model=str(deepct_model), mode=deepct_mode, scale=deepct_scale, device=device,
+                           batch_size=batch_size)
+    if quality is not None and prune is None:
+        raise click.UsageError("--quality needs --prune P")
+    idx = index_corpus(corpus, index_dir, dense=spec, deepct=dspec, prune=prune, quality=quality, k1=k1, b=b,
+                       threads=threads, overwrite=overwrite, empty=empty, store_docvectors=docvectors, quiet=quiet,
+                       executor=executor)
+    if not quiet:
+        pr = idx.manifest.get("pruning")
+        if pr:
+            click.echo(f"pruned {pr['dropped']:,} of {pr['considered']:,} documents (share {pr['share']}, "
+                       f"estimator {pr['estimator']})", err=True)
+        click.echo(f"indexed {len(idx):,} documents into {index_dir} ({', '.join(idx.retrievers)})", err=True)
+    if prune is not None:
+        from retrieval.quality.registry import out_of_domain_note
+        note = out_of_domain_note(quality)
+        if note:
+            click.echo(f"retr: note: {note}", err=True)
+
+
+@click.command("add")
+@click.option("--index", "index_dir", required=True, type=click.Path(path_type=Path), help="Existing index folder.")
+@click.option("--corpus", "corpus", required=True, type=click.Path(path_type=Path),
+              help="New documents: BEIR folder, JSONL or TSV (optionally .gz).")
+@click.option("--threads", type=click.IntRange(1, 256), default=2, show_default=True, help="Indexing threads.")
+@click.option("--empty", type=click.Choice(["error", "skip", "keep"]), default="error", show_default=True,
+              help="What a document without text does.")
+@params.executor_options
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+@click.option("--nice", "nice", type=click.IntRange(0, 19), default=10, show_default=True,
+              help="Run at this lower CPU priority (Unix nice), so that searches of the folder keep their speed "
+                   "while it changes; 0 for full speed.")
+def add_cmd(index_dir, corpus, threads, empty, quiet, nice, executor):
+    """Add documents to every sub-index of an existing folder (all or nothing).
+    A folder pruned by passage quality scores them first and adds those that
+    reach its threshold."""
+    from cli.live_cmds import lower_priority
+    from retrieval.writer import add_documents
+
+    lower_priority(nice)
+    rep: dict = {}
+    idx = add_documents(index_dir, corpus, threads=threads, empty=empty, quiet=quiet, report=rep, executor=executor)
+    if not quiet:
+        if rep["pruned"]:
+            click.echo(f"pruned {rep['pruned']:,} of {rep['read']:,} new documents below the folder's quality "
+                       f"threshold", err=True)
+        click.echo(f"added {rep['added']:,} documents to {index_dir} ({', '.join(idx.retrievers)}; generation "
+                   f"{idx.generation}); now {len(idx):,}", err=True)
+
+
+# ---------------------------------------------------------------------- info
+@click.command("info")
+@click.option("--index", "index_dir", required=True, type=click.Path(path_type=Path), help="Index folder.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a summary.")
+def info_cmd(index_dir, as_json):
+    """Summarise an index folder: documents, sub-indexes, sizes, versions."""
+    from retrieval.index import open_index
+
+    info = open_index(index_dir).info()
+    if as_json:
+        click.echo(json.dumps(info, indent=2))
+        return
+    click.echo(f"index      {info['path']}")
+    click.echo(f"documents  {info['documents']:,}   (source: {info['corpus'].get('source')})")
+    click.echo(f"created    {info['created_at']}   (generation {info['generation']}, updated {info['updated_at']})")
+    pr = info.get("pruning") or {}
+    if pr:
+        click.echo(f"pruned     {pr['dropped']:,} of {pr['considered']:,} ({pr['share']:.0%}) by {pr.get('estimator')}"
+                   + (f" ({pr['head']})" if pr.get("head") else ""))
+    click.echo(f"docstore   {_mb(info['docstore_bytes'])}")
+    for name, s in info["subindexes"].items():
+        cfg = ", ".join(f"{k}={v}" for k, v in s["config"].items())
+        pending = f" (+{s['deleted_pending']:,} deleted, kept until retr compact)" if s.get("deleted_pending") else ""
+        click.echo(f"  {name:<10} {s['kind']:<8} {s['doc_count']:>10,} docs  {_mb(s['size_bytes']):>9}  {cfg}{pending}")
+    v = info["versions"]
+    click.echo("versions   " + ", ".join(f"{k} {v[k]}" for k in v))
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"

@@ -1,0 +1,121 @@
+"""`retr update`, `retr delete`, `retr compact`, `retr check`: the live index (retr add is in main.py).
+Each change is one new generation of the folder; readers keep searching the one they hold."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from cli import params
+
+_index = click.option("--index", "index_dir", required=True, type=click.Path(path_type=Path),
+                      help="Existing index folder.")
+_quiet = click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+nice_option = click.option("--nice", "nice", type=click.IntRange(0, 19), default=10, show_default=True,
+                           help="Run at this lower CPU priority (Unix nice), so that searches of the folder keep "
+                                "their speed while it changes; 0 for full speed.")
+
+
+def lower_priority(n: int) -> None:
+    """This process (and the Java indexer it starts) yields the CPU to searches."""
+    import os
+
+    if n > 0 and hasattr(os, "nice"):
+        try:
+            os.nice(n)
+        except OSError:  # pragma: no cover - not permitted here: run as is
+            pass
+
+
+@click.command("update")
+@_index
+@click.option("--corpus", "corpus", required=True, type=click.Path(path_type=Path),
+              help="Documents: BEIR folder, JSONL or TSV (optionally .gz).")
+@click.option("--threads", type=click.IntRange(1, 256), default=2, show_default=True, help="Indexing threads.")
+@click.option("--empty", type=click.Choice(["error", "skip", "keep"]), default="error", show_default=True,
+              help="What a document without text does.")
+@params.executor_options
+@_quiet
+@nice_option
+def update_cmd(index_dir, corpus, threads, empty, quiet, nice, executor):
+    """Replace the documents whose ids are in CORPUS and add the others, in every sub-index
+    (all or nothing). Only the given text is encoded."""
+    from retrieval.writer import update_documents
+
+    lower_priority(nice)
+    rep: dict = {}
+    idx = update_documents(index_dir, corpus, threads=threads, empty=empty, quiet=quiet, report=rep,
+                           executor=executor)
+    if not quiet:
+        if rep["pruned"]:
+            click.echo(f"pruned {rep['pruned']:,} of {rep['read']:,} documents below the folder's quality threshold"
+                       + (f" ({rep['removed']:,} old version(s) removed)" if rep.get("removed") else ""), err=True)
+        click.echo(f"replaced {rep['replaced']:,} and added {rep['added']:,} documents in {index_dir} "
+                   f"(generation {idx.generation}); now {len(idx):,}", err=True)
+
+
+@click.command("delete")
+@_index
+@click.argument("ids", nargs=-1)
+@click.option("--ids", "ids_file", type=click.Path(path_type=Path), default=None,
+              help="A file of document ids, one per line.")
+@click.option("--missing-ok", is_flag=True, help="Ids the index does not hold are skipped, not an error.")
+@_quiet
+@nice_option
+def delete_cmd(index_dir, ids, ids_file, missing_ok, quiet, nice):
+    """Remove documents by id (IDS, or --ids FILE) from every sub-index (all or nothing).
+    Lucene and faiss skip them at once and drop them at `retr compact`."""
+    from retrieval.writer import delete_documents, read_ids
+
+    if bool(ids) == bool(ids_file):
+        raise click.UsageError("give document ids, or --ids FILE (not both)")
+    docids = read_ids(ids_file) if ids_file else list(ids)
+    lower_priority(nice)
+    rep: dict = {}
+    idx = delete_documents(index_dir, docids, quiet=quiet, missing_ok=missing_ok, report=rep)
+    if not quiet:
+        skipped = f" ({rep['missing']:,} not in the index)" if rep.get("missing") else ""
+        click.echo(f"deleted {rep['deleted']:,} documents from {index_dir}{skipped} (generation {idx.generation}); "
+                   f"now {len(idx):,}", err=True)
+
+
+@click.command("compact")
+@_index
+@_quiet
+@nice_option
+def compact_cmd(index_dir, quiet, nice):
+    """Merge Lucene segments with deleted documents expunged, rebuild faiss without masked
+    rows, and remove old generations that no reader holds and leftovers of dead processes."""
+    from retrieval.writer import compact
+
+    lower_priority(nice)
+    rep: dict = {}
+    idx = compact(index_dir, quiet=quiet, report=rep)
+    if not quiet:
+        what = ", ".join(rep["compacted"]) or "nothing to compact"
+        click.echo(f"compacted {index_dir}: {what} (generation {idx.generation}, {rep['seconds']} s)", err=True)
+
+
+@click.command("check")
+@_index
+@click.option("--full", is_flag=True, help="Compare every id of every sub-index with the document store "
+                                           "[default: a random sample of the store's ids].")
+@click.option("--sample", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="Ids sampled without --full.")
+@click.option("--strict", is_flag=True, help="Leftovers of dead processes are problems too [default: notes].")
+def check_cmd(index_dir, full, sample, strict):
+    """Verify a folder: the files the manifest names exist, every sub-index holds as many
+    documents as the document store and the same ids, and no dead process left work behind.
+    Exit 0, or one line per problem and exit 1."""
+    from retrieval.check import check_index
+
+    rep = check_index(index_dir, full=full, sample=sample, strict=strict)
+    for note in rep.notes:
+        click.echo(f"note: {note}", err=True)
+    if rep.problems:
+        for p in rep.problems:
+            click.echo(f"{index_dir}: {p}")
+        raise click.exceptions.Exit(1)
+    ids = "every id" if full else f"a sample of {min(sample, rep.documents):,} ids"
+    click.echo(f"ok: {index_dir} generation {rep.generation}, {rep.documents:,} documents; "
+               f"{', '.join(rep.checked)} agree with the document store ({ids})")

@@ -1,0 +1,70 @@
+"""Option types shared by the commands of cli/: click checks a value's range before any work is done,
+and shows the range in ``--help``."""
+from __future__ import annotations
+
+import math
+
+import click
+
+FLOAT32_MAX = 3.4028234663852886e38  # Lucene takes BM25's k1 and b as Java floats
+
+
+class FiniteFloatRange(click.FloatRange):
+    """click.FloatRange that also refuses nan and infinities (every comparison with nan is false, so a
+    plain FloatRange lets nan through), and numbers beyond a 32-bit float."""
+
+    def convert(self, value, param, ctx):
+        rv = super().convert(value, param, ctx)
+        if not math.isfinite(rv) or abs(rv) > FLOAT32_MAX:
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return rv
+
+
+K1 = FiniteFloatRange(min=0)                           # Lucene's BM25Similarity: finite and >= 0
+B = FiniteFloatRange(0, 1)                             # ... and b in [0, 1]
+SHARE_OPEN_CLOSED = FiniteFloatRange(0, 1, min_open=True)   # a share kept, (0, 1]
+SHARE_CLOSED_OPEN = FiniteFloatRange(0, 1, max_open=True)   # a share dropped or held out, [0, 1)
+LEVEL = FiniteFloatRange(0, 1, min_open=True, max_open=True)  # a significance level, (0, 1)
+POSITIVE = FiniteFloatRange(min=0, min_open=True)      # a rate, ratio or margin, > 0
+
+
+def executor_options(f):
+    """The options that say where model stages run (``retr index``, ``retr add``, ``retr update``);
+    the command receives ``executor`` (a :class:`retrieval.executors.Executor`, checked by the
+    library before any work)."""
+    import functools
+
+    opts = [
+        click.option("--executor", "executor_kind", type=click.Choice(["local", "ray"]), default="local",
+                     show_default=True, help="Where the model stages (dense, DeepCT, quality scores) run: in this "
+                     "process, or on a Ray cluster (pip install 'retr[ray]')."),
+        click.option("--ray-address", default=None, metavar="auto|HOST:PORT",
+                     help="With --executor ray: join this running cluster [default: start a local one sized to "
+                          "this machine, and stop it afterwards]."),
+        click.option("--workers", type=click.IntRange(min=1), default=None,
+                     help="With --executor ray: model workers (actors) [default: the cluster's CPUs, or GPUs "
+                          "with --gpus-per-worker]."),
+        click.option("--cpus-per-worker", type=POSITIVE, default=None,
+                     help="With --executor ray: CPUs each worker reserves, fractions allowed [default: 1, less "
+                          "when that would reserve every CPU]."),
+        click.option("--gpus-per-worker", type=FiniteFloatRange(min=0), default=None,
+                     help="With --executor ray: GPUs per worker [0]."),
+        click.option("--block-size", type=click.IntRange(min=1), default=None,
+                     help="Documents per block sent to a worker [default: the stage's own: dense 1024, "
+                          "DeepCT 2048, quality 4096; other sizes change the float rounding of vectors, ~1e-7]."),
+    ]
+
+    @functools.wraps(f)
+    def wrapper(*args, executor_kind, ray_address, workers, cpus_per_worker, gpus_per_worker, block_size, **kw):
+        from retrieval.executors import Executor
+
+        if executor_kind == "local" and gpus_per_worker is not None:
+            raise click.UsageError("--gpus-per-worker only applies with --executor ray")
+        kw["executor"] = Executor(executor_kind, address=ray_address, workers=workers,
+                                  cpus_per_worker=cpus_per_worker, gpus_per_worker=gpus_per_worker or 0.0,
+                                  block_size=block_size)
+        return f(*args, **kw)
+
+    for o in reversed(opts):
+        wrapper = o(wrapper)
+    return wrapper

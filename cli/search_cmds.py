@@ -1,0 +1,157 @@
+"""`retr search` and `retr tune`: search a folder (free text or a query file), tune its fusion."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from cli import params
+from indexes.errors import InputError
+
+
+# -------------------------------------------------------------------- search
+@click.command("search")
+@click.argument("text", required=False)
+@click.option("--index", "index_dir", required=True, type=click.Path(path_type=Path), help="Index folder.")
+@click.option("--queries", type=click.Path(path_type=Path), help="Queries: BEIR JSONL, TSV or TREC topics.")
+@click.option("--output", "-o", type=click.Path(path_type=Path, dir_okay=False),
+              help="Where to write the run (batch mode).")
+@click.option("--format", "fmt", type=click.Choice(["trec", "jsonl"]), default=None,
+              help="Output format: TREC run (default for --output) or JSONL hits with text.")
+@click.option("--qrels", type=click.Path(path_type=Path), help="Search only the queries that appear in these qrels.")
+@click.option("--split", help="Search only the queries of this BEIR split (qrels/SPLIT.tsv beside the queries).")
+@click.option("--retriever", default="bm25", show_default=True,
+              help="A sub-index (bm25, dense, ...) or a fused pipeline: bm25+dense, bm25+dense:rrf(k=60), "
+                   "bm25+dense:weighted(bm25=0.3,dense=0.7,norm=zscore).")
+@click.option("--fusion", default=None,
+              help="Fusion for a+b retrievers: rrf[(k=60)], combsum|combmnz[(norm=minmax|zscore)], "
+                   "weighted(a=w,b=w[,norm=...]) [default: the index's tuned fusion, else "
+                   "combmnz(norm=minmax), chosen without training queries].")
+@click.option("--depth", type=click.IntRange(min=1), default=None,
+              help="Candidates per fused retriever [default: max(k, 100)].")
+@click.option("--k", "k", type=click.IntRange(min=1), default=None,
+              help="Hits per query [default: 1000 with --queries, 10 for free text].")
+@click.option("--k1", type=params.K1, default=None, help="Override BM25 k1 for this search.")
+@click.option("--b", type=params.B, default=None, help="Override BM25 b for this search.")
+@click.option("--deepct-mode", type=click.Choice(["impact", "bm25"]), default=None,
+              help="Override the DeepCT sub-index's default mode for this search.")
+@click.option("--deepct-scale", type=click.Choice(["linear", "sqrt"]), default=None,
+              help="Override the DeepCT sub-index's default weight scale for this search.")
+@click.option("--threads", type=click.IntRange(1, 256), default=2, show_default=True, help="Search threads.")
+@click.option("--tag", default=None, callback=lambda ctx, param, v: _no_whitespace(v, param),
+              help="Run tag (last TREC column) [default: the pipeline spec].")
+@click.option("--dimsel", type=click.Choice(["none", "prf", "learned", "oracle"]), default=None,
+              help="Query-aware dimension selection on the dense retriever (learned: `retr train dimsel`).")
+@click.option("--alpha", type=params.SHARE_OPEN_CLOSED, default=None,
+              help="Share of dimensions kept [default: 0.5; learned: the selector's].")
+@click.option("--prf-k", type=click.IntRange(min=1), default=None, help="Feedback documents for --dimsel prf [5].")
+@click.option("--adaptive", is_flag=True, help="--dimsel learned: per-query count (cumulative importance).")
+@click.option("--dimsel-qrels", type=click.Path(path_type=Path), default=None,
+              help="Labels for --dimsel oracle (an upper-bound analysis, not a search method).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+def search_cmd(text, index_dir, queries, output, fmt, qrels, split, retriever, fusion, depth, k, k1, b, deepct_mode,
+               deepct_scale, threads, tag, dimsel, alpha, prf_k, adaptive, dimsel_qrels, quiet):
+    """Search an index: free TEXT prints the top hits; --queries FILE writes a run."""
+    from retrieval.index import open_index
+
+    if (text is None) == (queries is None):
+        raise click.UsageError("give either free TEXT or --queries FILE")
+    if qrels and split:
+        raise click.UsageError("--qrels and --split are alternatives; give one")
+    idx = open_index(index_dir)
+    pipeline = idx.pipeline(retriever, fusion)
+    if deepct_mode or deepct_scale:
+        idx.configure(str(pipeline), mode=deepct_mode, scale=deepct_scale)
+    if k1 is not None or b is not None:
+        idx.configure(str(pipeline), k1=k1, b=b)
+    spec = str(pipeline)
+    from cli.dimsel_cmds import dimsel_options
+
+    dimsel = dimsel_options(dimsel, alpha, prf_k, dimsel_qrels, adaptive)
+
+    if text is not None:
+        hits = idx.search(text, k=k or 10, retriever=spec, depth=depth, dimsel=dimsel)
+        if fmt == "jsonl":
+            for h in hits:
+                click.echo(json.dumps(h.to_dict(), ensure_ascii=False))
+            return
+        if not hits:
+            click.echo("no hits")
+        for h in hits:
+            head = h.title or h.text
+            click.echo(f"{h.rank:>3}. {h.docid}  {h.score:.4f}  {_clip(head, 90)}")
+            if h.title and h.text:
+                click.echo(f"     {_clip(h.text, 100)}")
+        return
+
+    from eval.io import read_qrels
+    from retrieval.collections import read_queries, split_qrels
+    from retrieval.runs import write_run
+
+    qs = read_queries(queries)
+    if split:
+        qrels = split_qrels(queries, split)
+    if qrels:
+        keep = read_qrels(qrels).keys()
+        qs = [q for q in qs if q.qid in keep]
+        if not qs:
+            raise InputError("no query of the queries file appears in the qrels", qrels)
+    fmt = fmt or "trec"
+    results = idx.batch_search(qs, k=k or 1000, retriever=spec, threads=threads, depth=depth,
+                               text=(fmt == "jsonl"), quiet=quiet, dimsel=dimsel)
+    if output is None:
+        if fmt == "trec":
+            for qid, hits in results.items():
+                for h in hits:
+                    click.echo(f"{qid} Q0 {h.docid} {h.rank} {h.score:.6f} {tag or spec}")
+        else:
+            for qid, hits in results.items():
+                for h in hits:
+                    click.echo(json.dumps(h.to_dict(), ensure_ascii=False))
+        return
+    n = write_run(results, output, fmt=fmt, tag=tag or spec)
+    if not quiet:
+        click.echo(f"wrote {n:,} hits for {len(results):,} queries to {output}", err=True)
+
+
+def _no_whitespace(value, param):
+    if value is not None and (not value or any(c.isspace() for c in value)):
+        raise click.BadParameter(f"{value!r} must be one word (a TREC run's last column)", param=param)
+    return value
+
+
+def _clip(s: str, n: int) -> str:
+    s = " ".join(s.split())
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+# ---------------------------------------------------------------------- tune
+@click.command("tune")
+@click.option("--index", "index_dir", required=True, type=click.Path(path_type=Path), help="Index folder.")
+@click.option("--queries", required=True, type=click.Path(path_type=Path), help="Training queries.")
+@click.option("--qrels", required=True, type=click.Path(path_type=Path), help="Training (or dev) qrels, never test.")
+@click.option("--retriever", default="bm25+dense", show_default=True, help="Retrievers to fuse, joined by '+'.")
+@click.option("--metric", default="nDCG@10", show_default=True, help="Measure to maximise.")
+@click.option("--depth", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="Candidates per retriever while tuning (use the depth you will search with).")
+@click.option("--threads", type=click.IntRange(1, 256), default=2, show_default=True)
+@click.option("--dry-run", is_flag=True, help="Report the best fusion without storing it in the index.")
+@click.option("--allow-test-qrels", is_flag=True, hidden=True)
+@click.option("--quiet", "-q", is_flag=True)
+def tune_cmd(index_dir, queries, qrels, retriever, metric, depth, threads, dry_run, allow_test_qrels, quiet):
+    """Choose the fusion of RETRIEVERS on training queries and store it as the
+    index's default for that combination."""
+    from eval.io import read_qrels
+    from retrieval.collections import read_queries
+    from retrieval.index import open_index
+    from retrieval.tune import tune
+
+    idx = open_index(index_dir)
+    rep = tune(idx, read_queries(queries), read_qrels(qrels), retriever=retriever, metric=metric, depth=depth,
+               threads=threads, qrels_path=str(qrels), allow_test=allow_test_qrels, save=not dry_run, quiet=quiet)
+    singles = ", ".join(f"{n} {v:.4f}" for n, v in rep["single"].items())
+    click.echo(f"best {rep['spec']}  {metric} {rep['value']:.4f} on {rep['queries']} training queries "
+               f"(single: {singles})")
+    if not dry_run:
+        click.echo(f"stored as the default for {rep['spec'].split(':')[0]} in {index_dir}/manifest.json", err=True)

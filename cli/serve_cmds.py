@@ -1,0 +1,38 @@
+"""`retr serve` (HTTP + MCP) and `retr mcp` (MCP over stdio); the work is in retrieval.server."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command("serve")
+@click.option("--index", "indexes", multiple=True, required=True, metavar="[NAME=]DIR",
+              help="An index folder to serve, named NAME (default: the folder's name); repeat for more.")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on; anything but loopback needs --token-file.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)
+@click.option("--token-file", type=click.Path(path_type=Path), default=None,
+              help="File holding the bearer token every endpoint but /healthz then requires.")
+@click.option("--writable", is_flag=True, help="Enable adding, updating and deleting documents.")
+@click.option("--max-inflight", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Requests answered at once; more get 429 with Retry-After.")
+@click.option("--no-mcp", is_flag=True, help="Do not mount the MCP endpoint at /mcp.")
+@click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]), default="warning",
+              show_default=True)
+def serve_cmd(indexes, host, port, token_file, writable, max_inflight, no_mcp, log_level):
+    """Serve index folders over HTTP (JSON API under /v1, OpenAPI at /docs, MCP at /mcp)."""
+    from retrieval.server.run import serve
+
+    serve(indexes, host=host, port=port, token_file=token_file, writable=writable, max_inflight=max_inflight,
+          mcp=not no_mcp, log_level=log_level)
+
+
+@click.command("mcp")
+@click.option("--index", "indexes", multiple=True, required=True, metavar="[NAME=]DIR",
+              help="An index folder to serve; repeat for more.")
+def mcp_cmd(indexes):
+    """Serve index folders as MCP tools (search, get_document, list_indexes) over stdio."""
+    from retrieval.server.run import serve_mcp_stdio
+
+    serve_mcp_stdio(indexes)

@@ -1,0 +1,428 @@
+"""Generations of an index folder: how it changes safely while it is read.
+
+A folder holds one *current* generation, named by ``manifest.json``
+(``"generation": N``); each sub-index entry points at the folder that holds
+it in that generation (``bm25`` when built, ``bm25.g3`` after the third
+change). A change never rewrites a file that a reader may have open: it makes
+``<name>.g<N+1>`` as a hard-link copy of the current folder (Lucene files are
+write-once, faiss and weight files get per-generation delta files beside the
+shared base), changes the copy, and becomes visible with one ``os.replace`` of
+the manifest. Folders of older generations are listed under ``"retired"`` in
+the manifest (with the generations that used them) and removed once no reader
+holds any of those generations.
+
+Locks (``flock``, released by the kernel when a process dies):
+
+- ``INDEX/.lock``: the writer lock. Writers of one folder take it in turn
+  (re-entrant within a process and thread); it holds the writer's pid.
+- ``INDEX/.readers/<N>``: a shared lock per generation, held by every open
+  :class:`retrieval.index.Index` on generation N. A writer collecting garbage
+  takes it exclusively (never waiting) to learn that nobody reads N any more.
+
+Anything a dead writer left (an uncommitted generation's folders, temporary
+folders, staging folders beside the index) is found by :func:`leftovers` and
+removed by the next writer (:func:`clean_leftovers`); ``retr check`` reports it.
+A test-only environment variable, ``RETR_TEST_PAUSE=<point>``, stops a writer
+at a named point (:func:`pause`) so that tests can kill it there.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import fcntl
+import os
+import re
+import shutil
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple
+
+LOCK = ".lock"
+READERS = ".readers"
+GEN_DIR = re.compile(r"^(?P<base>.+)\.g(?P<gen>\d+)$")
+# temporary names retr itself creates inside a folder (and nothing else matches them)
+_TEMP = (re.compile(r"^retr-lucene-"), re.compile(r"^\..+\.new-"), re.compile(r"^\..+\.tmp-\d+$"),
+         re.compile(r"^\.manifest\.json\.tmp-\d+$"), re.compile(r"^docs\.g\d+\.sqlite(?:-wal|-shm|-journal)?$"))
+
+
+# ------------------------------------------------------------------------------ test pause points
+def pause(point: str) -> None:
+    """Stop here forever when ``RETR_TEST_PAUSE`` names ``point`` (for crash tests, which
+    kill the process at that point). Prints ``retr-test-paused <point> <pid>`` on stderr first."""
+    if os.environ.get("RETR_TEST_PAUSE") == point:
+        print(f"retr-test-paused {point} {os.getpid()}", file=sys.stderr, flush=True)
+        while True:
+            time.sleep(3600)
+
+
+# ------------------------------------------------------------------------------ processes
+def pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+_PR_SET_PDEATHSIG = 1
+try:
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):  # pragma: no cover - not Linux
+    _prctl = None
+
+
+def child_dies_with_parent() -> Callable[[], None]:
+    """A ``preexec_fn`` that makes the kernel send SIGKILL to the child when this process
+    dies (``PR_SET_PDEATHSIG``), so a ``kill -9`` of retr takes its Java indexer with it.
+    (The signal follows the thread that started the child; retr waits for the child in
+    that thread.) Where prctl is missing it does nothing."""
+    parent = os.getpid()
+
+    def preexec():
+        if _prctl is not None:
+            _prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0)
+            if os.getppid() != parent:  # the parent died before prctl took effect
+                os._exit(1)
+
+    return preexec
+
+
+# ------------------------------------------------------------------------------ the writer lock
+_held: Dict[str, list] = {}          # real path -> [thread lock, fd, depth, owner thread id]
+_held_guard = threading.Lock()
+
+
+class WriterLock:
+    """The exclusive writer lock of ``folder`` (``INDEX/.lock``), re-entrant in one thread."""
+
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+        self.key = os.path.realpath(self.folder)
+
+    def holder(self) -> Optional[int]:
+        """The pid recorded by the process holding the lock, or None when nobody holds it."""
+        path = self.folder / LOCK
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                try:
+                    return int(os.pread(fd, 32, 0).decode().strip() or 0) or -1
+                except ValueError:
+                    return -1
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None
+        finally:
+            os.close(fd)
+
+    @contextlib.contextmanager
+    def __call__(self, on_wait: Optional[Callable[[Optional[int]], None]] = None) -> Iterator[None]:
+        with _held_guard:
+            slot = _held.setdefault(self.key, [threading.RLock(), None, 0, None])
+        tlock = slot[0]
+        tlock.acquire()
+        try:
+            if slot[2] == 0:
+                slot[1] = self._flock(on_wait)
+            slot[2] += 1
+            try:
+                yield
+            finally:
+                slot[2] -= 1
+                if slot[2] == 0:
+                    fd, slot[1] = slot[1], None
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(fd, 0)
+                    os.close(fd)  # releases the flock
+        finally:
+            tlock.release()
+
+    def _flock(self, on_wait) -> int:
+        path = self.folder / LOCK
+        while True:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    if on_wait is not None:
+                        try:
+                            pid = int(os.pread(fd, 32, 0).decode().strip() or 0) or None
+                        except ValueError:
+                            pid = None
+                        on_wait(pid)
+                        on_wait = None
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                # the folder may have been replaced (retr index --overwrite) while we waited
+                try:
+                    same = os.stat(path).st_ino == os.fstat(fd).st_ino
+                except FileNotFoundError:
+                    same = False
+                if not same:
+                    os.close(fd)
+                    if not self.folder.exists():
+                        from indexes.errors import InputError
+
+                        raise InputError("index folder does not exist", self.folder)
+                    continue
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, str(os.getpid()).encode(), 0)
+                return fd
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+                raise
+
+
+def writer_lock(folder: Path | str, on_wait: Optional[Callable[[Optional[int]], None]] = None):
+    """``with writer_lock(INDEX): ...``: hold the folder's writer lock (waiting for it)."""
+    return WriterLock(Path(folder))(on_wait)
+
+
+def writer_busy(folder: Path | str) -> Optional[int]:
+    """The pid of a process holding the writer lock of ``folder`` (-1 if unknown), or None."""
+    key = os.path.realpath(folder)
+    slot = _held.get(key)
+    if slot is not None and slot[2] > 0:
+        return os.getpid()
+    return WriterLock(Path(folder)).holder()
+
+
+# ------------------------------------------------------------------------------ reader locks
+def hold_generation(folder: Path, generation: int) -> Optional[int]:
+    """Take a shared lock on generation ``generation`` of ``folder``; returns the fd (close
+    it to release), or None where the folder is read-only (no writer can change it then).
+    Raises BlockingIOError while a writer is collecting that generation: the caller
+    re-reads the manifest, which has moved on."""
+    d = Path(folder) / READERS
+    try:
+        d.mkdir(exist_ok=True)
+        path = d / str(int(generation))
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)
+    except OSError as e:
+        if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+            return None
+        raise
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:  # collected between open and lock
+            raise BlockingIOError(errno.EAGAIN, "generation is being collected")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def held_generations(folder: Path, current: int) -> Set[int]:
+    """Generations older than ``current`` that some reader holds. The lock files of the
+    others are removed (taking each exclusively first, so no reader holds it meanwhile)."""
+    d = Path(folder) / READERS
+    held: Set[int] = set()
+    if not d.is_dir():
+        return held
+    for p in d.iterdir():
+        if not p.name.isdigit():
+            continue
+        g = int(p.name)
+        if g >= current:
+            continue
+        try:
+            fd = os.open(p, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                held.add(g)
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+        finally:
+            os.close(fd)
+    return held
+
+
+# ------------------------------------------------------------------------------ copies that share files
+def link_tree(src: Path, dst: Path) -> int:
+    """Make ``dst`` a copy of the folder ``src`` whose files are hard links to ``src``'s
+    (a copy where the file system refuses links). Returns the bytes actually copied.
+    Lucene's ``write.lock`` is not carried. Nothing may later write into a linked file:
+    new content goes to new names, or replaces a name with ``os.replace``."""
+    copied = 0
+    dst.mkdir()
+    for root, dirs, files in os.walk(src):
+        rel = os.path.relpath(root, src)
+        out = dst if rel == "." else dst / rel
+        for d in dirs:
+            (out / d).mkdir()
+        for f in files:
+            if f == "write.lock":
+                continue
+            s, t = os.path.join(root, f), out / f
+            try:
+                os.link(s, t)
+            except OSError as e:
+                if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
+                    raise
+                shutil.copy2(s, t)
+                copied += os.path.getsize(t)
+    return copied
+
+
+def gen_path(path: str, generation: int) -> str:
+    """The folder name of sub-index folder ``path`` in ``generation`` (``bm25`` -> ``bm25.g3``)."""
+    m = GEN_DIR.match(path)
+    return f"{m.group('base') if m else path}.g{int(generation)}"
+
+
+# ------------------------------------------------------------------------------ atomic exchange
+_RENAME_EXCHANGE = 2
+try:
+    _renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+except (OSError, AttributeError):  # pragma: no cover - glibc < 2.28
+    _renameat2 = None
+
+
+def exchange(a: Path, b: Path) -> bool:
+    """Swap the paths ``a`` and ``b`` in one step (Linux ``renameat2(RENAME_EXCHANGE)``);
+    False where the system cannot, and nothing changed."""
+    if _renameat2 is None:
+        return False
+    AT_FDCWD = -100
+    r = _renameat2(AT_FDCWD, os.fsencode(str(a)), AT_FDCWD, os.fsencode(str(b)), _RENAME_EXCHANGE)
+    if r == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(a))
+
+
+# ------------------------------------------------------------------------------ leftovers
+_SIBLING = re.compile(r"^(?:(?P<name>.+)\.tmp-(?P<pid>\d+)|\.(?P<name2>.+)\.old-(?P<pid2>\d+))$")
+
+
+def sibling_leftovers(folder: Path) -> List[Tuple[Path, int]]:
+    """Staging folders of dead processes beside ``folder`` (``INDEX.tmp-<pid>`` of a build,
+    ``.INDEX.old-<pid>`` of a swap), as ``(path, pid)``."""
+    folder = Path(folder)
+    out = []
+    parent = folder.parent
+    if not parent.is_dir():
+        return out
+    for p in parent.iterdir():
+        m = _SIBLING.match(p.name)
+        if not m:
+            continue
+        name, pid = (m.group("name"), m.group("pid")) if m.group("name") else (m.group("name2"), m.group("pid2"))
+        if name != folder.name:
+            continue
+        if not pid_alive(int(pid)):
+            out.append((p, int(pid)))
+    return out
+
+
+def inner_leftovers(folder: Path, manifest: dict) -> List[Path]:
+    """Entries inside ``folder`` that only a writer that did not finish can have left: folders of
+    an uncommitted generation and retr's temporary names. Only meaningful while no writer runs."""
+    keep = {"manifest.json", LOCK, READERS}
+    ds = (manifest.get("docstore") or {}).get("path", "docs.sqlite")
+    keep |= {ds, ds + "-wal", ds + "-shm", ds + "-journal"}
+    for e in manifest.get("subindexes", {}).values():
+        keep.add(str(e.get("path", "")).split("/")[0])
+    for r in manifest.get("retired", []):
+        keep.add(str(r.get("path", "")).split("/")[0])
+    out = []
+    for p in Path(folder).iterdir():
+        if p.name in keep:
+            continue
+        if GEN_DIR.match(p.name) or any(t.match(p.name) for t in _TEMP):
+            out.append(p)
+    return out
+
+
+def remove(p: Path) -> None:
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()
+
+
+def size_of(p: Path) -> int:
+    if p.is_file():
+        return p.stat().st_size
+    total = 0
+    for root, _d, files in os.walk(p):
+        for f in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(root, f)).st_size
+    return total
+
+
+def collect(folder: Path, manifest: dict) -> List[str]:
+    """Remove the retired folders of ``manifest`` that no reader holds; returns the paths
+    removed. Call with the writer lock held."""
+    current = int(manifest.get("generation", 0))
+    held = held_generations(folder, current)
+    gone = []
+    for r in manifest.get("retired", []):
+        lo, hi = int(r.get("from", 0)), int(r.get("to", current - 1))
+        if any(lo <= g <= hi for g in held):
+            continue
+        p = Path(folder) / r["path"]
+        if p.exists():
+            remove(p)
+        for extra in ("-wal", "-shm", "-journal"):  # a retired document store's SQLite companions
+            remove(Path(f"{p}{extra}"))
+        gone.append(r["path"])
+    return gone
+
+
+def try_collect(folder: Path | str) -> bool:
+    """Remove the retired folders nobody holds now, if no writer is busy (never waits); for a
+    reader that has just let an old generation go. Returns whether it could look."""
+    from indexes import manifest as mf
+    from indexes.errors import RetrError
+
+    folder = Path(folder)
+    slot = _held.get(os.path.realpath(folder))
+    if slot is not None and slot[2] > 0:  # this process is writing the folder: it collects at its switch
+        return False
+    try:
+        fd = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:  # read-only: nobody can change it, nothing to collect
+        return False
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        try:
+            collect(folder, mf.read_manifest(folder))
+        except (OSError, RetrError):
+            return False
+        return True
+    finally:
+        os.close(fd)
+
+
+def oldest_held(folder: Path, current: int) -> int:
+    held = held_generations(folder, current)
+    return min(held) if held else current

@@ -1,0 +1,115 @@
+"""The indexes a server answers for, by name.
+
+Each :class:`Served` index is opened once and reopened when its folder changes: a
+write through the API, or ``retr add`` run by another process, replaces the
+folder's manifest, and the next request after that sees the new documents (one
+``stat`` of the manifest per request tells). Requests already running keep the
+Index object they started with, so a search never sees half a write.
+"""
+from __future__ import annotations
+
+import os
+import re
+import threading
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from indexes.errors import InputError, RetrError
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+RESERVED = {"indexes"}  # /v1/indexes lists them
+WARM_QUERY = "warm up the retrievers"
+
+
+def parse_index_specs(specs: Sequence[str]) -> Dict[str, Path]:
+    """``NAME=DIR`` or ``DIR`` (named after the folder), each name once."""
+    out: Dict[str, Path] = {}
+    for spec in specs:
+        name, sep, folder = spec.partition("=")
+        if not sep:
+            folder, name = spec, Path(spec.rstrip("/")).name
+        if not NAME.match(name) or name in RESERVED:
+            raise InputError(f"index name {name!r} must be 1-64 letters, digits, '_', '.' or '-' "
+                             f"(and not {', '.join(sorted(RESERVED))}); give NAME=DIR")
+        if name in out:
+            raise InputError(f"index name {name!r} given twice")
+        out[name] = Path(folder)
+    if not out:
+        raise InputError("give at least one --index [NAME=]DIR")
+    return out
+
+
+class Served:
+    """One served index folder."""
+
+    def __init__(self, name: str, path: Path):
+        from retrieval.index import open_index
+
+        self.name, self.path = name, Path(path)
+        self._index = open_index(self.path)  # a bad folder fails at start-up, in one line
+        self._stamp = self._stat()
+        self._lock = threading.Lock()
+        self.write_lock = threading.Lock()   # one write at a time from this server
+        self.used: set = set()               # retrievers searched so far (warmed again after a reopen)
+
+    def _stat(self) -> Optional[Tuple[int, int, int]]:
+        try:
+            st = os.stat(self.path / "manifest.json")
+        except OSError:  # the folder is being swapped: keep what we have
+            return None
+        return st.st_ino, st.st_mtime_ns, st.st_size
+
+    def index(self):
+        """The current Index. A live-index reader (``Index.refresh``) moves to the newest
+        generation by itself on each search; an older one is reopened when the manifest changed."""
+        refresh = getattr(self._index, "refresh", None)
+        if refresh is not None:
+            try:
+                refresh()  # one stat when nothing changed; counts and info then match the searches
+            except RetrError:
+                pass  # the folder is being switched: keep what is held
+            return self._index
+        stamp = self._stat()
+        if stamp is not None and stamp != self._stamp:
+            with self._lock:
+                if stamp != self._stamp:
+                    from retrieval.index import open_index
+
+                    self._index, self._stamp = open_index(self.path), stamp
+        return self._index
+
+    def warm(self) -> None:
+        """Start what the first search would: the JVM, every retriever (models loaded), the
+        document store and the metadata table."""
+        idx = self.index()
+        first = next(iter(idx.metadata.docids), None)
+        for name in idx.retrievers:
+            idx.search(WARM_QUERY, k=1, retriever=name, text=False)
+            if first is not None:  # the filtered path loads its own Java classes
+                idx.search(WARM_QUERY, k=1, retriever=name, text=False, filter={"docid": {"in": [first]}})
+        idx.docstore.get("")
+
+
+class Registry:
+    def __init__(self, indexes: Dict[str, Path]):
+        self.served: Dict[str, Served] = {n: Served(n, p) for n, p in indexes.items()}
+        self.ready = threading.Event()
+        self.warm_error: Optional[str] = None
+
+    def get(self, name: str) -> Served:
+        s = self.served.get(name)
+        if s is None:
+            raise KeyError(name)
+        return s
+
+    def names(self) -> List[str]:
+        return list(self.served)
+
+    def warm(self) -> None:
+        try:
+            for s in self.served.values():
+                s.warm()
+        except Exception as e:  # reported by /readyz; searches still try
+            self.warm_error = f"{type(e).__name__}: {e}"
+        finally:
+            self.ready.set()

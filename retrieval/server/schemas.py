@@ -1,0 +1,209 @@
+"""Request and response bodies of the HTTP API; FastAPI turns them into the OpenAPI document."""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+MAX_K = 1000
+MAX_DEPTH = 10_000
+MAX_QUERY_CHARS = 10_000
+MAX_BATCH = 1_000
+MAX_IDS = 1_000
+MAX_WRITE_DOCS = 10_000
+MAX_SPEC_CHARS = 200
+
+
+def _utf8(s: Optional[str]) -> Optional[str]:
+    if s is not None:
+        try:
+            s.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("must be valid Unicode (no lone surrogates)") from None
+    return s
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DimselOptions(Strict):
+    mode: Literal["none", "prf", "learned"] = Field(description="Query-aware dimension selection on dense retrievers.")
+    alpha: Optional[float] = Field(None, gt=0, le=1, description="Share of dimensions kept.")
+    prf_k: Optional[int] = Field(None, ge=1, le=100, description="Feedback documents (prf).")
+    adaptive: bool = Field(False, description="learned: a per-query count of dimensions.")
+
+
+FILTER_DOC = ("Metadata filter: {\"field\": value} for equality, {\"field\": {\"in\": [..]}}, "
+              "{\"field\": {\"gte\": x, \"lt\": y}} (gt, gte, lt, lte), and {\"docid\": {\"in\": [..]}} as an id "
+              "allow-list; all conditions must hold. The hits are the first k matching documents of the full "
+              "ranking (fused pipelines: each member's filtered ranking, fused).")
+
+
+class SearchOptions(Strict):
+    k: int = Field(10, ge=1, le=MAX_K, description="Hits to return.")
+    retriever: str = Field("bm25", min_length=1, max_length=MAX_SPEC_CHARS,
+                           description="A sub-index (bm25, dense, deepct, ...) or a fused pipeline such as "
+                                       "bm25+dense or bm25+dense:rrf(k=60).")
+    fusion: Optional[str] = Field(None, max_length=MAX_SPEC_CHARS,
+                                  description="Fusion for a+b retrievers, e.g. rrf(k=60), combmnz(norm=zscore).")
+    depth: Optional[int] = Field(None, ge=1, le=MAX_DEPTH, description="Candidates per fused retriever.")
+    filter: Optional[Dict[str, Any]] = Field(None, description=FILTER_DOC)
+    text: bool = Field(True, description="Return title, text and metadata with each hit.")
+    text_chars: Optional[int] = Field(None, ge=0, le=1_000_000, description="Cut each hit's text to this many characters.")
+    dimsel: Optional[DimselOptions] = None
+
+    @field_validator("retriever", "fusion")
+    @classmethod
+    def _u(cls, v):
+        return _utf8(v)
+
+
+class SearchRequest(SearchOptions):
+    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, description="Query text.")
+
+    @field_validator("query")
+    @classmethod
+    def _q(cls, v):
+        return _utf8(v)
+
+
+class QueryItem(Strict):
+    qid: str = Field(min_length=1, max_length=200)
+    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
+
+    @field_validator("qid", "query")
+    @classmethod
+    def _q(cls, v):
+        return _utf8(v)
+
+
+class BatchSearchRequest(SearchOptions):
+    queries: List[Union[str, QueryItem]] = Field(min_length=1, max_length=MAX_BATCH,
+                                                 description="Query texts (ids \"0\", \"1\", ...) or {qid, query}.")
+
+    @field_validator("queries")
+    @classmethod
+    def _qs(cls, v):
+        for q in v:
+            if isinstance(q, str):
+                if not q or len(q) > MAX_QUERY_CHARS:
+                    raise ValueError(f"each query has 1 to {MAX_QUERY_CHARS} characters")
+                _utf8(q)
+        return v
+
+
+class HitOut(BaseModel):
+    docid: str
+    rank: int
+    score: float
+    scores: Dict[str, Optional[float]] = Field(description="Each retriever's raw score (null: it did not return the document).")
+    title: Optional[str] = None
+    text: Optional[str] = None
+    metadata: Optional[Dict[str, Any]] = None
+
+
+class SearchResponse(BaseModel):
+    index: str
+    query: str
+    retriever: str = Field(description="The pipeline as run, with its fusion spelled out.")
+    k: int
+    hits: List[HitOut]
+
+
+class QueryHits(BaseModel):
+    qid: str
+    hits: List[HitOut]
+
+
+class BatchSearchResponse(BaseModel):
+    index: str
+    retriever: str
+    k: int
+    results: List[QueryHits]
+
+
+class DocumentIn(Strict):
+    docid: str = Field(min_length=1, max_length=512, pattern=r"^\S+$")
+    title: str = Field("", max_length=100_000)
+    text: str = Field(max_length=10_000_000)
+    metadata: Dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("docid", "title", "text")
+    @classmethod
+    def _u(cls, v):
+        return _utf8(v)
+
+
+class DocumentOut(BaseModel):
+    docid: str
+    title: str
+    text: str
+    metadata: Dict[str, Any]
+
+
+class IdsRequest(Strict):
+    ids: List[str] = Field(min_length=1, max_length=MAX_IDS)
+
+    @field_validator("ids")
+    @classmethod
+    def _ids(cls, v):
+        for d in v:
+            if len(d) > 512:
+                raise ValueError("document ids have at most 512 characters")
+            _utf8(d)
+        return v
+
+
+class DocumentsOut(BaseModel):
+    documents: List[DocumentOut]
+    missing: List[str]
+
+
+class WriteRequest(Strict):
+    documents: List[DocumentIn] = Field(min_length=1, max_length=MAX_WRITE_DOCS)
+
+
+class WriteResult(BaseModel):
+    index: str
+    operation: str
+    documents: int = Field(description="Documents added, updated or deleted.")
+    total: int = Field(description="Documents in the index afterwards.")
+
+
+class SubIndexOut(BaseModel):
+    kind: str
+    documents: Optional[int] = None
+    config: Dict[str, Any] = Field(default_factory=dict)
+
+
+class IndexOut(BaseModel):
+    name: str
+    documents: int
+    retrievers: Dict[str, SubIndexOut]
+    pipelines: Dict[str, str] = Field(default_factory=dict, description="Tuned default fusion per retriever combination.")
+    writable: bool
+    created_at: Optional[str] = None
+    updated_at: Optional[str] = None
+
+
+class IndexList(BaseModel):
+    indexes: List[IndexOut]
+
+
+class ErrorBody(BaseModel):
+    status: int
+    message: str
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
+
+
+class Health(BaseModel):
+    status: str
+
+
+class Ready(BaseModel):
+    ready: bool
+    indexes: List[str]

@@ -1,0 +1,103 @@
+"""A real `retr serve` in a child process on 127.0.0.1 (a free port), over real indexes."""
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from tests.conftest import ROOT
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """`retr serve ARGS` on a free loopback port; stopped with SIGTERM (then killed) by stop()."""
+
+    def __init__(self, *args, token=None, tmp=None, ready=True):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.token = token
+        cmd = [sys.executable, "-m", "cli.main", "serve", "--port", str(self.port), *map(str, args)]
+        if token:
+            tf = tmp / f"token-{self.port}"
+            tf.write_text(token + "\n")
+            cmd += ["--token-file", str(tf)]
+        self.log = open(tmp / f"server-{self.port}.log", "w+")
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 120
+        path = "/readyz" if ready else "/healthz"
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited {self.proc.returncode}: {self.output()}")
+            try:
+                if httpx.get(self.url + path, headers=self.headers(), timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"server not {path[1:]} in 120 s: {self.output()}")
+            time.sleep(0.2)
+
+    def headers(self, token=None):
+        t = token or self.token
+        return {"Authorization": f"Bearer {t}"} if t else {}
+
+    def post(self, path, json=None, token=None, **kw):
+        return httpx.post(self.url + path, json=json, headers=self.headers(token), timeout=120, **kw)
+
+    def client_put(self, path, json=None, token=None):
+        return httpx.put(self.url + path, json=json, headers=self.headers(token), timeout=120)
+
+    def get(self, path, token=None, **kw):
+        return httpx.get(self.url + path, headers=self.headers(token), timeout=120, **kw)
+
+    def output(self) -> str:
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()[-3000:]
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        return self.proc.returncode
+
+
+@pytest.fixture(scope="session")
+def token():
+    return secrets.token_hex(16)
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory, meta_index, meta_dense_index, token):
+    """Read-only, with a token: sf = BM25 with metadata, hy = BM25 + dense with metadata."""
+    s = Server("--index", f"sf={meta_index.path}", "--index", f"hy={meta_dense_index.path}", token=token,
+               tmp=tmp_path_factory.mktemp("srv"))
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def writable_copy(tmp_path, meta_index):
+    """A private copy of the BM25 metadata index, for writes."""
+    dst = tmp_path / "W"
+    shutil.copytree(meta_index.path, dst)
+    return dst

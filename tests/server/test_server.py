@@ -1,0 +1,353 @@
+"""`retr serve` end to end: a real uvicorn server on loopback over real indexes."""
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import threading
+
+import pytest
+
+import retrieval
+from retrieval.filters import matches, parse_filter
+from tests.conftest import run_retr
+from tests.server.conftest import Server
+
+Q = "aspirin colorectal cancer"
+QUERIES = [Q, "vitamin D deficiency", "stem cells in mice", "insulin resistance obesity", "tumor suppressor p53",
+           "the", "bacterial infection antibiotics", "zzzqqx"]
+
+
+def docids(resp):
+    assert resp.status_code == 200, resp.text
+    return [h["docid"] for h in resp.json()["hits"]]
+
+
+def one_error(resp, status):
+    """The one error shape, with no traceback or server path."""
+    assert resp.status_code == status, resp.text
+    body = resp.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"status", "message"}
+    assert body["error"]["status"] == status and body["error"]["message"]
+    assert "Traceback" not in resp.text and "/tmp" not in resp.text and "pytest-" not in resp.text
+    return body["error"]["message"]
+
+
+# ------------------------------------------------------------------------------ auth
+def test_healthz_needs_no_token_and_everything_else_does(server, token):
+    assert server.get("/healthz", token="-").status_code == 200
+    assert httpx_get(server.url + "/healthz").json() == {"status": "ok"}
+    for method, path, body in [("POST", "/v1/sf/search", {"query": Q}), ("GET", "/v1/indexes", None),
+                               ("GET", "/v1/sf", None), ("GET", "/readyz", None), ("GET", "/metrics", None),
+                               ("GET", "/openapi.json", None), ("GET", "/v1/sf/documents/x", None),
+                               ("POST", "/v1/sf/batch_search", {"queries": [Q]})]:
+        for bad in (None, "wrong-token-" + "x" * 20, token[:-1], token + "x"):
+            import httpx
+            h = {} if bad is None else {"Authorization": f"Bearer {bad}"}
+            r = httpx.request(method, server.url + path, json=body, headers=h, timeout=30)
+            one_error(r, 401)
+            assert r.headers["www-authenticate"].startswith("Bearer")
+        r = httpx.request(method, server.url + path, json=body, headers={"Authorization": f"Basic {token}"},
+                          timeout=30)
+        assert r.status_code == 401
+        r = httpx.request(method, server.url + path, json=body, headers=server.headers(), timeout=30)
+        assert r.status_code in (200, 404), (path, r.text)
+
+
+def httpx_get(url, **kw):
+    import httpx
+    return httpx.get(url, timeout=30, **kw)
+
+
+# ------------------------------------------------------------------------------ search
+def test_search_equals_index_search(server, meta_index, meta_dense_index):
+    for q in QUERIES:
+        assert docids(server.post("/v1/sf/search", {"query": q, "k": 10})) == \
+            [h.docid for h in meta_index.search(q, k=10)]
+    r = server.post("/v1/sf/search", {"query": Q, "k": 10})
+    hits = r.json()["hits"]
+    want = meta_index.search(Q, k=10)
+    assert [(h["rank"], h["score"], h["title"], h["text"], h["metadata"]) for h in hits] == \
+        [(h.rank, h.score, h.title, h.text, h.metadata) for h in want]
+    assert all(h["scores"] == {"bm25": h["score"]} for h in hits)
+    for spec in ("dense", "bm25+dense", "bm25+dense:rrf(k=20)", "bm25+dense:combmnz(norm=zscore)"):
+        r = server.post("/v1/hy/search", {"query": Q, "k": 7, "retriever": spec})
+        assert docids(r) == [h.docid for h in meta_dense_index.search(Q, k=7, retriever=spec)]
+        if "+" in spec:
+            assert set(r.json()["hits"][0]["scores"]) == {"bm25", "dense"}
+    r = server.post("/v1/hy/search", {"query": Q, "k": 5, "retriever": "bm25+dense", "fusion": "rrf(k=20)",
+                                      "depth": 50})
+    assert r.json()["retriever"] == "bm25+dense:rrf(k=20)"
+    assert docids(r) == [h.docid for h in meta_dense_index.search(Q, k=5, retriever="bm25+dense:rrf(k=20)",
+                                                                   depth=50)]
+
+
+def test_text_options(server):
+    r = server.post("/v1/sf/search", {"query": Q, "k": 3, "text": False}).json()
+    assert all(h["text"] is None and h["title"] is None and h["metadata"] is None for h in r["hits"])
+    r = server.post("/v1/sf/search", {"query": Q, "k": 3, "text_chars": 25}).json()
+    assert all(len(h["text"]) <= 25 for h in r["hits"]) and any(len(h["text"]) == 25 for h in r["hits"])
+
+
+@pytest.mark.parametrize("flt", [{"shard": "odd"}, {"year": {"gte": 2000, "lt": 2005}}, {"tags": {"in": ["b"]}},
+                                 {"year": 2003, "shard": "odd"}])
+def test_filtered_search_is_the_filtered_full_ranking(server, meta_index, meta_dense_index, flt):
+    f = parse_filter(flt)
+    for q in QUERIES[:4]:
+        full = meta_index.search(q, k=len(meta_index))
+        want = [h.docid for h in full if matches(h.docid, h.metadata, f)][:10]
+        r = server.post("/v1/sf/search", {"query": q, "k": 10, "filter": flt})
+        assert docids(r) == want
+        assert all(matches(h["docid"], h["metadata"], f) for h in r.json()["hits"])
+    r = server.post("/v1/hy/search", {"query": Q, "k": 10, "filter": flt, "retriever": "bm25+dense"})
+    assert docids(r) == [h.docid for h in meta_dense_index.search(Q, k=10, retriever="bm25+dense", filter=flt)]
+
+
+def test_batch_search(server, meta_index):
+    r = server.post("/v1/sf/batch_search", {"queries": QUERIES[:3] + [{"qid": "mine", "query": QUERIES[3]}],
+                                            "k": 5, "filter": {"shard": "odd"}})
+    assert r.status_code == 200, r.text
+    res = r.json()["results"]
+    assert [x["qid"] for x in res] == ["0", "1", "2", "mine"]
+    for x, q in zip(res, QUERIES[:4]):
+        assert [h["docid"] for h in x["hits"]] == [h.docid for h in meta_index.search(q, k=5, filter={"shard": "odd"})]
+    one_error(server.post("/v1/sf/batch_search", {"queries": [{"qid": "a", "query": "x"}, {"qid": "a", "query": "y"}]}),
+              400)
+    one_error(server.post("/v1/sf/batch_search", {"queries": ["x"] * 1001}), 422)
+
+
+def test_documents(server, meta_index):
+    first = next(meta_index.docstore.iter_meta())[0]
+    r = server.get(f"/v1/sf/documents/{first}")
+    d = meta_index.get(first)
+    assert r.json() == {"docid": first, "title": d.title, "text": d.text, "metadata": d.metadata}
+    one_error(server.get("/v1/sf/documents/no-such-doc"), 404)
+    r = server.post("/v1/sf/documents/get", {"ids": ["nope", first, first]})
+    assert [x["docid"] for x in r.json()["documents"]] == [first] and r.json()["missing"] == ["nope"]
+
+
+def test_indexes_and_info(server, meta_index):
+    r = server.get("/v1/indexes").json()
+    assert [i["name"] for i in r["indexes"]] == ["sf", "hy"]
+    info = server.get("/v1/hy").json()
+    assert info["documents"] == len(meta_index) and set(info["retrievers"]) == {"bm25", "dense"}
+    assert info["writable"] is False
+    assert "/tmp" not in json.dumps(info) and "pytest-" not in json.dumps(info)
+
+
+def test_bad_input_is_one_json_error(server):
+    one_error(server.post("/v1/nope/search", {"query": Q}), 404)
+    assert "dense" in one_error(server.post("/v1/sf/search", {"query": Q, "retriever": "dense"}), 400)
+    one_error(server.post("/v1/sf/search", {"query": Q, "retriever": "bm25+"}), 400)
+    one_error(server.post("/v1/sf/search", {"query": "   "}), 400)
+    one_error(server.post("/v1/sf/search", {"query": Q, "k": 0}), 422)
+    one_error(server.post("/v1/sf/search", {"query": Q, "k": 1001}), 422)
+    one_error(server.post("/v1/sf/search", {"query": Q, "nope": 1}), 422)
+    one_error(server.post("/v1/sf/search", {"query": Q, "filter": {"year": {"gte": "x"}}}), 400)
+    one_error(server.post("/v1/sf/search", {"query": Q, "filter": {"year": []}}), 400)
+    one_error(server.post("/v1/sf/search", {"query": "x" * 10_001}), 422)
+    one_error(server.post("/v1/hy/search", {"query": Q, "retriever": "dense", "dimsel": {"mode": "oracle"}}), 422)
+    import httpx
+    r = httpx.post(server.url + "/v1/sf/search", content=b"{not json", timeout=30,
+                   headers={**server.headers(), "content-type": "application/json"})
+    one_error(r, 422)
+    r = httpx.post(server.url + "/v1/sf/search", content=b"x" * (3 * 1024 * 1024), timeout=30,
+                   headers={**server.headers(), "content-type": "application/json"})
+    one_error(r, 413)
+    r = server.post("/v1/sf/documents", {"documents": [{"docid": "n1", "text": "new"}]})
+    assert "--writable" in one_error(r, 403)
+
+
+def test_openapi_and_docs(server):
+    doc = server.get("/openapi.json").json()
+    for p in ("/v1/{index}/search", "/v1/{index}/batch_search", "/v1/{index}/documents/{docid}",
+              "/v1/{index}/documents/get", "/v1/{index}/documents", "/v1/indexes", "/v1/{index}",
+              "/healthz", "/readyz", "/metrics"):
+        assert p in doc["paths"], p
+    assert doc["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+    assert server.get("/docs").status_code == 200
+
+
+def test_metrics_count_requests_by_endpoint_and_retriever(server):
+    server.post("/v1/hy/search", {"query": Q, "retriever": "bm25+dense"})
+    text = server.get("/metrics").text
+    assert 'retr_requests_total{endpoint="/v1/{index}/search",method="POST",status="200"}' in text
+    assert 'retr_request_duration_seconds_count{endpoint="/v1/{index}/search",retriever="bm25+dense"}' in text
+    assert "# TYPE retr_request_duration_seconds histogram" in text
+
+
+def test_eight_concurrent_clients_get_the_serial_answers(server, token):
+    c = retrieval.Client(server.url, token=token, index="hy")
+    jobs = [(q, spec, flt) for q in QUERIES for spec in ("bm25", "bm25+dense") for flt in ("", '{"shard": "odd"}')]
+
+    def ask(client, j):
+        return [(h.docid, h.score) for h in client.search(j[0], k=10, retriever=j[1], filter=json.loads(j[2] or "null"))]
+    serial = {j: ask(c, j) for j in jobs}
+    got, errors = {}, []
+
+    def worker(i):
+        mine = retrieval.Client(server.url, token=token, index="hy")
+        try:
+            for rep in range(3):
+                for j in jobs[i::8] + jobs[(i + 3) % 8::8]:
+                    got.setdefault(j, []).append(ask(mine, j))
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert set(got) == set(jobs)
+    for j, answers in got.items():
+        assert all(a == serial[j] for a in answers), j
+
+
+# ------------------------------------------------------------------------------ limits and shutdown
+def _stalled_request(server, path="/v1/sf/search"):
+    """A request whose headers are in and whose body is not: it holds one in-flight slot."""
+    body = json.dumps({"query": Q, "k": 3}).encode()
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=60)
+    head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in server.headers().items()) +
+            "\r\n").encode()
+    s.sendall(head + body[:5])
+    return s, body[5:]
+
+
+def _finish(sock, rest) -> str:
+    sock.sendall(rest)
+    data = b""
+    while b"\r\n\r\n" not in data or len(data.split(b"\r\n\r\n", 1)[1]) < int(
+            [l for l in data.split(b"\r\n") if l.lower().startswith(b"content-length")][0].split(b":")[1]):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    sock.close()
+    return data.decode("utf-8", "replace")
+
+
+def test_beyond_max_inflight_answers_429_with_retry_after(tmp_path, meta_index, token):
+    s = Server("--index", f"sf={meta_index.path}", "--max-inflight", "2", token=token, tmp=tmp_path)
+    try:
+        held = [_stalled_request(s) for _ in range(2)]
+        import time
+        for _ in range(100):  # the server has read both requests' headers once a third is refused
+            r = s.post("/v1/sf/search", {"query": Q})
+            if r.status_code == 429:
+                break
+            time.sleep(0.05)
+        msg = one_error(r, 429)
+        assert r.headers["retry-after"] == "1" and "in flight" in msg
+        assert s.get("/healthz").status_code == 200 and s.get("/metrics").status_code == 200  # never refused
+        for sock, rest in held:
+            assert _finish(sock, rest).startswith("HTTP/1.1 200")
+        assert s.post("/v1/sf/search", {"query": Q}).status_code == 200
+        assert 'retr_rejected_total{endpoint="/v1/sf/search"}' in s.get("/metrics").text
+        # the Client waits for Retry-After and tries again
+        held = [_stalled_request(s) for _ in range(2)]
+        c = retrieval.Client(s.url, token=token, index="sf", retries=0)
+        with pytest.raises(retrieval.client.ServerError) as e:
+            for _ in range(100):
+                c.search(Q)
+                time.sleep(0.05)
+        assert e.value.status == 429
+        for sock, rest in held:
+            _finish(sock, rest)
+    finally:
+        s.stop()
+
+
+def test_sigterm_drains_in_flight_requests(tmp_path, meta_index):
+    s = Server("--index", f"sf={meta_index.path}", tmp=tmp_path)
+    try:
+        sock, rest = _stalled_request(s)
+        import time
+        time.sleep(0.5)  # let the server read the headers (the request is then in flight)
+        s.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        assert s.proc.poll() is None  # still draining
+        reply = _finish(sock, rest)
+        assert reply.startswith("HTTP/1.1 200") and "15648443" in reply or '"hits"' in reply
+        assert s.proc.wait(30) == 0
+    finally:
+        s.stop()
+
+
+# ------------------------------------------------------------------------------ start-up
+def test_refuses_non_loopback_without_token(meta_index, tmp_path):
+    for host in ("0.0.0.0", "::", "192.0.2.1", "example.org"):
+        r = run_retr("serve", "--index", f"sf={meta_index.path}", "--host", host, timeout=120)
+        assert r.returncode == 2, r.stderr
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("retr: error: refusing to listen on"), r.stderr
+    bad = tmp_path / "tok"
+    bad.write_text("short\n")
+    r = run_retr("serve", "--index", f"sf={meta_index.path}", "--token-file", bad, timeout=120)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "token" in r.stderr
+    for args in (["--index", str(tmp_path / "missing")], ["--index", f"in dexes={meta_index.path}"],
+                 ["--index", f"indexes={meta_index.path}"],
+                 ["--index", f"a={meta_index.path}", "--index", f"a={meta_index.path}"]):
+        r = run_retr("serve", *args, timeout=120)
+        assert r.returncode == 2 and r.stderr.startswith("retr: error:") and "Traceback" not in r.stderr, r.stderr
+
+
+# ------------------------------------------------------------------------------ writes
+def test_writes_through_the_api_and_from_another_process_are_visible(tmp_path, writable_copy, token):
+    s = Server("--index", f"w={writable_copy}", "--writable", token=token, tmp=tmp_path)
+    try:
+        q = "quokkazz wallabyzz"
+        assert docids(s.post("/v1/w/search", {"query": q})) == []
+        r = s.post("/v1/w/documents", {"documents": [
+            {"docid": "api-1", "title": "Quokka", "text": "The quokkazz is a small marsupial on an island.",
+             "metadata": {"shard": "odd", "year": 2024}}]})
+        assert r.status_code == 200, r.text
+        before = r.json()["total"]
+        assert r.json()["documents"] == 1
+        assert docids(s.post("/v1/w/search", {"query": q})) == ["api-1"]
+        assert docids(s.post("/v1/w/search", {"query": q, "filter": {"year": 2024}})) == ["api-1"]
+        assert s.get("/v1/w/documents/api-1").json()["metadata"] == {"shard": "odd", "year": 2024}
+        one_error(s.post("/v1/w/documents", {"documents": [{"docid": "api-1", "text": "again"}]}), 409)
+        one_error(s.post("/v1/w/documents", {"documents": [{"docid": "a b", "text": "x"}]}), 422)
+        # another process adds documents with `retr add`
+        new = tmp_path / "new.jsonl"
+        new.write_text(json.dumps({"_id": "cli-1", "title": "Quokka behaviour",
+                                   "text": "Wallabyzz behaviour on the island studied.", "metadata": {"year": 1}}) + "\n")
+        r = run_retr("add", "--index", writable_copy, "--corpus", new, "--quiet", timeout=300)
+        assert r.returncode == 0, r.stderr
+        got = docids(s.post("/v1/w/search", {"query": q}))
+        assert set(got) == {"api-1", "cli-1"}
+        assert got == [h.docid for h in retrieval.open_index(writable_copy).search(q, k=10)]
+        assert s.get("/v1/w").json()["documents"] == before + 1
+    finally:
+        s.stop()
+
+
+def test_update_and_delete_through_the_api(tmp_path, writable_copy, token):
+    """With the live index (retrieval.writer.update_documents / delete_documents) they change what the
+    next search sees; without it they answer 501 in the one error shape."""
+    import retrieval.writer as w
+
+    s = Server("--index", f"w={writable_copy}", "--writable", token=token, tmp=tmp_path)
+    try:
+        first = next(retrieval.open_index(writable_copy).docstore.iter_meta())[0]
+        upd = lambda: s.client_put("/v1/w/documents", {"documents": [  # noqa: E731
+            {"docid": first, "text": "zebrazz updated passage", "metadata": {"shard": "new"}}]})
+        if not hasattr(w, "update_documents"):
+            one_error(upd(), 501)
+            one_error(s.post("/v1/w/documents/delete", {"ids": [first]}), 501)
+            return
+        r = upd()
+        assert r.status_code == 200 and r.json()["documents"] == 1, r.text
+        assert docids(s.post("/v1/w/search", {"query": "zebrazz"})) == [first]
+        assert docids(s.post("/v1/w/search", {"query": "zebrazz", "filter": {"shard": "new"}})) == [first]
+        n = s.get("/v1/w").json()["documents"]
+        r = s.post("/v1/w/documents/delete", {"ids": [first, "not-there"]})
+        assert r.status_code == 200 and r.json()["documents"] == 1 and r.json()["total"] == n - 1, r.text
+        assert docids(s.post("/v1/w/search", {"query": "zebrazz"})) == []
+        one_error(s.get(f"/v1/w/documents/{first}"), 404)
+    finally:
+        s.stop()
