@@ -33,8 +33,10 @@ def _vectors(path):
     path = Path(path)
     if (path / "manifest.json").exists():
         path = path / json.loads((path / "manifest.json").read_text())["subindexes"]["dense"]["path"]
-    live = open_live(path)
-    return live.docids, live.vectors(np.arange(len(live.docids)))
+    live = open_live(path)  # a LiveFaiss once rows were added or deleted, else the FaissIndex itself
+    if hasattr(live, "vectors"):
+        return live.docids, live.vectors(np.arange(len(live.docids)))
+    return list(live._docids), live.index.reconstruct_n(0, live.ntotal)
 
 
 def _runs(idx, queries, retriever, k=100):
