@@ -236,6 +236,10 @@ def main():
                 print(json.dumps(out), flush=True)
         res["overhead"] = {"passages": a.passages, "runs": runs}
         # two-node shape
+        # A cluster started by `ray start` in Ray 2.60 uses token authentication, and retr's Ray driver
+        # joins with its token; cluster_utils starts nodes in the mode of this process's environment,
+        # and a driver in token mode rejects the calls of a cluster without it.
+        os.environ.setdefault("RAY_AUTH_MODE", "token")
         from ray.cluster_utils import Cluster
 
         print("two-node cluster ...", flush=True)
