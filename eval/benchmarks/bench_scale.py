@@ -207,7 +207,12 @@ def main():
     ap.add_argument("--dense-sizes", default="10000")
     ap.add_argument("--skip-overhead", action="store_true")
     ap.add_argument("--skip-cost", action="store_true")
+    ap.add_argument("--report-only", action="store_true", help="rewrite the Markdown from the JSON of the last run")
     a = ap.parse_args()
+    if a.report_only:
+        res = json.loads((RESULTS / f"{a.out}.json").read_text())
+        write_results(a.out, res, report(res))
+        return
     import numpy as np
 
 
@@ -296,8 +301,9 @@ def report(res) -> str:
     lines = [f"# Scale-out on Ray", "",
              f"Machine: {res['machine']['cpus']} CPUs shared with other work (load average "
              f"{res['load_average_start'][0]:.1f} at the start); Ray 2.60.0; MiniLM mean pooling, batch 64; "
-             f"{ov['passages']:,} SciFact passages (in corpus order). Rounds interleave the configurations "
-             "(A B C, C B A); only ratios within this run mean anything. *rate*: passages/s over the time that "
+             f"{ov['passages']:,} SciFact passages (in corpus order); "
+             f"{max(r['round'] for r in runs)} round(s): rounds interleave the configurations "
+             "(A B C, then C B A); only ratios within this run mean anything. *rate*: passages/s over the time that "
              "loads the model(s) and encodes (in-process: model load + encode; Ray: the job, from submitting it "
              "to the last block: actors start, load the model, encode; the cluster's start-up is apart). "
              "*per-worker rate*: passages per second of each worker's own time in the encoder. *fixed s*: "
@@ -305,7 +311,7 @@ def report(res) -> str:
              "## 1. Overhead on one machine", ""]
     rows = []
     for r in runs:
-        rows.append([r["round"], r["config"], r.get("load_average"), r["rate"], r.get("worker_rate", "") or "",
+        rows.append([r["round"], r["config"], f"{r.get('load_average', 0):.1f}", r["rate"], r.get("worker_rate", "") or "",
                      r.get("startup_s", r.get("load_s")), r.get("fixed_s", ""), r["wall_s"],
                      f"{r.get('max_abs_diff_vs_in_process', 0):.1e}"])
     lines += [md_table(["round", "config", "load", "rate", "per-worker rate", "start-up s", "fixed s", "wall s",
