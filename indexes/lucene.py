@@ -508,17 +508,28 @@ class LuceneIndex:
         from indexes import lucene_filter as lf
 
         k = _check_k(k)
-        flt = allowed.backend("lucene-ids", lambda: lf.id_filter(allowed.docids))
         if self.impact:
             terms, weights = _int_weights(query)
             if not terms:
                 return []
 
-            def run(s):
-                return s.decode(lf.run_filtered(s.js, s.js.weightQuery(terms, weights, 0, len(terms)), k, flt))
+            def make(s):
+                return s.js.weightQuery(terms, weights, 0, len(terms))
         else:
-            def run(s):
-                return s.decode(lf.run_filtered(s.js, s.js.textQuery(query), k, flt))
+            def make(s):
+                return s.js.textQuery(query)
+
+        def run(s):
+            q = make(s)
+            # The helper's exhaustive loop over the query's postings, skipping documents outside a
+            # bitset of this reader's allowed doc numbers (kept with the filter, per reader); where
+            # that path does not apply, a Lucene FILTER clause on the ids.
+            bits = allowed.backend(("lucene-bits", s), lambda: s.js.allowedDocs(list(allowed.docids)))
+            buf = s.js.searchAllowed(q, k, bits)
+            if buf is not None:
+                return s.decode(buf.tostring())
+            flt = allowed.backend("lucene-ids", lambda: lf.id_filter(allowed.docids))
+            return s.decode(lf.run_filtered(s.js, q, k, flt))
         return self._call(run)
 
     def _call(self, fn):

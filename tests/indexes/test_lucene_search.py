@@ -66,6 +66,29 @@ def test_scifact_test_queries_rank_as_pyserini(scifact_index, scifact_dir):
                [(h.docid, h.score) for h in idx.search(q.text, k=1000, text=False)], q.qid
 
 
+@pytest.mark.parametrize("share", [0.0, INF], ids=["exhaustive-allowed", "lucene-filter-clause"])
+def test_filtered_search_is_the_filtered_ranking_on_both_paths(scifact_index, scifact_dir, share):
+    """search_filtered gives the first k allowed documents of the unfiltered ranking, with its
+    scores, through the exhaustive loop over allowed doc numbers and through Lucene's FILTER
+    clause (taken when the exhaustive path does not apply; forced here), for allow-lists of 1%,
+    10% and 50% of SciFact (ids not in the index included)."""
+    from retrieval.filters import Allowed
+
+    texts = [q.text for q in read_queries(scifact_dir / "queries.jsonl")[::15]]
+    li = LuceneIndex(scifact_index.path / "bm25")
+    li.searcher.setExhaustiveShare(share)
+    ids = list(li.docids) if hasattr(li, "docids") else [d for d, *_ in scifact_index.docstore.iter_docs()]
+    for step in (100, 10, 2):
+        allowed = Allowed(f"every-{step}", ids[::step] + ["not-a-docid"])
+        keep = set(allowed.docids)
+        for t in texts:
+            full = li.search(t, 6000)  # every matching document (SciFact has 5,183)
+            want = [(d, s) for d, s in full if d in keep][:10]
+            got = li.search_filtered(t, 10, allowed)
+            assert [d for d, _ in got] == [d for d, _ in want], (step, t)
+            assert all(abs(a - b) <= 1e-4 for (_, a), (_, b) in zip(got, want)), (step, t)  # Anserini-style tie rounding
+
+
 @pytest.mark.parametrize("share", [0.0, INF], ids=["exhaustive", "lucene-collector"])
 def test_both_search_paths_rank_as_pyserini(scifact_index, scifact_dir, share):
     """The exhaustive term-at-a-time path and Lucene's own collector give Anserini's answer,

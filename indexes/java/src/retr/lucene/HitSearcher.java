@@ -18,6 +18,7 @@ import java.nio.file.Paths;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashMap;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
@@ -59,6 +60,7 @@ import org.apache.lucene.search.similarities.Similarity;
 import org.apache.lucene.store.AlreadyClosedException;
 import org.apache.lucene.store.FSDirectory;
 import org.apache.lucene.util.Bits;
+import org.apache.lucene.util.FixedBitSet;
 import org.apache.lucene.util.BytesRef;
 
 /**
@@ -233,6 +235,32 @@ public final class HitSearcher implements Closeable {
   /** Integer term weights as SimpleImpactSearcher.search(Map&lt;String, Integer&gt;, k) takes them. */
   public byte[] searchWeighted(String[] terms, int[] weights, int k) throws IOException {
     return run(weightQuery(terms, weights, 0, terms.length), k).pack();
+  }
+
+  /**
+   * The doc numbers of this reader whose id is one of {@code ids}, as a bitset for
+   * {@link #searchAllowed} (deleted documents may be set too: the search skips them). One pass
+   * over the doc numbers; the caller keeps the bitset for as long as it searches this reader.
+   */
+  public FixedBitSet allowedDocs(String[] ids) {
+    HashSet<String> want = new HashSet<>(Arrays.asList(ids));
+    FixedBitSet bits = new FixedBitSet(Math.max(1, docids.length));
+    for (int d = 0; d < docids.length; d++) {
+      if (docids[d] != null && want.contains(docids[d])) bits.set(d);
+    }
+    return bits;
+  }
+
+  /**
+   * The query's top k among the documents of {@code allowed} (from {@link #allowedDocs}), ranked
+   * and scored as an unfiltered search ranks and scores them, through the exhaustive path: only
+   * allowed documents are accumulated, so a small filter costs the query's postings and nothing
+   * else. Null where that path does not apply (another query shape, norms beyond a byte); the
+   * caller then filters through Lucene (a FILTER clause).
+   */
+  public byte[] searchAllowed(Query q, int k, FixedBitSet allowed) throws IOException {
+    Hits h = run(q, k, allowed);
+    return h == null ? null : h.pack();
   }
 
   /** Many texts at once on {@code threads} Java threads; one array back for all of them. */
@@ -484,6 +512,11 @@ public final class HitSearcher implements Closeable {
   }
 
   private Hits run(Query q, int k) throws IOException {
+    return run(q, k, null);
+  }
+
+  /** With {@code allowed}: the exhaustive path restricted to it, or null where that path does not apply. */
+  private Hits run(Query q, int k, FixedBitSet allowed) throws IOException {
     if (!reader.tryIncRef()) {
       throw new AlreadyClosedException("this index reader was closed");
     }
@@ -491,9 +524,10 @@ public final class HitSearcher implements Closeable {
       Generation gen = generation;
       IndexSearcher s = gen.searcher;
       if (lucene8) {
-        return hits(s.search(q, k));
+        return allowed == null ? hits(s.search(q, k)) : null;
       }
-      Hits h = exhaustive(gen, q, k);
+      Hits h = exhaustive(gen, q, k, allowed);
+      if (h == null && allowed != null) return null;
       if (h == null) {
         TopDocs td = s.search(q, k, sort, true);
         h = hits(td);
@@ -639,7 +673,7 @@ public final class HitSearcher implements Closeable {
    * The exhaustive path (see the class comment), or null where it does not apply (another query
    * shape, norms beyond a byte, a negative score) or Lucene's collector is expected to be faster.
    */
-  private Hits exhaustive(Generation gen, Query q, int k) throws IOException {
+  private Hits exhaustive(Generation gen, Query q, int k, FixedBitSet allowed) throws IOException {
     if (!normsFit || exhaustiveShare == Double.POSITIVE_INFINITY) return null;
     IndexSearcher s = gen.searcher;
     List<Clause> cs = clauses(s.rewrite(q));
@@ -656,7 +690,7 @@ public final class HitSearcher implements Closeable {
       scorers[i] = gen.scorer(c, ti);
       postings += ti.df;
     }
-    if (k < exhaustiveShare * postings) return null;
+    if (allowed == null && k < exhaustiveShare * postings) return null;
     Scratch w = scratch.get();
     // Leaf by leaf (a document's postings all lie in its own leaf): sum into leaf-sized scratch, then
     // keep each touched document's global number and float score as a candidate.
@@ -682,8 +716,10 @@ public final class HitSearcher implements Closeable {
         te.seekExact(cs.get(i).term.bytes(), st);
         pe = w.postings[ctx.ord] = te.postings(pe, PostingsEnum.FREQS);
         Similarity.SimScorer sc = scorers[i];
+        int base0 = ctx.docBase;
         for (int d = pe.nextDoc(); d != DocIdSetIterator.NO_MORE_DOCS; d = pe.nextDoc()) {
           if (live != null && !live.get(d)) continue;
+          if (allowed != null && !allowed.get(base0 + d)) continue;
           float v = sc.score(pe.freq(), nb == null ? 1L : nb[d]);
           if (mark[d] != stamp) {
             mark[d] = stamp;
