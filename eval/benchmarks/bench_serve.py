@@ -320,7 +320,7 @@ def write_md(o):
         for name, s in r.items():
             lines.append(f"| {c} | {name} | {s['rps']} | {s['p50_ms']} | {s['p99_ms']} | "
                          f"{s['p50_ms'] / u['p50_ms']:.2f}x | {s['p99_ms'] / u['p99_ms']:.2f}x |")
-    lines += ["", "## Hybrid bm25+dense (rrf, MiniLM query encoding per request)", "",
+    lines += ["", "## Hybrid bm25+dense (the untuned default fusion, combmnz(norm=minmax); MiniLM query encoding per request)", "",
               "| concurrency | req/s | p50 ms | p99 ms |", "|---|---|---|---|"]
     for c, s in o["hybrid"].items():
         lines.append(f"| {c} | {s['rps']} | {s['p50_ms']} | {s['p99_ms']} |")
@@ -351,8 +351,10 @@ def write_md(o):
               "httptools/uvloop installed). retr's hits carry title, text and metadata from its document store; "
               "Pyserini's candidates carry the raw document stored in Lucene.",
               "- Filters: a filter allowing 25% or more of the collection reads the unfiltered ranking deeper "
-              "(here about 2k/share = 40 hits); a smaller one adds a Lucene FILTER clause over the allowed ids. "
-              "Both are exact (tests/retrieval/test_filters.py).", ""]
+              "(here about 2k/share = 40 hits); a smaller one scores only the allowed documents in the Java helper's "
+              "exhaustive loop (a bitset of allowed Lucene doc numbers per filter; a Lucene FILTER clause where "
+              "that loop does not apply). Both are exact (tests/retrieval/test_filters.py, "
+              "tests/indexes/test_lucene_search.py).", ""]
     (RESULTS / "serve.md").write_text("\n".join(lines))
 
 
