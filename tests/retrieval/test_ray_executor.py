@@ -110,7 +110,8 @@ def test_dense_on_ray_is_the_in_process_index_even_when_a_worker_is_killed(tmp_p
     assert e["executor"] == "ray" and e["workers"] == 2 and e["cpus_per_worker"] == 0.5 and e["devices"] == ["cpu"]
     assert e["worker_processes"] == len(set(seen)) and e["block_size"] == 25
     assert small_dense_index.manifest["subindexes"]["dense"]["encoded_by"]["executor"] == "in-process"
-    for r in ("dense", "bm25", "bm25+dense"):
+    # a fusion named in full: another test stores a tuned bm25+dense in the shared fixture
+    for r in ("dense", "bm25", "bm25+dense:combmnz(norm=minmax)"):
         _same_runs(_runs(small_dense_index, queries, r), _runs(idx, queries, r))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["RAY"]  # no staging folder, no encoding cache
 
