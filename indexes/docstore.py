@@ -190,41 +190,54 @@ class DocStore:
                     out[r[0]] = _row(r)
         return out
 
-    def iter_docs(self, batch: int = 10000) -> Iterator[Row]:
-        """Every visible document, in the order they were added (the order builds follow)."""
+    def _scan(self, cols: str, batch: int, where: str = "", params: tuple = ()) -> Iterator[tuple]:
+        """Rows ``cols`` of every visible document (and ``where``), in rowid order, ``batch`` at a
+        time on a connection of its own (a generator may be left half-read)."""
         w, p = self._visible()
         with _readable(self.path):
             con = _read_only(self.path)
         try:
             with _readable(self.path):
-                cur = con.execute(f"SELECT docid, title, text, meta FROM docs WHERE {w} ORDER BY rowid", p)
+                cur = con.execute(f"SELECT {cols} FROM docs WHERE {w}{where} ORDER BY rowid", (*p, *params))
             while True:
                 with _readable(self.path):
                     rows = cur.fetchmany(batch)
                 if not rows:
                     break
-                for r in rows:
-                    yield _row(r)
+                yield from rows
         finally:
             con.close()
 
+    def iter_docs(self, batch: int = 10000) -> Iterator[Row]:
+        """Every visible document, in the order they were added (the order builds follow)."""
+        for r in self._scan("docid, title, text, meta", batch):
+            yield _row(r)
+
     def iter_meta(self, batch: int = 10000) -> Iterator[Tuple[str, Optional[dict]]]:
         """``(docid, metadata or None)`` for every visible document, in the store's order (no text read)."""
-        w, p = self._visible()
-        with _readable(self.path):
-            con = _read_only(self.path)
-        try:
-            with _readable(self.path):
-                cur = con.execute(f"SELECT docid, meta FROM docs WHERE {w} ORDER BY rowid", p)
-            while True:
-                with _readable(self.path):
-                    rows = cur.fetchmany(batch)
-                if not rows:
-                    break
-                for r in rows:
-                    yield r[0], (json.loads(r[1]) if r[1] else None)
-        finally:
-            con.close()
+        for r in self._scan("docid, meta", batch):
+            yield r[0], (json.loads(r[1]) if r[1] else None)
+
+    def rowid_ranges(self, block: int) -> List[Tuple[int, int]]:
+        """Half-open rowid ranges holding ``block`` visible documents each, in order (one pass over
+        rowids): what :meth:`range_docs` reads back, for workers that each take a range."""
+        out: List[Tuple[int, int]] = []
+        lo, n, last = None, 0, None
+        for (rid,) in self._scan("rowid", 10000):
+            if lo is None:
+                lo = rid
+            n += 1
+            last = rid
+            if n == block:
+                out.append((lo, rid + 1))
+                lo, n = None, 0
+        if lo is not None:
+            out.append((lo, last + 1))
+        return out
+
+    def range_docs(self, lo: int, hi: int) -> List[Tuple[str, str, str]]:
+        """``(docid, title, text)`` of the visible documents with ``lo <= rowid < hi``, in order."""
+        return list(self._scan("docid, title, text", 10000, " AND rowid >= ? AND rowid < ?", (int(lo), int(hi))))
 
     def ids(self) -> List[str]:
         w, p = self._visible()

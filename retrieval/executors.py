@@ -31,7 +31,6 @@ import contextlib
 import os
 import pickle
 import signal
-import sqlite3
 import struct
 import subprocess
 import sys
@@ -162,48 +161,22 @@ class StoreSource:
             yield docid, (f"{title} {text}" if title else text)
 
     def __len__(self) -> int:
-        con = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
-        try:
-            return int(con.execute(f"SELECT COUNT(*) FROM docs WHERE {_live(con)}").fetchone()[0])
-        finally:
-            con.close()
+        from indexes.docstore import DocStore
+
+        return len(DocStore(self.path))
 
     def ranges(self, block: int) -> List[Tuple[int, int]]:
-        """Half-open rowid ranges of ``block`` documents each, in order (one pass over rowids)."""
-        con = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
-        try:
-            out, lo, n, last = [], None, 0, None
-            for (rid,) in con.execute(f"SELECT rowid FROM docs WHERE {_live(con)} ORDER BY rowid"):
-                if lo is None:
-                    lo = rid
-                n += 1
-                last = rid
-                if n == block:
-                    out.append((lo, rid + 1))
-                    lo, n = None, 0
-            if lo is not None:
-                out.append((lo, last + 1))
-            return out
-        finally:
-            con.close()
+        """Half-open rowid ranges of ``block`` documents each, in order."""
+        from indexes.docstore import DocStore
 
-
-def _live(con: sqlite3.Connection) -> str:
-    """The condition for the rows a build encodes: those not deleted (schema 2 stores keep
-    deleted rows for older generations' readers; schema 1 has no such column). The same
-    rows, in the same order, as :meth:`indexes.docstore.DocStore.iter_docs` with no generation."""
-    cols = {r[1] for r in con.execute("PRAGMA table_info(docs)")}
-    return "deleted IS NULL" if "deleted" in cols else "1"
+        return DocStore(self.path).rowid_ranges(block)
 
 
 def read_range(path: Union[str, Path], lo: int, hi: int) -> Tuple[List[str], List[str]]:
-    """(docids, texts) of the store's rows with ``lo <= rowid < hi``, in order."""
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        rows = con.execute(f"SELECT docid, title, text FROM docs WHERE rowid >= ? AND rowid < ? AND {_live(con)} "
-                           f"ORDER BY rowid", (int(lo), int(hi))).fetchall()
-    finally:
-        con.close()
+    """(docids, texts) of the store's visible rows with ``lo <= rowid < hi``, in order."""
+    from indexes.docstore import DocStore
+
+    rows = DocStore(path).range_docs(lo, hi)
     return [r[0] for r in rows], [f"{r[1]} {r[2]}" if r[1] else r[2] for r in rows]
 
 
