@@ -93,9 +93,7 @@ def index_cmd(corpus, index_dir, k1, b, dense_model, deepct_model, deepct_mode, 
               help="What a document without text does.")
 @params.executor_options
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
-@click.option("--nice", "nice", type=click.IntRange(0, 19), default=10, show_default=True,
-              help="Run at this lower CPU priority (Unix nice), so that searches of the folder keep their speed "
-                   "while it changes; 0 for full speed.")
+@params.nice_option
 def add_cmd(index_dir, corpus, threads, empty, quiet, nice, executor):
     """Add documents to every sub-index of an existing folder (all or nothing).
     A folder pruned by passage quality scores them first and adds those that

@@ -11,9 +11,6 @@ from cli import params
 _index = click.option("--index", "index_dir", required=True, type=click.Path(path_type=Path),
                       help="Existing index folder.")
 _quiet = click.option("--quiet", "-q", is_flag=True, help="No progress output.")
-nice_option = click.option("--nice", "nice", type=click.IntRange(0, 19), default=10, show_default=True,
-                           help="Run at this lower CPU priority (Unix nice), so that searches of the folder keep "
-                                "their speed while it changes; 0 for full speed.")
 
 
 def lower_priority(n: int) -> None:
@@ -36,7 +33,7 @@ def lower_priority(n: int) -> None:
               help="What a document without text does.")
 @params.executor_options
 @_quiet
-@nice_option
+@params.nice_option
 def update_cmd(index_dir, corpus, threads, empty, quiet, nice, executor):
     """Replace the documents whose ids are in CORPUS and add the others, in every sub-index
     (all or nothing). Only the given text is encoded."""
@@ -61,7 +58,7 @@ def update_cmd(index_dir, corpus, threads, empty, quiet, nice, executor):
               help="A file of document ids, one per line.")
 @click.option("--missing-ok", is_flag=True, help="Ids the index does not hold are skipped, not an error.")
 @_quiet
-@nice_option
+@params.nice_option
 def delete_cmd(index_dir, ids, ids_file, missing_ok, quiet, nice):
     """Remove documents by id (IDS, or --ids FILE) from every sub-index (all or nothing).
     Lucene and faiss skip them at once and drop them at `retr compact`."""
@@ -82,7 +79,7 @@ def delete_cmd(index_dir, ids, ids_file, missing_ok, quiet, nice):
 @click.command("compact")
 @_index
 @_quiet
-@nice_option
+@params.nice_option
 def compact_cmd(index_dir, quiet, nice):
     """Merge Lucene segments with deleted documents expunged, rebuild faiss without masked
     rows, and remove old generations that no reader holds and leftovers of dead processes."""

@@ -27,6 +27,12 @@ SHARE_CLOSED_OPEN = FiniteFloatRange(0, 1, max_open=True)   # a share dropped or
 LEVEL = FiniteFloatRange(0, 1, min_open=True, max_open=True)  # a significance level, (0, 1)
 POSITIVE = FiniteFloatRange(min=0, min_open=True)      # a rate, ratio or margin, > 0
 
+# Every command that changes a folder (retr add, update, delete, compact).
+nice_option = click.option("--nice", "nice", type=click.IntRange(0, 19), default=10, show_default=True,
+                           help="Run at this lower CPU priority (Unix nice), so that searches of the folder keep "
+                                "their speed while it changes; 0 for full speed.")
+
+
 
 def executor_options(f):
     """The options that say where model stages run (``retr index``, ``retr add``, ``retr update``);
