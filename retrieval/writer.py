@@ -234,7 +234,7 @@ def add_subindex(index: Index, kind: str, spec, name: Optional[str] = None, over
     k = get_kind(kind)
     name = name or kind
     spec.validate()
-    with open_executor(_executor_spec(executor)) as ex, _changing(index, quiet) as ch:
+    with open_executor(executor) as ex, _changing(index, quiet) as ch:
         if name in ch.old["subindexes"] and not overwrite:
             raise InputError(f"index already has a {name!r} sub-index (pass --overwrite to rebuild it)", ch.path)
         rel = ch.fresh_folder(name)
@@ -271,7 +271,7 @@ def build_pruned_index(corpus, index_dir, prune: float, quality: Optional[str] =
     from retrieval.quality.prune import prune_keep_set
 
     vectors: dict = {}
-    with open_executor(_executor_spec(executor)) as ex:
+    with open_executor(executor) as ex:
         keep, record = prune_keep_set(corpus, prune, quality, empty=empty, quiet=quiet, vectors=vectors, executor=ex)
         return build_index(corpus, index_dir, empty=empty, quiet=quiet, keep=keep, pruning=record,
                            dense_vectors=vectors or None, executor=ex, **build_kwargs)

@@ -708,6 +708,7 @@ public final class HitSearcher implements Closeable {
       }
       Bits live = ctx.reader().getLiveDocs();
       byte[] nb = norms[ctx.ord];
+      int base = ctx.docBase;
       int t = 0;
       PostingsEnum pe = w.postings[ctx.ord];
       for (int i = 0; i < m; i++) {
@@ -716,10 +717,9 @@ public final class HitSearcher implements Closeable {
         te.seekExact(cs.get(i).term.bytes(), st);
         pe = w.postings[ctx.ord] = te.postings(pe, PostingsEnum.FREQS);
         Similarity.SimScorer sc = scorers[i];
-        int base0 = ctx.docBase;
         for (int d = pe.nextDoc(); d != DocIdSetIterator.NO_MORE_DOCS; d = pe.nextDoc()) {
           if (live != null && !live.get(d)) continue;
-          if (allowed != null && !allowed.get(base0 + d)) continue;
+          if (allowed != null && !allowed.get(base + d)) continue;
           float v = sc.score(pe.freq(), nb == null ? 1L : nb[d]);
           if (mark[d] != stamp) {
             mark[d] = stamp;
@@ -731,7 +731,6 @@ public final class HitSearcher implements Closeable {
         }
       }
       w.reserve(n + t);
-      int base = ctx.docBase;
       for (int j = 0; j < t; j++) {
         int d = touched[j];
         float f = (float) acc[d];
