@@ -19,6 +19,11 @@ better single retriever's), test queries. As a robustness check that plays
 no part in the choice, every candidate is also scored on real runs of a weak
 and a strong retriever (TREC DL 2019/2020 and TREC-COVID: BM25 against TAS-B
 and SPLADE++, top-100 runs shipped in the datasets folder).
+Two more checks, at the top-100 depth, also outside the choice: our own two
+retrievers on passages used as queries (long queries with real judgments,
+defaults_runs.doc_queries), and an explored per-query confidence-weighted
+CombMNZ (BM25's top score over the query's idf mass against dense's top
+cosine), chosen leave-one-collection-out the same way.
 
 Runs come from defaults_runs.py (cached top-1000 per collection, computed on first use;
 ``--indexes DIR`` reads existing benchmark folders from DIR, read-only).
@@ -66,14 +71,38 @@ def candidates() -> Dict[str, Callable]:
     cands: Dict[str, Callable] = {}
     for k in (5, 10, 20, 40, 60, 100):
         f = Fusion("rrf", k)
-        cands[str(f)] = lambda ls, f=f: fuse(ls, f)
+        cands[str(f)] = lambda ls, q=None, f=f: fuse(ls, f)
     for norm in ("minmax", "zscore"):
         for method in ("combsum", "combmnz"):
             f = Fusion(method, norm=norm)
-            cands[str(f)] = lambda ls, f=f: fuse(ls, f)
+            cands[str(f)] = lambda ls, q=None, f=f: fuse(ls, f)
         cands[f"agreement-combsum(norm={norm})"] = (
-            lambda ls, norm=norm: fuse(ls, Fusion("combsum", norm=norm, weights=agreement_weights(ls))))
+            lambda ls, q=None, norm=norm: fuse(ls, Fusion("combsum", norm=norm, weights=agreement_weights(ls))))
     return cands
+
+
+SLOPES = (1, 2, 4, 8)
+CENTRES = (-0.4, -0.3, -0.2, -0.1, 0.0, 0.1)
+
+
+def confidence_candidates(masses: Dict[str, float]) -> Dict[str, Callable]:
+    """Explored, not in the product: CombMNZ (min-max) whose per-query weights follow each retriever's own
+    confidence on an absolute scale. BM25's is its top score over the query's BM25 mass (the share of the
+    query the best passage matched, defaults_runs.query_masses), dense's its top cosine; the BM25 list weighs
+    w = 1 / (1 + exp(-slope * (bm25 confidence - dense confidence - centre))), the dense list 1 - w."""
+    import math
+
+    def weights(ls, q, slope, centre):
+        b, d = ls.get("bm25") or [], ls.get("dense") or []
+        mass = masses.get(q, 0.0)
+        cb = b[0][1] / mass if b and mass > 0 else 0.0
+        cd = d[0][1] if d else 0.0
+        w = 1 / (1 + math.exp(-slope * (cb - cd - centre)))
+        return (("bm25", w), ("dense", 1 - w))
+
+    return {f"confidence-combmnz(slope={a},centre={c:g})":
+            (lambda ls, q, a=a, c=c: fuse(ls, Fusion("combmnz", norm="minmax", weights=weights(ls, q, a, c))))
+            for a in SLOPES for c in CENTRES}
 
 
 # ------------------------------------------------------------------ data
@@ -83,6 +112,14 @@ def local_pair(col, indexes=None) -> Tuple[Lists, dict]:
     qrels = col.qrels()
     lists = {n: defaults_runs.load(col.name, n) for n in defaults_runs.NAMES}
     return lists, qrels
+
+
+def doc_pair(col, indexes=None) -> Tuple[Lists, dict]:
+    """The passages-as-queries set of a collection (defaults_runs.doc_queries): our two retrievers, long
+    queries, real judgments."""
+    defaults_runs.dump_doc(col, indexes)
+    return ({n: defaults_runs.load(col.name + "-doc", n) for n in defaults_runs.NAMES},
+            defaults_runs.doc_queries(col)[1])
 
 
 EXTERNAL = [  # (name, topics, weak run, strong run)
@@ -116,7 +153,7 @@ def per_query_scores(lists: Lists, qrels: dict, cands: Dict[str, Callable], dept
     for label, f in cands.items():
         run = {}
         for q in qids:
-            fused = f({n: top[n][q] for n in names})[:CUT]
+            fused = f({n: top[n][q] for n in names}, q)[:CUT]
             # scores from ranks: evaluation must see the fused order, ties included
             run[q] = {d: float(CUT - i) for i, (d, _s, _r) in enumerate(fused)}
         runs[label] = run
@@ -194,8 +231,47 @@ def fusion_at(depth: int, indexes=None) -> dict:
         external[label]["tests_vs_best_single"] = {r["system"]: {"delta": r["delta"], "p_holm": r["p_holm"]}
                                                    for r in rows[1:]}
         print(label, {k: round(v, 4) for k, v in external[label]["delta_vs_best"].items()}, flush=True)
-    return {"depth": depth, "candidates": list(cands), "baseline": BASELINE, "local": local, "loco": loco,
-            "shipped": shipped, "shipped_criterion": crit, "external": external}
+    res = {"depth": depth, "candidates": list(cands), "baseline": BASELINE, "local": local, "loco": loco,
+           "shipped": shipped, "shipped_criterion": crit, "external": external}
+    if depth == DEPTH:
+        res.update(robustness_ours(cands, shipped, loco, indexes))
+    return res
+
+
+def robustness_ours(cands, shipped: str, loco: dict, indexes=None) -> dict:
+    """Our own retrievers off the test queries (passages as queries), and the explored confidence-weighted
+    CombMNZ, chosen leave-one-collection-out as the shipped fusion is; neither plays a part in the shipped
+    choice."""
+    docq, conf, conf_doc = {}, {}, {}
+    for col in COLLECTIONS:
+        masses = defaults_runs.query_masses(col, indexes)
+        cc = confidence_candidates(masses)
+        lists, qrels = doc_pair(col, indexes)
+        s = per_query_scores(lists, qrels, {**cands, **cc}, DEPTH)
+        docq[col.name] = summarise({k: v for k, v in s.items() if k not in cc}, list(defaults_runs.NAMES))
+        conf_doc[col.name] = summarise({k: v for k, v in s.items() if k not in cands}, list(defaults_runs.NAMES))
+        lists, qrels = local_pair(col, indexes)
+        conf[col.name] = summarise(per_query_scores(lists, qrels, cc, DEPTH), list(defaults_runs.NAMES))
+        print(col.name, "passages as queries:", {k: round(v, 4) for k, v in docq[col.name]["delta_vs_best"].items()
+                                                 if k in (shipped, BASELINE)}, flush=True)
+    grid = list(conf_doc[COLLECTIONS[0].name]["delta_vs_best"])
+    names = [c.name for c in COLLECTIONS]
+
+    def choose(train):
+        return max(grid, key=lambda g: round(mean(conf[t]["delta_vs_best"][g] for t in train), 6))
+
+    conf_loco = {}
+    for held in names:
+        g = choose([n for n in names if n != held])
+        conf_loco[held] = {"chosen": g, "delta_vs_best_single": conf[held]["delta_vs_best"][g],
+                           "shipped_protocol_delta": loco[held]["delta_vs_best_single"],
+                           "passages_as_queries_delta": conf_doc[held]["delta_vs_best"][g]}
+    every = choose(names)
+    return {"passages_as_queries": docq,
+            "confidence": {"slopes": list(SLOPES), "centres": list(CENTRES), "loco": conf_loco, "chosen_on_all": every,
+                           "chosen_on_all_local": {n: conf[n]["delta_vs_best"][every] for n in names},
+                           "chosen_on_all_passages_as_queries": {n: conf_doc[n]["delta_vs_best"][every]
+                                                                  for n in names}}}
 
 
 # ------------------------------------------------------------------ pruning part
@@ -600,6 +676,47 @@ def render_fusion(f: dict) -> List[str]:
            md_table(["candidate"] + list(ext) + ["mean"],
                     [[c] + [ext[k]["delta_vs_best"][c] for k in ext] + [mean(ext[k]["delta_vs_best"][c] for k in ext)]
                      for c in cands])]
+    if "passages_as_queries" in f:
+        md += [""] + render_robustness_ours(f)
+    return md
+
+
+def render_robustness_ours(f: dict) -> List[str]:
+    cands, shipped, base = f["candidates"], f["shipped"], f["baseline"]
+    dq, conf = f["passages_as_queries"], f["confidence"]
+    md = ["### Robustness check with our retrievers: passages as queries (not used for the choice)", "",
+          "Long queries with real judgments (ArguAna-like): for every test query with at least two relevant "
+          f"passages, its first relevant passage (title and text, first {defaults_runs.DOC_WORDS} words) is the "
+          "query, the query's other relevant passages are its relevant ones, and the query's own passage is "
+          "removed from both runs (`defaults_runs.doc_queries`).", "",
+          md_table(["collection", "queries", "bm25", "dense", f"Δ {shipped}", f"Δ {base}", "best candidate here"],
+                   [[n, e["queries"], e["means"]["bm25"], e["means"]["dense"],
+                     f"{e['delta_vs_best'][shipped]:+.4f}", f"{e['delta_vs_best'][base]:+.4f}",
+                     max(cands, key=lambda c: e["delta_vs_best"][c]) + f" ({max(e['delta_vs_best'].values()):+.4f})"]
+                    for n, e in dq.items()]), "",
+          "Every candidate (Δ vs the better single retriever):", "",
+          md_table(["candidate"] + list(dq) + ["mean", "min"],
+                   [[c] + [dq[n]["delta_vs_best"][c] for n in dq] + [mean(dq[n]["delta_vs_best"][c] for n in dq),
+                                                                     min(dq[n]["delta_vs_best"][c] for n in dq)]
+                    for c in cands]), "",
+          "### Explored, not shipped: confidence-weighted CombMNZ", "",
+          "Per query, each of our retrievers says how sure it is on an absolute scale: BM25's top score over the "
+          "query's BM25 mass (the sum of its terms' idf, the most Lucene's BM25 can give a passage: the share of "
+          "the query the best passage matched), dense's top cosine. The BM25 list weighs "
+          "w = 1 / (1 + exp(−slope · (bm25 confidence − dense confidence − centre))), the dense list 1 − w, in a "
+          f"min-max CombMNZ; slope in {conf['slopes']}, centre in {conf['centres']}, chosen "
+          "leave-one-collection-out by the same rule (Δ vs the better single retriever, test queries). Per "
+          "query, (bm25 confidence − dense confidence) correlates with (bm25 − dense nDCG@10) on every local "
+          "collection, but weakly.", "",
+          md_table(["held out", "chosen on the other three", "Δ vs best single", "the shipped protocol's Δ",
+                    "Δ on its passages as queries"],
+                   [[h, e["chosen"], f"{e['delta_vs_best_single']:+.4f}", f"{e['shipped_protocol_delta']:+.4f}",
+                     f"{e['passages_as_queries_delta']:+.4f}"] for h, e in conf["loco"].items()]), "",
+          f"Mean held-out Δ: confidence-weighted {mean(e['delta_vs_best_single'] for e in conf['loco'].values()):+.4f}, "
+          f"the shipped protocol {mean(e['shipped_protocol_delta'] for e in conf['loco'].values()):+.4f}. Chosen on "
+          f"all four: `{conf['chosen_on_all']}` (test queries "
+          + ", ".join(f"{n} {v:+.4f}" for n, v in conf["chosen_on_all_local"].items()) + "; passages as queries "
+          + ", ".join(f"{n} {v:+.4f}" for n, v in conf["chosen_on_all_passages_as_queries"].items()) + ")."]
     return md
 
 
