@@ -357,6 +357,48 @@ def pooled_head(data: dict, train: List[str], name: str = "learned-minilm-pooled
     return head, used
 
 
+RETRIEVABILITY_QUERIES = 3   # pseudo-queries per passage
+
+
+def retrievability(col, docs, indexes=None) -> dict:
+    """Explored, not in the product: retrievability (Azzopardi & Vinay, 2008) under BM25 with pseudo-queries
+    drawn from the corpus itself: from every passage, RETRIEVABILITY_QUERIES seeded queries of two of its
+    words (letters and digits, 3+ characters, not in the stopword list); a passage's score is how often BM25
+    ranks it in the top 10 (``retrievability@10``) or top 100 (``@100``) of all those queries, or the sum of
+    1/rank over the top 100 (``gravity``). A passage no query finds near the top is one real queries are least
+    likely to need. Costs one BM25 search per pseudo-query on the full index (cached under WORK)."""
+    import random
+    import re
+
+    import numpy as np
+
+    from retrieval.quality.estimators import STOPWORDS
+    from retrieval.types import Query
+
+    path = defaults_runs.RUNS / f"{col.name}.retrievability.json"
+    if not path.exists():
+        word = re.compile(r"[^\W_]{3,}", re.UNICODE)
+        rng = random.Random(0)
+        qs = []
+        for i, d in enumerate(docs):
+            words = [w for w in (x.lower() for x in word.findall(d.contents)) if w not in STOPWORDS]
+            if len(words) >= 2:
+                qs += [Query(f"{i}.{j}", " ".join(rng.sample(words, 2))) for j in range(RETRIEVABILITY_QUERIES)]
+        res = defaults_runs._open(col, indexes).retriever("bm25").batch_search(qs, 100, 2)
+        pos = {d.docid: i for i, d in enumerate(docs)}
+        r10, r100, grav = (np.zeros(len(docs)) for _ in range(3))
+        for hits in res.values():
+            for rank, (d, _s) in enumerate(hits, 1):
+                k = pos[d]
+                r100[k] += 1
+                r10[k] += rank <= 10
+                grav[k] += 1 / rank
+        path.write_text(json.dumps({"queries": len(qs), "retrievability@10": r10.tolist(),
+                                    "retrievability@100": r100.tolist(), "gravity": grav.tolist()}))
+    got = json.loads(path.read_text())
+    return {k: np.asarray(v) for k, v in got.items() if k != "queries"}
+
+
 def _rank01(x):
     import numpy as np
 
@@ -395,6 +437,9 @@ def pruning_part(indexes=None) -> dict:
     for n in names:
         fixed[n]["length + centrality"] = _rank01(fixed[n]["length"]) + _rank01(fixed[n]["centrality"])
         fixed[n]["length + density"] = _rank01(fixed[n]["length"]) + _rank01(fixed[n]["density"])
+        for label, sc in retrievability(next(c for c in COLLECTIONS if c.name == n), data[n]["docs"],
+                                        indexes).items():
+            fixed[n][label] = sc + 1e-6 * fixed[n]["length"]   # ties (never retrieved) drop the shorter passage
     in_domain = {"learned (shipped, SciFact train)": {"scifact"}}   # never scored where it was trained
     heads = {}
 
@@ -745,7 +790,9 @@ def render_pruning(f: dict) -> List[str]:
           "relevant are left out of head training (positive share: "
           + ", ".join(f"{n} {v:.0%}" for n, v in f["positive_share"].items()) + "). Further candidates: "
           "`centrality` (cosine of the MiniLM vector to the corpus mean direction), `density` (mean cosine to the "
-          "10 nearest passages), and sums of percentile ranks.", "",
+          "10 nearest passages), sums of percentile ranks, and retrievability under BM25 (how often a passage "
+          f"ranks in the top 10 or 100, or 1/rank summed, over {RETRIEVABILITY_QUERIES} two-word pseudo-queries "
+          "drawn from each passage; ties drop the shorter passage).", "",
           "### Leave one collection out, over the estimators the product has (" + ", ".join(prod["pool"]) + ")", "",
           loco_table(prod), "",
           f"Mean held-out Δ vs random: {prod['held_out_mean_delta']:+.4f}. Chosen on all four: `{prod['shipped']}` "
