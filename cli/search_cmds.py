@@ -25,9 +25,10 @@ from indexes.errors import InputError
               help="A sub-index (bm25, dense, ...) or a fused pipeline: bm25+dense, bm25+dense:rrf(k=60), "
                    "bm25+dense:weighted(bm25=0.3,dense=0.7,norm=zscore).")
 @click.option("--fusion", default=None,
-              help="Fusion for a+b retrievers: rrf[(k=60)], combsum|combmnz[(norm=minmax|zscore)], "
-                   "weighted(a=w,b=w[,norm=...]) [default: the index's tuned fusion, else "
-                   "combmnz(norm=minmax), chosen without training queries].")
+              help="Fusion for a+b retrievers: rrf[(k=60)], combsum|combmnz[(norm=minmax|zscore"
+                   "[,confidence=SLOPE,centre=C])], weighted(a=w,b=w[,norm=...]) [default: the index's tuned "
+                   "fusion, else combmnz(confidence=4,centre=-0.3,norm=minmax), chosen without training "
+                   "queries].")
 @click.option("--depth", type=click.IntRange(min=1), default=None,
               help="Candidates per fused retriever [default: max(k, 100)].")
 @click.option("--k", "k", type=click.IntRange(min=1), default=None,

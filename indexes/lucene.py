@@ -501,6 +501,14 @@ class LuceneIndex:
             snap, batch = self._call(lambda s: (s, s.js.batchSearch(texts, k, threads)))
         return snap, batch.data.tostring(), batch.errors
 
+    def query_masses(self, texts: Sequence[str]) -> List[float]:
+        """Each text's mass under this index's similarity: the most its terms can score one
+        document (for BM25, the sum of boost x idf over the query's terms that occur), from
+        the searched reader's statistics; NaN where the query is not a flat bag of terms."""
+        if self.impact:
+            raise RetrError("query mass is defined for BM25 text indexes, not impact indexes")
+        return self._call(lambda s: list(s.js.queryMasses(list(texts))))
+
     def search_filtered(self, query, k: int, allowed) -> Result:
         """:meth:`search` restricted to the documents of ``allowed`` (a
         ``retrieval.filters.Allowed``): the first ``k`` of them in the unfiltered

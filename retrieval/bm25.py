@@ -67,6 +67,18 @@ class BM25Retriever:
         res = self._index.batch_search([q.text for q in queries], [q.qid for q in queries], k, threads)
         return {q.qid: res.get(q.qid, []) for q in queries}
 
+    def confidence(self, texts: Sequence[str], lists: Sequence[Scored]) -> List[Optional[Tuple[str, float]]]:
+        """Per query, ``("bm25-share", top score / the query's mass)``: the share of the query the best
+        passage matched (0 with no hit or no known term; None where the mass is undefined)."""
+        masses = self._index.query_masses(texts)
+        out: List[Optional[Tuple[str, float]]] = []
+        for m, hits in zip(masses, lists):
+            if m != m:   # NaN
+                out.append(None)
+            else:
+                out.append(("bm25-share", float(hits[0][1]) / m if hits and m > 0 else 0.0))
+        return out
+
     def close(self) -> None:
         self._index.close()
 

@@ -9,6 +9,7 @@ the Python API (``retriever=``) and the run tag::
     bm25+dense:combsum(norm=minmax)         CombSUM over normalised scores
     bm25+dense:combmnz(norm=zscore)         CombMNZ
     bm25+dense:weighted(bm25=0.3,dense=0.7,norm=minmax)   convex combination
+    bm25+dense:combmnz(confidence=4,centre=-0.3,norm=minmax)  weighted per query by each retriever's confidence
 
 Documents missing from a list (not retrieved by that retriever within the
 fusion depth) are handled the same way by every method, explicitly:
@@ -20,12 +21,25 @@ fusion depth) are handled the same way by every method, explicitly:
   actually retrieved the document.
 ``Hit.scores`` keeps each retriever's raw score, with ``None`` where missing.
 
+Confidence weighting (``confidence=SLOPE``, combsum / combmnz): per query, each
+retriever that can rate its own list says how sure it is on an absolute scale
+(BM25: its top score over the query's mass, the most Lucene's BM25 can give a
+passage for that query, i.e. the share of the query the best passage matched;
+a dense retriever over normalised vectors: its top cosine). List n then weighs
+softmax_n(SLOPE * (c_n + offset_n)) times its static weight, where BM25 shares
+are offset by ``-centre`` (``centre`` is the BM25 share minus the cosine at which
+both weigh the same). With two lists that is a logistic weight,
+w_bm25 = 1 / (1 + exp(-SLOPE * (share - cosine - centre))). A query where some
+list has no confidence (another kind, or dimension selection) is fused unweighted.
+
 DEFAULT_FUSION, the fusion of a bare ``a+b`` on a folder that was never tuned,
 is chosen without training queries by a leave-one-collection-out protocol
-(eval/benchmarks/bench_defaults.py; numbers in eval/results/defaults.md): on
-each of SciFact, NFCorpus, Cranfield and Vaswani held out, the fusion chosen on
-the other three beat the better single retriever, and on average beat
-rrf(k=60); chosen on all four it is combmnz over min-max normalised scores.
+(eval/benchmarks/bench_defaults.py; numbers in eval/results/defaults.md):
+chosen on three of SciFact, NFCorpus, Cranfield and Vaswani, each with its test
+queries and shifted variants (passages as queries, misspelled queries, passages
+behind unrelated text), scored on the fourth. Every fold chose confidence-weighted
+CombMNZ over min-max normalised scores (slope 4, centre -0.3); it ties plain CombMNZ
+on the test queries and loses far less where one retriever is much weaker.
 """
 from __future__ import annotations
 
@@ -49,6 +63,8 @@ class Fusion:
     k: int = 60                               # rrf constant
     norm: str = "minmax"                      # combsum / combmnz / weighted
     weights: Tuple[Tuple[str, float], ...] = ()   # weighted (and optional for the others)
+    confidence: float = 0.0                   # combsum / combmnz: slope of the per-query confidence weights (0: off)
+    centre: float = 0.0                       # BM25 share minus dense cosine at which both weigh the same
 
     def __post_init__(self):
         if self.method not in METHODS:
@@ -59,12 +75,22 @@ class Fusion:
             raise InputError(f"rrf k must be >= 1, got {self.k}")
         if any(w < 0 or not math.isfinite(w) for _, w in self.weights):
             raise InputError("fusion weights must be finite and >= 0")
+        if not (math.isfinite(self.confidence) and 0 <= self.confidence <= 100):
+            raise InputError(f"confidence (the slope of the confidence weights) must be in [0, 100], "
+                             f"got {self.confidence:g}")
+        if not (math.isfinite(self.centre) and -1 <= self.centre <= 1):
+            raise InputError(f"centre must be in [-1, 1], got {self.centre:g}")
+        if (self.confidence or self.centre) and self.method not in ("combsum", "combmnz"):
+            raise InputError("confidence weighting applies to combsum and combmnz only")
 
     def params(self) -> str:
         if self.method == "rrf":
             ps = [f"k={self.k}"] + [f"{n}={_num(w)}" for n, w in self.weights]
         else:
-            ps = [f"{n}={_num(w)}" for n, w in self.weights] + [f"norm={self.norm}"]
+            ps = [f"{n}={_num(w)}" for n, w in self.weights]
+            if self.confidence:
+                ps += [f"confidence={_num(self.confidence)}", f"centre={_num(self.centre)}"]
+            ps.append(f"norm={self.norm}")
         return ",".join(ps)
 
     def __str__(self) -> str:
@@ -72,7 +98,7 @@ class Fusion:
 
 
 # The untuned default of a bare a+b (see the module docstring and eval/results/defaults.md).
-DEFAULT_FUSION = Fusion("combmnz", norm="minmax")
+DEFAULT_FUSION = Fusion("combmnz", norm="minmax", confidence=4.0, centre=-0.3)
 
 
 @dataclass(frozen=True)
@@ -119,6 +145,11 @@ def _make_fusion(method: str, params: str, retrievers: Sequence[str]) -> Fusion:
                 raise InputError(f"rrf k must be an integer, got {val!r}") from None
         elif key == "norm":
             kw["norm"] = val
+        elif key in ("confidence", "centre"):
+            try:
+                kw[key] = float(val)
+            except ValueError:
+                raise InputError(f"fusion {key} must be a number, got {val!r}") from None
         else:
             if retrievers and key not in retrievers:
                 raise InputError(f"fusion weight for {key!r}, which is not one of the fused retrievers "
@@ -175,13 +206,34 @@ def _normalise(scores: List[float], norm: str) -> List[float]:
     return [0.0 if sd == 0 else (s - mean) / sd for s in scores]
 
 
-def fuse(lists: Mapping[str, Scored], fusion: Fusion) -> List[Tuple[str, float, Dict[str, Optional[float]]]]:
+def confidence_weights(conf: Mapping[str, Optional[Tuple[str, float]]], fusion: Fusion
+                       ) -> Optional[Dict[str, float]]:
+    """Per-list weights (summing to 1) from each list's ``(kind, value)`` confidence, or None when
+    weighting is off or some list has no confidence. Kinds: ``"bm25-share"`` (offset by -centre: BM25
+    shares sit below cosines) and ``"cosine"``."""
+    if not fusion.confidence or not conf or any(c is None for c in conf.values()):
+        return None
+    z = {n: fusion.confidence * (v - (fusion.centre if kind == "bm25-share" else 0.0))
+         for n, (kind, v) in conf.items()}
+    top = max(z.values())
+    e = {n: math.exp(x - top) for n, x in z.items()}
+    total = sum(e.values())
+    return {n: x / total for n, x in e.items()}
+
+
+def fuse(lists: Mapping[str, Scored], fusion: Fusion,
+         confidences: Optional[Mapping[str, Optional[Tuple[str, float]]]] = None
+         ) -> List[Tuple[str, float, Dict[str, Optional[float]]]]:
     """Fuse ``{retriever: [(docid, score), ...]}`` (each list best first) into
     one list of ``(docid, fused score, {retriever: raw score or None})``, best first;
-    ties are broken by docid for a deterministic order."""
+    ties are broken by docid for a deterministic order. ``confidences``: each list's
+    ``(kind, value)`` for a fusion with confidence weighting (see the module docstring)."""
     names = list(lists)
     w = dict(fusion.weights)
     weight = {n: w.get(n, 1.0) for n in names}
+    cw = confidence_weights({n: (confidences or {}).get(n) for n in names}, fusion) if confidences else None
+    if cw is not None:
+        weight = {n: weight[n] * cw[n] for n in names}
     raw: Dict[str, Dict[str, Optional[float]]] = {}
     fused: Dict[str, float] = {}
     present: Dict[str, int] = {}

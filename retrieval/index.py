@@ -414,16 +414,31 @@ class Index:
         try:
             p = self._pipeline(g.manifest, retriever, fusion)
             allowed = self._allowed(g, filter)
-            lists = {}
+            lists, rs = {}, {}
             for name in p.retrievers:
                 t0 = time.perf_counter()
-                r = self._pick(g, name, dimsel, p.fused)
+                r = rs[name] = self._pick(g, name, dimsel, p.fused)
                 kk = k if not p.fused else max(k, depth or DEPTH)
                 lists[name] = r.search(query, kk) if allowed is None else self._filtered(g, r, query, kk, allowed)
                 _tick(timings, name, t0)
-            return self._result(g, p, lists, k, text, None, timings)
+            conf = self._confidences(g, p, rs, [query], {n: [v] for n, v in lists.items()}, timings)
+            return self._result(g, p, lists, k, text, None, timings, conf and conf[0])
         finally:
             self._leave(g)
+
+    @staticmethod
+    def _confidences(g, p: Pipeline, rs, texts, lists, timings):
+        """Per query, each fused list's (kind, value) confidence for a fusion that weighs by it
+        (``retrieval.fusion``), else None. ``lists``: {retriever: [list per text]}."""
+        if not p.fused or not p.fusion.confidence:
+            return None
+        t0 = time.perf_counter()
+        per = {}
+        for name, r in rs.items():
+            fn = getattr(r, "confidence", None)
+            per[name] = fn(texts, lists[name]) if fn is not None else [None] * len(texts)
+        _tick(timings, "confidence", t0)
+        return [{n: per[n][i] for n in rs} for i in range(len(texts))]
 
     def _filtered(self, g: "_Generation", r, query: str, k: int, allowed: Allowed):
         """Retriever ``r``'s first ``k`` documents among ``allowed``, exactly. A filter that allows
@@ -478,10 +493,12 @@ class Index:
                         else:
                             res[name] = {q.qid: self._filtered(g, r, q.text, kk, allowed) for q in chunk}
                         _tick(timings, name, t0)
+                    conf = self._confidences(g, p, rs, [q.text for q in chunk],
+                                             {n: [res[n].get(q.qid, []) for q in chunk] for n in rs}, timings)
                     with no_gc():  # a batch's hits at once: see indexes.bulk
-                        for q in chunk:
+                        for j, q in enumerate(chunk):
                             out[q.qid] = self._result(g, p, {n: res[n].get(q.qid, []) for n in rs}, k, text,
-                                                      q.qid, timings)
+                                                      q.qid, timings, conf and conf[j])
                     bar.update(len(chunk))
             return out
         finally:
@@ -497,13 +514,13 @@ class Index:
             return o if o is not None else g.retriever(name, self._options.get(name))
         return kind.with_dimsel(_View(self, g), name, dimsel)
 
-    def _result(self, g: _Generation, p: Pipeline, lists, k, text, qid, timings) -> List[Hit]:
+    def _result(self, g: _Generation, p: Pipeline, lists, k, text, qid, timings, conf=None) -> List[Hit]:
         if not p.fused:
             hits = [Hit(docid=d, score=s, rank=i, qid=qid) for i, (d, s) in enumerate(lists[p.retrievers[0]], 1)]
         else:
             t0 = time.perf_counter()
             hits = [Hit(docid=d, score=s, rank=i, qid=qid, scores=raw)
-                    for i, (d, s, raw) in enumerate(fuse(lists, p.fusion)[:k], 1)]
+                    for i, (d, s, raw) in enumerate(fuse(lists, p.fusion, conf)[:k], 1)]
             _tick(timings, "fusion", t0)
         if text and hits:
             t0 = time.perf_counter()

@@ -15,15 +15,15 @@ from typing import Dict, List, Optional, Sequence
 
 from indexes import manifest as mf
 from indexes.errors import InputError
-from retrieval.fusion import Fusion, Pipeline, fuse
+from retrieval.fusion import DEFAULT_FUSION, Fusion, Pipeline, fuse
 from retrieval.progress import progress
 from retrieval.types import Query
 
 
 def candidates(names: Sequence[str], step: float = 0.1) -> List[Fusion]:
-    """The grid: rrf over k, combsum/combmnz per normalisation, and convex
-    weights on a simplex grid per normalisation."""
-    out = [Fusion("rrf", k) for k in (5, 10, 20, 40, 60, 100)]
+    """The grid: rrf over k, combsum/combmnz per normalisation, the untuned default
+    (confidence-weighted combmnz), and convex weights on a simplex grid per normalisation."""
+    out = [Fusion("rrf", k) for k in (5, 10, 20, 40, 60, 100)] + [DEFAULT_FUSION]
     for norm in ("minmax", "zscore"):
         out += [Fusion("combsum", norm=norm), Fusion("combmnz", norm=norm)]
         n = round(1 / step)
@@ -57,9 +57,16 @@ def tune(index, queries: Sequence[Query], qrels: Dict[str, Dict[str, int]], retr
     t0 = time.perf_counter()
     lists = {name: index.retriever(name).batch_search(qs, depth, threads) for name in p.retrievers}
     grid = candidates(p.retrievers)
+    conf = {q.qid: {} for q in qs}   # each list's confidence per query, for the confidence-weighted candidate
+    for name in p.retrievers:
+        fn = getattr(index.retriever(name), "confidence", None)
+        vals = fn([q.text for q in qs], [lists[name][q.qid] for q in qs]) if fn else [None] * len(qs)
+        for q, v in zip(qs, vals):
+            conf[q.qid][name] = v
     scores = []
     for f in progress(grid, desc="tuning fusion", unit="cfg", quiet=quiet):
-        run = {q.qid: {d: s for d, s, _ in fuse({n: lists[n][q.qid] for n in p.retrievers}, f)[:depth]}
+        run = {q.qid: {d: s for d, s, _ in fuse({n: lists[n][q.qid] for n in p.retrievers}, f,
+                                                 conf[q.qid])[:depth]}
                for q in qs}
         scores.append(evaluate(qrels, run, [metric])[metric])
     singles = {n: evaluate(qrels, {q.qid: dict(lists[n][q.qid]) for q in qs}, [metric])[metric]

@@ -9,21 +9,20 @@ what ships is then chosen the same way on all four.
 Fusion: the candidates are the untuned fusions the product implements
 (rrf over k; combsum / combmnz under min-max and z-score normalisation; an
 agreement-weighted combsum whose per-query weights come from how much of
-each list's top 10 the other list also retrieved). Each is run as a bare
-``bm25+dense`` search runs it: both retrievers return their top 100
-(``Index.search``'s fusion depth for k <= 100) or top 1000 (``retr search
---queries``, whose k defaults to 1000), fused, top 10 scored; the protocol runs
-at each depth. Choice rule: the
-highest mean over the three training collections of (fused nDCG@10 minus the
-better single retriever's), test queries. As a robustness check that plays
-no part in the choice, every candidate is also scored on real runs of a weak
-and a strong retriever (TREC DL 2019/2020 and TREC-COVID: BM25 against TAS-B
-and SPLADE++, top-100 runs shipped in the datasets folder).
-Two more checks, at the top-100 depth, also outside the choice: our own two
-retrievers on passages used as queries (long queries with real judgments,
-defaults_runs.doc_queries), and an explored per-query confidence-weighted
-CombMNZ (BM25's top score over the query's idf mass against dense's top
-cosine), chosen leave-one-collection-out the same way.
+each list's top 10 the other list also retrieved; combmnz weighted per query
+by each retriever's own confidence, over a grid of slope and centre). Each is
+run as a bare ``bm25+dense`` search runs it: both retrievers return their top
+100 (``Index.search``'s fusion depth for k <= 100), fused, top 10 scored, on
+each collection's test queries and on three shifts of them with the same
+judgments (passages as queries, misspelled queries, passages behind unrelated
+text: defaults_runs.VARIANTS). Choice rule: the highest mean over the three
+training collections and their variants of (fused nDCG@10 minus the better
+single retriever's). The test queries alone are also fused at depth 1000
+(``retr search --queries``, whose k defaults to 1000). As a robustness check
+that plays no part in the choice, every plain candidate is also scored on
+real runs of a weak and a strong retriever (TREC DL 2019/2020 and
+TREC-COVID: BM25 against TAS-B and SPLADE++, top-100 runs shipped in the
+datasets folder).
 
 Runs come from defaults_runs.py (cached top-1000 per collection, computed on first use;
 ``--indexes DIR`` reads existing benchmark folders from DIR, read-only).
@@ -35,7 +34,7 @@ import argparse
 import json
 import statistics
 from pathlib import Path
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from common import COLLECTIONS, DATA, RESULTS, machine, md_table, write_results
 
@@ -67,42 +66,33 @@ def agreement_weights(ls: Dict[str, List[Tuple[str, float]]], top: int = 10, pow
     return tuple(out)
 
 
+SLOPES = (1, 2, 4, 8, 16)
+CENTRES = (-0.5, -0.4, -0.3, -0.2, -0.1, 0.0)
+
+
 def candidates() -> Dict[str, Callable]:
+    """label -> f(lists, confidences of the query or None). The confidence-weighted CombMNZ grid is the
+    product's fusion (``retrieval.fusion``; the confidences are what the retrievers report, cached by
+    defaults_runs); without confidences (the external runs) it fuses unweighted."""
     cands: Dict[str, Callable] = {}
     for k in (5, 10, 20, 40, 60, 100):
         f = Fusion("rrf", k)
-        cands[str(f)] = lambda ls, q=None, f=f: fuse(ls, f)
+        cands[str(f)] = lambda ls, c=None, f=f: fuse(ls, f)
     for norm in ("minmax", "zscore"):
         for method in ("combsum", "combmnz"):
             f = Fusion(method, norm=norm)
-            cands[str(f)] = lambda ls, q=None, f=f: fuse(ls, f)
+            cands[str(f)] = lambda ls, c=None, f=f: fuse(ls, f)
         cands[f"agreement-combsum(norm={norm})"] = (
-            lambda ls, q=None, norm=norm: fuse(ls, Fusion("combsum", norm=norm, weights=agreement_weights(ls))))
+            lambda ls, c=None, norm=norm: fuse(ls, Fusion("combsum", norm=norm, weights=agreement_weights(ls))))
+    for a in SLOPES:
+        for centre in CENTRES:
+            f = Fusion("combmnz", norm="minmax", confidence=a, centre=centre)
+            cands[str(f)] = lambda ls, c=None, f=f: fuse(ls, f, c)
     return cands
 
 
-SLOPES = (1, 2, 4, 8)
-CENTRES = (-0.4, -0.3, -0.2, -0.1, 0.0, 0.1)
-
-
-def confidence_candidates(masses: Dict[str, float]) -> Dict[str, Callable]:
-    """Explored, not in the product: CombMNZ (min-max) whose per-query weights follow each retriever's own
-    confidence on an absolute scale. BM25's is its top score over the query's BM25 mass (the share of the
-    query the best passage matched, defaults_runs.query_masses), dense's its top cosine; the BM25 list weighs
-    w = 1 / (1 + exp(-slope * (bm25 confidence - dense confidence - centre))), the dense list 1 - w."""
-    import math
-
-    def weights(ls, q, slope, centre):
-        b, d = ls.get("bm25") or [], ls.get("dense") or []
-        mass = masses.get(q, 0.0)
-        cb = b[0][1] / mass if b and mass > 0 else 0.0
-        cd = d[0][1] if d else 0.0
-        w = 1 / (1 + math.exp(-slope * (cb - cd - centre)))
-        return (("bm25", w), ("dense", 1 - w))
-
-    return {f"confidence-combmnz(slope={a},centre={c:g})":
-            (lambda ls, q, a=a, c=c: fuse(ls, Fusion("combmnz", norm="minmax", weights=weights(ls, q, a, c))))
-            for a in SLOPES for c in CENTRES}
+def is_confidence(label: str) -> bool:
+    return "confidence=" in label
 
 
 # ------------------------------------------------------------------ data
@@ -114,12 +104,12 @@ def local_pair(col, indexes=None) -> Tuple[Lists, dict]:
     return lists, qrels
 
 
-def doc_pair(col, indexes=None) -> Tuple[Lists, dict]:
-    """The passages-as-queries set of a collection (defaults_runs.doc_queries): our two retrievers, long
-    queries, real judgments."""
-    defaults_runs.dump_doc(col, indexes)
-    return ({n: defaults_runs.load(col.name + "-doc", n) for n in defaults_runs.NAMES},
-            defaults_runs.doc_queries(col)[1])
+def variant_data(col, variant: str, indexes=None):
+    """(lists, qrels, confidences) of one of defaults_runs.VARIANTS ("test": the top-1000 runs)."""
+    if variant == "test":
+        lists, qrels = local_pair(col, indexes)
+        return lists, qrels, defaults_runs.load_variant(col, "test", indexes)[2]
+    return defaults_runs.load_variant(col, variant, indexes)
 
 
 EXTERNAL = [  # (name, topics, weak run, strong run)
@@ -143,7 +133,8 @@ def external_pair(topics: str, a: str, b: str) -> Tuple[Lists, dict]:
     return lists, qrels
 
 
-def per_query_scores(lists: Lists, qrels: dict, cands: Dict[str, Callable], depth: int = DEPTH) -> Dict[str, Dict[str, float]]:
+def per_query_scores(lists: Lists, qrels: dict, cands: Dict[str, Callable], depth: int = DEPTH,
+                     conf: Optional[dict] = None) -> Dict[str, Dict[str, float]]:
     """{system: {qid: nDCG@10}} for each single retriever and each candidate, on the judged queries."""
     names = list(lists)
     qids = sorted(q for q in qrels if any(g > 0 for g in qrels[q].values()))
@@ -153,7 +144,7 @@ def per_query_scores(lists: Lists, qrels: dict, cands: Dict[str, Callable], dept
     for label, f in cands.items():
         run = {}
         for q in qids:
-            fused = f({n: top[n][q] for n in names}, q)[:CUT]
+            fused = f({n: top[n][q] for n in names}, (conf or {}).get(q))[:CUT]
             # scores from ranks: evaluation must see the fused order, ties included
             run[q] = {d: float(CUT - i) for i, (d, _s, _r) in enumerate(fused)}
         runs[label] = run
@@ -175,6 +166,9 @@ def summarise(scores: Dict[str, Dict[str, float]], singles: List[str]) -> dict:
 
 
 # ------------------------------------------------------------------ fusion part
+PREVIOUS = "combmnz(norm=minmax)"   # the untuned default before the variants joined the protocol
+
+
 def fusion_part(indexes=None) -> dict:
     out = {d: fusion_at(d, indexes) for d in DEPTHS}
     main = out[DEPTH]
@@ -184,16 +178,29 @@ def fusion_part(indexes=None) -> dict:
 
 
 def fusion_at(depth: int, indexes=None) -> dict:
+    """At the product's fusion depth every collection is scored on its test queries and on the shifted
+    variants (defaults_runs.VARIANTS); at depth 1000 on its test queries (the variants hold 100 per query).
+    The choice rule: the highest mean of (fused - better single retriever) over the training collections
+    and their variants."""
     cands = candidates()
-    local, scores = {}, {}
+    variants = defaults_runs.VARIANTS if depth == DEPTH else ("test",)
+    local, scores = {}, {}   # {collection: {variant: summary}}, {collection: {variant: per-query scores}}
     for col in COLLECTIONS:
-        lists, qrels = local_pair(col, indexes)
-        scores[col.name] = per_query_scores(lists, qrels, cands, depth)
-        local[col.name] = summarise(scores[col.name], list(defaults_runs.NAMES))
-        print(depth, col.name, {k: round(v, 4) for k, v in local[col.name]["delta_vs_best"].items()}, flush=True)
+        local[col.name], scores[col.name] = {}, {}
+        for v in variants:
+            lists, qrels, conf = variant_data(col, v, indexes)
+            s = per_query_scores(lists, qrels, cands, depth, conf)
+            scores[col.name][v] = s
+            local[col.name][v] = summarise(s, list(defaults_runs.NAMES))
+            d = local[col.name][v]["delta_vs_best"]
+            print(depth, col.name, v, {k: round(d[k], 4) for k in (PREVIOUS, BASELINE)},
+                  "best", max(d, key=d.__getitem__), round(max(d.values()), 4), flush=True)
 
-    def choose(train: List[str]) -> Tuple[str, float]:
-        crit = {c: mean(local[t]["delta_vs_best"][c] for t in train) for c in cands}
+    def criterion(train: List[str], vs=variants) -> Dict[str, float]:
+        return {c: mean(local[t][v]["delta_vs_best"][c] for t in train for v in vs) for c in cands}
+
+    def choose(train: List[str], vs=variants) -> Tuple[str, float]:
+        crit = criterion(train, vs)
         best = max(cands, key=lambda c: (round(crit[c], 6), c == BASELINE))  # order of the grid breaks ties
         return best, crit[best]
 
@@ -201,83 +208,60 @@ def fusion_at(depth: int, indexes=None) -> dict:
     for held in (c.name for c in COLLECTIONS):
         train = [c.name for c in COLLECTIONS if c.name != held]
         chosen, crit = choose(train)
-        s = scores[held]
-        best_single = local[held]["best_single"]
-        rows = compare({k: s[k] for k in (best_single, chosen, BASELINE)} if chosen != BASELINE
-                       else {k: s[k] for k in (best_single, chosen)}, baseline=best_single, test="perm")
+        s = scores[held]["test"]
+        lt = local[held]["test"]
+        best_single = lt["best_single"]
+        rows = compare({k: s[k] for k in dict.fromkeys((best_single, chosen, BASELINE))},
+                       baseline=best_single, test="perm")
         vs_single = next(r for r in rows if r["system"] == chosen)
         entry = {"train": train, "chosen": chosen, "train_criterion": crit, "best_single": best_single,
-                 "best_single_ndcg": local[held]["means"][best_single], "chosen_ndcg": local[held]["means"][chosen],
-                 "rrf60_ndcg": local[held]["means"][BASELINE],
-                 "delta_vs_best_single": vs_single["delta"], "p_vs_best_single": vs_single["p_holm"]}
+                 "best_single_ndcg": lt["means"][best_single], "chosen_ndcg": lt["means"][chosen],
+                 "rrf60_ndcg": lt["means"][BASELINE],
+                 "delta_vs_best_single": vs_single["delta"], "p_vs_best_single": vs_single["p_holm"],
+                 "test_only_choice": choose(train, ("test",))[0],
+                 "variants": {v: {"chosen": local[held][v]["delta_vs_best"][chosen],
+                                  "previous": local[held][v]["delta_vs_best"][PREVIOUS],
+                                  "rrf60": local[held][v]["delta_vs_best"][BASELINE],
+                                  "bm25": local[held][v]["means"]["bm25"], "dense": local[held][v]["means"]["dense"],
+                                  "queries": local[held][v]["queries"]} for v in variants}}
         if chosen != BASELINE:
             r2 = compare({k: s[k] for k in (BASELINE, chosen)}, baseline=BASELINE, test="perm")[1]
             entry.update(delta_vs_rrf60=r2["delta"], p_vs_rrf60=r2["p_holm"])
         else:
             entry.update(delta_vs_rrf60=0.0, p_vs_rrf60=1.0)
+        if chosen != PREVIOUS:
+            r3 = compare({k: s[k] for k in (PREVIOUS, chosen)}, baseline=PREVIOUS, test="perm")[1]
+            entry.update(delta_vs_previous=r3["delta"], p_vs_previous=r3["p_holm"])
         loco[held] = entry
         print("held out", held, "->", chosen, f"{entry['delta_vs_best_single']:+.4f} vs best single,",
-              f"{entry['delta_vs_rrf60']:+.4f} vs rrf60", flush=True)
-    shipped, crit = choose([c.name for c in COLLECTIONS])
+              f"{entry['delta_vs_rrf60']:+.4f} vs rrf60;",
+              {v: round(e["chosen"], 4) for v, e in entry["variants"].items()}, flush=True)
+    names = [c.name for c in COLLECTIONS]
+    shipped, crit = choose(names)
 
     external = {}
+    plain = {c: f for c, f in cands.items() if not is_confidence(c)}   # other systems' scores: no confidence
     for label, topics, a, b in EXTERNAL:
         lists, qrels = external_pair(topics, a, b)
-        s = per_query_scores(lists, qrels, cands, depth)   # these runs hold 100 per query
+        s = per_query_scores(lists, qrels, plain, depth)   # these runs hold 100 per query
         external[label] = summarise(s, [a, b])
-        rows = compare({k: s[k] for k in (external[label]["best_single"], shipped, BASELINE)}
-                       if shipped != BASELINE else {k: s[k] for k in (external[label]["best_single"], shipped)},
+        show = PREVIOUS if is_confidence(shipped) else shipped
+        rows = compare({k: s[k] for k in dict.fromkeys((external[label]["best_single"], show, BASELINE))},
                        baseline=external[label]["best_single"], test="perm")
         external[label]["tests_vs_best_single"] = {r["system"]: {"delta": r["delta"], "p_holm": r["p_holm"]}
                                                    for r in rows[1:]}
-        print(label, {k: round(v, 4) for k, v in external[label]["delta_vs_best"].items()}, flush=True)
-    res = {"depth": depth, "candidates": list(cands), "baseline": BASELINE, "local": local, "loco": loco,
-           "shipped": shipped, "shipped_criterion": crit, "external": external}
-    if depth == DEPTH:
-        res.update(robustness_ours(cands, shipped, loco, indexes))
-    return res
-
-
-def robustness_ours(cands, shipped: str, loco: dict, indexes=None) -> dict:
-    """Our own retrievers off the test queries (passages as queries), and the explored confidence-weighted
-    CombMNZ, chosen leave-one-collection-out as the shipped fusion is; neither plays a part in the shipped
-    choice."""
-    docq, conf, conf_doc = {}, {}, {}
-    for col in COLLECTIONS:
-        masses = defaults_runs.query_masses(col, indexes)
-        cc = confidence_candidates(masses)
-        lists, qrels = doc_pair(col, indexes)
-        s = per_query_scores(lists, qrels, {**cands, **cc}, DEPTH)
-        docq[col.name] = summarise({k: v for k, v in s.items() if k not in cc}, list(defaults_runs.NAMES))
-        conf_doc[col.name] = summarise({k: v for k, v in s.items() if k not in cands}, list(defaults_runs.NAMES))
-        lists, qrels = local_pair(col, indexes)
-        conf[col.name] = summarise(per_query_scores(lists, qrels, cc, DEPTH), list(defaults_runs.NAMES))
-        print(col.name, "passages as queries:", {k: round(v, 4) for k, v in docq[col.name]["delta_vs_best"].items()
-                                                 if k in (shipped, BASELINE)}, flush=True)
-    grid = list(conf_doc[COLLECTIONS[0].name]["delta_vs_best"])
-    names = [c.name for c in COLLECTIONS]
-
-    def choose(train):
-        return max(grid, key=lambda g: round(mean(conf[t]["delta_vs_best"][g] for t in train), 6))
-
-    conf_loco = {}
-    for held in names:
-        g = choose([n for n in names if n != held])
-        conf_loco[held] = {"chosen": g, "delta_vs_best_single": conf[held]["delta_vs_best"][g],
-                           "shipped_protocol_delta": loco[held]["delta_vs_best_single"],
-                           "passages_as_queries_delta": conf_doc[held]["delta_vs_best"][g]}
-    every = choose(names)
-    return {"passages_as_queries": docq,
-            "confidence": {"slopes": list(SLOPES), "centres": list(CENTRES), "loco": conf_loco, "chosen_on_all": every,
-                           "chosen_on_all_local": {n: conf[n]["delta_vs_best"][every] for n in names},
-                           "chosen_on_all_passages_as_queries": {n: conf_doc[n]["delta_vs_best"][every]
-                                                                  for n in names}}}
+    return {"depth": depth, "candidates": list(cands), "slopes": list(SLOPES), "centres": list(CENTRES),
+            "baseline": BASELINE, "previous": PREVIOUS,
+            "variants": list(variants), "local": local, "loco": loco, "shipped": shipped,
+            "shipped_criterion": crit, "shipped_test_only": choose(names, ("test",))[0],
+            "criterion_all": criterion(names), "external": external}
 
 
 # ------------------------------------------------------------------ pruning part
 PRUNE = 0.3
 RANDOM_SEEDS = (0, 1, 2, 3, 4)
 PRUNE_PIPES = ("bm25", "dense", "hybrid")
+HYBRID = Fusion("combmnz", norm="minmax")   # the default fusion without its confidence weights
 #: candidates that are estimators the product has (retr index --quality NAME): what may ship as the default
 PRODUCT_ESTIMATORS = {"length": "length", "stopwords": "stopwords", "learned (shipped, SciFact train)": "learned"}
 MAX_POSITIVE_SHARE = 0.7   # a collection whose qrels call nearly every passage relevant (NFCorpus) teaches no quality
@@ -423,7 +407,6 @@ def _pruned_scores(lists, qrels, keep, fusion) -> Dict[str, Dict[str, float]]:
 def pruning_part(indexes=None) -> dict:
     import numpy as np
 
-    from retrieval.fusion import DEFAULT_FUSION
     from retrieval.quality.estimators import Length, RandomQuality, StopwordShare
     from retrieval.quality.heads import DEFAULT_HEAD
     from retrieval.quality.prune import select_keep
@@ -471,11 +454,11 @@ def pruning_part(indexes=None) -> dict:
         docids = [d.docid for d in data[n]["docs"]]
         out = {}
         for cand, sc in scores_for(n, train).items():
-            out[cand] = _pruned_scores(lists, qrels, select_keep(docids, np.asarray(sc), PRUNE), DEFAULT_FUSION)
+            out[cand] = _pruned_scores(lists, qrels, select_keep(docids, np.asarray(sc), PRUNE), HYBRID)
         rnd = [_pruned_scores(lists, qrels, select_keep(docids, RandomQuality(s).score(texts[n], quiet=True), PRUNE),
-                              DEFAULT_FUSION) for s in RANDOM_SEEDS]
+                              HYBRID) for s in RANDOM_SEEDS]
         out["random"] = {p: {q: mean(r[p][q] for r in rnd) for q in rnd[0][p]} for p in PRUNE_PIPES}
-        out["unpruned"] = _pruned_scores(lists, qrels, set(docids), DEFAULT_FUSION)
+        out["unpruned"] = _pruned_scores(lists, qrels, set(docids), HYBRID)
         cache[key] = out
         return out
 
@@ -670,98 +653,110 @@ def render_deepct(f: dict) -> List[str]:
     return md
 
 
+VARIANT_NAMES = {"test": "test queries", "doc": "passages as queries", "typo": "misspelled queries",
+                 "long40": "passages behind 40 unrelated words", "long80": "passages behind 80 unrelated words"}
+
+
 def render_fusion(f: dict) -> List[str]:
-    cands = f["candidates"]
-    cols = list(f["local"])
+    cands, shipped, prev, base = f["candidates"], f["shipped"], f["previous"], f["baseline"]
+    cols, vs = list(f["local"]), f["variants"]
+    loco = f["loco"]
     md = ["## Fusion: the untuned default for a bare `a+b`", "",
           f"Each bare `bm25+dense` search fuses both retrievers' top {f['depth']} (the product's fusion depth) "
-          "and is scored by nDCG@10 on the test queries. Candidates are the untuned fusions the product "
-          "implements, plus an agreement-weighted CombSUM (per query, each list weighs (0.05 + share of its top "
-          "10 that the other list retrieved)²). Choice rule: the highest mean, over the training collections, of "
-          "(fused − better single retriever).", "",
+          "and is scored by nDCG@10. Every collection is scored on its test queries and on three shifts of "
+          "them, each with the collection's real judgments, that change which retriever is stronger: "
+          "**passages as queries** (for each test query with at least two relevant passages, its first relevant "
+          f"passage, first {defaults_runs.DOC_WORDS} words, is the query and its other relevant passages the "
+          "answers; the query's own passage is removed from both runs: long, ArguAna-like queries), "
+          "**misspelled queries** (half the words of 5+ letters get two inner letters swapped) and **passages "
+          "behind 40 or 80 unrelated words** (taken from other passages: the dense encoder, which reads 256 "
+          "word pieces, sees less of each passage, as with long documents; BM25 reads everything). Candidates "
+          "are the untuned fusions the product implements: rrf over k, CombSUM/CombMNZ under min-max and "
+          "z-score, an agreement-weighted CombSUM (per query, each list weighs (0.05 + share of its top 10 that "
+          "the other list retrieved)²), and CombMNZ weighted per query by each retriever's confidence "
+          "(`confidence=SLOPE,centre=C`: BM25's top score over the query's mass, i.e. the share of the query "
+          "the best passage matched, against dense's top cosine; the BM25 list weighs 1 / (1 + exp(−SLOPE · "
+          f"(share − cosine − C))); slopes {f.get('slopes', list(SLOPES))}, centres {f.get('centres', list(CENTRES))}). "
+          "Choice rule: the highest mean, over the training collections and their variants, of (fused − better "
+          "single retriever).", "",
           "### Leave one collection out", "",
-          md_table(["held out", "chosen on the other three", "best single", "nDCG@10 best single",
-                    "nDCG@10 chosen", "Δ vs best single (p)", "nDCG@10 rrf(k=60)", "Δ vs rrf(k=60) (p)"],
+          md_table(["held out", "chosen on the other three", "best single (test)", "nDCG@10 best single",
+                    "nDCG@10 chosen", "Δ vs best single (p)", "Δ vs rrf(k=60) (p)", f"Δ vs {prev} (p)"],
                    [[h, e["chosen"], e["best_single"], e["best_single_ndcg"], e["chosen_ndcg"],
-                     f"{e['delta_vs_best_single']:+.4f} (p={e['p_vs_best_single']:.3f})", e["rrf60_ndcg"],
-                     f"{e['delta_vs_rrf60']:+.4f} (p={e['p_vs_rrf60']:.3f})"] for h, e in f["loco"].items()]),
-          "", "p: paired randomization test (10,000 resamples), Holm-corrected over the two comparisons with "
-          "the best single retriever.", "",
-          f"Mean Δ over the held-out collections: chosen {mean(e['delta_vs_best_single'] for e in f['loco'].values()):+.4f} "
-          f"vs best single, {mean(e['delta_vs_rrf60'] for e in f['loco'].values()):+.4f} vs rrf(k=60).", "",
-          f"**Shipped** (chosen on all four): `{f['shipped']}` (mean Δ vs best single {f['shipped_criterion']:+.4f}).",
-          ""] + sum(([f"The same protocol with both retrievers' top {d} fused (`retr search --queries`, k=1000): "
-                      f"chosen on all four `{g['shipped']}`; held out:", "",
+                     f"{e['delta_vs_best_single']:+.4f} (p={e['p_vs_best_single']:.3f})",
+                     f"{e['delta_vs_rrf60']:+.4f} (p={e['p_vs_rrf60']:.3f})",
+                     f"{e.get('delta_vs_previous', 0.0):+.4f} (p={e.get('p_vs_previous', 1.0):.3f})"]
+                    for h, e in loco.items()]),
+          "", "Test queries; p: paired randomization test (10,000 resamples), Holm-corrected over the "
+          "comparisons in the cell's test.", "",
+          f"Mean Δ over the held-out collections (test queries): chosen "
+          f"{mean(e['delta_vs_best_single'] for e in loco.values()):+.4f} vs best single, "
+          f"{mean(e['delta_vs_rrf60'] for e in loco.values()):+.4f} vs rrf(k=60).", "",
+          "Held out, every variant (Δ nDCG@10 vs the better single retriever there: chosen / "
+          f"`{prev}` / `{base}`):", "",
+          md_table(["held out"] + [VARIANT_NAMES.get(v, v) for v in vs],
+                   [[h] + [f"{e['variants'][v]['chosen']:+.4f} / {e['variants'][v]['previous']:+.4f} / "
+                           f"{e['variants'][v]['rrf60']:+.4f}" for v in vs] for h, e in loco.items()]), "",
+          "Single retrievers there (bm25 / dense nDCG@10; queries): " + "; ".join(
+              f"{h}: " + ", ".join(f"{v} {e['variants'][v]['bm25']:.3f}/{e['variants'][v]['dense']:.3f} "
+                                   f"({e['variants'][v]['queries']})" for v in vs)
+              for h, e in loco.items()) + ".", "",
+          "Held-out variants more than 0.005 below the better single retriever: chosen "
+          f"{sum(e['variants'][v]['chosen'] < -0.005 for e in loco.values() for v in vs)}, `{prev}` "
+          f"{sum(e['variants'][v]['previous'] < -0.005 for e in loco.values() for v in vs)}, `{base}` "
+          f"{sum(e['variants'][v]['rrf60'] < -0.005 for e in loco.values() for v in vs)} (of "
+          f"{len(loco) * len(vs)}); mean Δ over them: chosen "
+          f"{mean(e['variants'][v]['chosen'] for e in loco.values() for v in vs):+.4f}, `{prev}` "
+          f"{mean(e['variants'][v]['previous'] for e in loco.values() for v in vs):+.4f}, `{base}` "
+          f"{mean(e['variants'][v]['rrf60'] for e in loco.values() for v in vs):+.4f}.", "",
+          f"**Shipped** (chosen on all four with their variants): `{shipped}` (mean Δ vs best single "
+          f"{f['shipped_criterion']:+.4f}). On the test queries alone the same rule chooses "
+          f"`{f['shipped_test_only']}`; folds' test-only choices: "
+          + ", ".join(f"{h} `{e['test_only_choice']}`" for h, e in loco.items()) + ".",
+          ""] + sum(([f"The same protocol on the test queries with both retrievers' top {d} fused (`retr search "
+                      f"--queries`, k=1000): chosen on all four `{g['shipped']}`; held out:", "",
                       md_table(["held out", "chosen", "Δ vs best single (p)", "Δ vs rrf(k=60) (p)"],
                                [[h, e["chosen"], f"{e['delta_vs_best_single']:+.4f} (p={e['p_vs_best_single']:.3f})",
                                  f"{e['delta_vs_rrf60']:+.4f} (p={e['p_vs_rrf60']:.3f})"] for h, e in g["loco"].items()]),
                       "", f"Mean Δ: {mean(e['delta_vs_best_single'] for e in g['loco'].values()):+.4f} vs best single, "
-                      f"{mean(e['delta_vs_rrf60'] for e in g['loco'].values()):+.4f} vs rrf(k=60)."]
-                     for d, g in f.get("by_depth", {}).items()), []) + ["",
-          "", "### Every candidate, Δ nDCG@10 vs the better single retriever", "",
-          md_table(["candidate"] + cols + ["mean", "min"],
-                   [[c] + [f["local"][n]["delta_vs_best"][c] for n in cols]
-                    + [mean(f["local"][n]["delta_vs_best"][c] for n in cols),
-                       min(f["local"][n]["delta_vs_best"][c] for n in cols)] for c in cands]), "",
-          "Single retrievers (nDCG@10): " + "; ".join(
-              f"{n}: bm25 {f['local'][n]['means']['bm25']:.4f}, dense {f['local'][n]['means']['dense']:.4f}"
-              for n in cols) + ".", "",
-          "### Robustness check: a weak and a strong retriever (not used for the choice)", "",
-          "Real top-100 runs shipped with the datasets (TREC DL 2019/2020 passage, TREC-COVID); the strong "
-          "run beats the weak one by 0.13–0.24 nDCG@10, more than any local pair.", ""]
+                      f"{mean(e['delta_vs_rrf60'] for e in g['loco'].values()):+.4f} vs rrf(k=60). The shipped "
+                      f"`{shipped}` at this depth: " + ", ".join(
+                          f"{n} {g['local'][n]['test']['delta_vs_best'][shipped]:+.4f}" for n in g["local"])
+                      + f" (`{prev}`: " + ", ".join(
+                          f"{n} {g['local'][n]['test']['delta_vs_best'][prev]:+.4f}" for n in g["local"]) + ")."]
+                     for d, g in f.get("by_depth", {}).items()), [])
+    crit = f["criterion_all"]
+    shown = [c for c in cands if not is_confidence(c)] + sorted(
+        [c for c in cands if is_confidence(c)], key=lambda c: -crit[c])[:8]
+    cells = [(n, v) for n in cols for v in vs]
+    md += ["", "### Candidates, Δ nDCG@10 vs the better single retriever", "",
+           "Every plain candidate and the 8 best confidence-weighted ones (all of them in defaults.json); columns: "
+           "collection / variant.", "",
+           md_table(["candidate"] + [f"{n} {v}" for n, v in cells] + ["mean", "min"],
+                    [[c] + [f["local"][n][v]["delta_vs_best"][c] for n, v in cells]
+                     + [mean(f["local"][n][v]["delta_vs_best"][c] for n, v in cells),
+                        min(f["local"][n][v]["delta_vs_best"][c] for n, v in cells)] for c in shown]), "",
+           "Single retrievers on the test queries (nDCG@10): " + "; ".join(
+               f"{n}: bm25 {f['local'][n]['test']['means']['bm25']:.4f}, dense {f['local'][n]['test']['means']['dense']:.4f}"
+               for n in cols) + ".", "",
+           "### Robustness check: a weak and a strong retriever (not used for the choice)", "",
+           "Real top-100 runs shipped with the datasets (TREC DL 2019/2020 passage, TREC-COVID); the strong "
+           "run beats the weak one by 0.13–0.24 nDCG@10. These are other systems' scores, with no confidence on "
+           "retr's scale, so a confidence-weighted fusion is plain CombMNZ here.", ""]
     ext = f["external"]
-    md.append(md_table(["pair", "weak", "strong", "best single"] + ["Δ " + c for c in (f["shipped"], f["baseline"])]
+    plain = [c for c in cands if not is_confidence(c)]
+    show = prev if is_confidence(shipped) else shipped
+    md.append(md_table(["pair", "weak", "strong", "best single"] + ["Δ " + c for c in dict.fromkeys((show, base))]
                        + ["best candidate here"],
-                       [[k, min(e["means"][x] for x in e["means"] if x not in cands),
-                         max(e["means"][x] for x in e["means"] if x not in cands), e["best_single"],
-                         f"{e['delta_vs_best'][f['shipped']]:+.4f}", f"{e['delta_vs_best'][f['baseline']]:+.4f}",
-                         max(cands, key=lambda c: e["delta_vs_best"][c])
-                         + f" ({max(e['delta_vs_best'].values()):+.4f})"] for k, e in ext.items()]))
+                       [[k, min(e["means"][x] for x in e["means"] if x not in plain),
+                         max(e["means"][x] for x in e["means"] if x not in plain), e["best_single"]]
+                        + [f"{e['delta_vs_best'][c]:+.4f}" for c in dict.fromkeys((show, base))]
+                        + [max(plain, key=lambda c: e["delta_vs_best"][c])
+                           + f" ({max(e['delta_vs_best'].values()):+.4f})"] for k, e in ext.items()]))
     md += ["", "Every candidate on those pairs (Δ vs the strong run):", "",
            md_table(["candidate"] + list(ext) + ["mean"],
                     [[c] + [ext[k]["delta_vs_best"][c] for k in ext] + [mean(ext[k]["delta_vs_best"][c] for k in ext)]
-                     for c in cands])]
-    if "passages_as_queries" in f:
-        md += [""] + render_robustness_ours(f)
-    return md
-
-
-def render_robustness_ours(f: dict) -> List[str]:
-    cands, shipped, base = f["candidates"], f["shipped"], f["baseline"]
-    dq, conf = f["passages_as_queries"], f["confidence"]
-    md = ["### Robustness check with our retrievers: passages as queries (not used for the choice)", "",
-          "Long queries with real judgments (ArguAna-like): for every test query with at least two relevant "
-          f"passages, its first relevant passage (title and text, first {defaults_runs.DOC_WORDS} words) is the "
-          "query, the query's other relevant passages are its relevant ones, and the query's own passage is "
-          "removed from both runs (`defaults_runs.doc_queries`).", "",
-          md_table(["collection", "queries", "bm25", "dense", f"Δ {shipped}", f"Δ {base}", "best candidate here"],
-                   [[n, e["queries"], e["means"]["bm25"], e["means"]["dense"],
-                     f"{e['delta_vs_best'][shipped]:+.4f}", f"{e['delta_vs_best'][base]:+.4f}",
-                     max(cands, key=lambda c: e["delta_vs_best"][c]) + f" ({max(e['delta_vs_best'].values()):+.4f})"]
-                    for n, e in dq.items()]), "",
-          "Every candidate (Δ vs the better single retriever):", "",
-          md_table(["candidate"] + list(dq) + ["mean", "min"],
-                   [[c] + [dq[n]["delta_vs_best"][c] for n in dq] + [mean(dq[n]["delta_vs_best"][c] for n in dq),
-                                                                     min(dq[n]["delta_vs_best"][c] for n in dq)]
-                    for c in cands]), "",
-          "### Explored, not shipped: confidence-weighted CombMNZ", "",
-          "Per query, each of our retrievers says how sure it is on an absolute scale: BM25's top score over the "
-          "query's BM25 mass (the sum of its terms' idf, the most Lucene's BM25 can give a passage: the share of "
-          "the query the best passage matched), dense's top cosine. The BM25 list weighs "
-          "w = 1 / (1 + exp(−slope · (bm25 confidence − dense confidence − centre))), the dense list 1 − w, in a "
-          f"min-max CombMNZ; slope in {conf['slopes']}, centre in {conf['centres']}, chosen "
-          "leave-one-collection-out by the same rule (Δ vs the better single retriever, test queries). Per "
-          "query, (bm25 confidence − dense confidence) correlates with (bm25 − dense nDCG@10) on every local "
-          "collection, but weakly.", "",
-          md_table(["held out", "chosen on the other three", "Δ vs best single", "the shipped protocol's Δ",
-                    "Δ on its passages as queries"],
-                   [[h, e["chosen"], f"{e['delta_vs_best_single']:+.4f}", f"{e['shipped_protocol_delta']:+.4f}",
-                     f"{e['passages_as_queries_delta']:+.4f}"] for h, e in conf["loco"].items()]), "",
-          f"Mean held-out Δ: confidence-weighted {mean(e['delta_vs_best_single'] for e in conf['loco'].values()):+.4f}, "
-          f"the shipped protocol {mean(e['shipped_protocol_delta'] for e in conf['loco'].values()):+.4f}. Chosen on "
-          f"all four: `{conf['chosen_on_all']}` (test queries "
-          + ", ".join(f"{n} {v:+.4f}" for n, v in conf["chosen_on_all_local"].items()) + "; passages as queries "
-          + ", ".join(f"{n} {v:+.4f}" for n, v in conf["chosen_on_all_passages_as_queries"].items()) + ")."]
+                     for c in plain])]
     return md
 
 
@@ -781,7 +776,7 @@ def render_pruning(f: dict) -> List[str]:
           f"Prune {f['prune']:.0%} of the passages, then search the kept ones; nDCG@10 on the test queries. "
           "Pipelines: `bm25` and `dense` = the unpruned top-1000 runs with the pruned passages removed (BM25's "
           "collection statistics are not recomputed; the dense ranking of the kept passages is exact), `hybrid` = "
-          "the default fusion of those two lists. `random` = the per-query mean over seeds "
+          "min-max CombMNZ of those two lists (the default fusion without its per-query confidence weights). `random` = the per-query mean over seeds "
           f"{', '.join(map(str, f['random_seeds']))}. Choice rule: the highest mean, over the training collections "
           "and the three pipelines, of (candidate − random). Candidates with training data are scored only out of "
           "their domain: the shipped SciFact head never on SciFact (nor a candidate when SciFact is held out); "

@@ -3,10 +3,10 @@
 Each collection's BM25 and dense (MiniLM, mean pooling) top-1000 for every
 judged query (all splits) is computed once from the benchmark index and kept
 under WORK/defaults-runs/<collection>.<retriever>.json.gz, so that choosing
-defaults never searches (or encodes) again. Beside them: the passages-as-queries
-robustness set (``doc_queries``; runs <collection>-doc.<retriever>.json.gz) and
-each query's BM25 mass, the most a passage can score for it
-(<collection>.mass.json, ``query_masses``).
+defaults never searches (or encodes) again. Beside them: the shifted variants
+(VARIANTS: passages as queries, misspelled queries, passages behind unrelated
+text; runs <collection>-<variant>.<retriever>.json.gz) and each list's
+confidence as the product computes it (<set>.confidence.json).
 
     RETR_BENCH_WORK=... python eval/benchmarks/defaults_runs.py [--indexes DIR] [--collections ...]
 
@@ -69,8 +69,16 @@ def dump(col, indexes: Path | None) -> None:
         print(f"[{col.name}] {name}: {len(res)} queries", flush=True)
 
 
-# ------------------------------------------------------------------ passages as queries
+# ------------------------------------------------------------------ shifted variants
+# Each collection's test queries are searched as they are ("test") and under three shifts that
+# change which retriever is stronger, all with the collection's real judgments:
+#   doc     passages as queries (long, ArguAna-like queries; doc_queries)
+#   typo    the test queries misspelled (typo_queries)
+#   longF   every passage behind F words of unrelated text from other passages (long_corpus): the
+#           dense encoder reads fewer of its own words, as with long documents; BM25 reads all
+VARIANTS = ("test", "doc", "typo", "long40", "long80")
 DOC_WORDS = 300   # a passage used as a query keeps its first 300 words (MiniLM reads 256 word pieces)
+VARIANT_DEPTH = 100
 
 
 def doc_queries(col):
@@ -93,56 +101,120 @@ def doc_queries(col):
     return queries, qrels
 
 
-def dump_doc(col, indexes: Path | None) -> None:
-    """Both retrievers' top 100 for the passages-as-queries set, the query's own passage removed."""
-    outs = {n: run_path(col.name + "-doc", n) for n in NAMES}
-    if all(p.exists() for p in outs.values()):
-        return
-    idx = _open(col, indexes)
-    qs, _ = doc_queries(col)
-    RUNS.mkdir(parents=True, exist_ok=True)
-    for name, out in outs.items():
-        res = idx.retriever(name).batch_search(qs, 101, 2)
-        keep = {q: [[d, float(s)] for d, s in v if d != q.split("|", 1)[1]][:100] for q, v in res.items()}
-        tmp = out.with_suffix(".tmp")
-        with gzip.open(tmp, "wt") as f:
-            json.dump(keep, f)
-        tmp.rename(out)
-        print(f"[{col.name}-doc] {name}: {len(keep)} queries", flush=True)
+def typo_queries(col, share: float = 0.5, seed: int = 0):
+    """The test queries with about ``share`` of their alphabetic words of 5+ letters misspelled (two
+    adjacent inner letters swapped), seeded."""
+    import random
 
+    from retrieval.types import Query
 
-def query_masses(col, indexes: Path | None) -> Dict[str, float]:
-    """{qid: the BM25 mass of the query}: the sum, over its analysed terms (repeats included, as Anserini's
-    bag-of-words query boosts a term by its count), of the term's BM25 idf, log(1 + (N - df + 0.5) / (df + 0.5)),
-    for terms some passage has. Lucene's BM25 scores a term at most its idf times its boost, so a passage's
-    score over this mass is the share of the query it matched (1 = every term, at saturation). Test queries
-    and the passages-as-queries set; read from the BM25 sub-index with Pyserini's index reader."""
-    path = RUNS / f"{col.name}.mass.json"
-    if path.exists():
-        return json.loads(path.read_text())
-    import math
-
-    from indexes import jvm
-
-    jvm.start()   # retr's JVM settings before Pyserini's import would start one of its own
-    from pyserini.index.lucene import LuceneIndexReader
-
-    idx = _open(col, indexes)
-    reader = LuceneIndexReader(str(idx.path / idx.manifest["subindexes"]["bm25"]["path"]))
-    n = reader.stats()["documents"]
-    idf: Dict[str, float] = {}
-    out = {}
-    for q in list(col.queries()) + doc_queries(col)[0]:
-        total = 0.0
-        for t in reader.analyze(q.text):
-            if t not in idf:
-                df, _cf = reader.get_term_counts(t, analyzer=None)
-                idf[t] = math.log(1 + (n - df + 0.5) / (df + 0.5)) if df else 0.0
-            total += idf[t]
-        out[q.qid] = total
-    RUNS.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out))
+    rng = random.Random(seed)
+    out = []
+    for q in col.queries():
+        words = []
+        for w in q.text.split():
+            if len(w) >= 5 and w.isalpha() and rng.random() < share:
+                i = rng.randrange(1, len(w) - 2)
+                w = w[:i] + w[i + 1] + w[i] + w[i + 2:]
+            words.append(w)
+        out.append(Query(q.qid, " ".join(words)))
     return out
+
+
+def long_corpus(col, fill: int, seed: int = 0) -> Path:
+    """The collection's corpus with every passage behind ``fill`` words taken from seeded random other
+    passages (written once under WORK)."""
+    import random
+
+    from retrieval.collections import read_corpus
+
+    out = WORK / "defaults-variants" / f"{col.name}-long{fill}.jsonl"
+    if out.exists():
+        return out
+    docs = list(read_corpus(col.corpus, empty="skip"))
+    rng = random.Random(seed)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    with open(tmp, "w") as f:
+        for d in docs:
+            words: List[str] = []
+            while len(words) < fill:
+                words += docs[rng.randrange(len(docs))].contents.split()
+            f.write(json.dumps({"id": d.docid, "contents": " ".join(words[:fill]) + " " + d.contents}) + "\n")
+    tmp.rename(out)
+    return out
+
+
+def _variant_index(col, variant: str, indexes: Path | None):
+    if not variant.startswith("long"):
+        return _open(col, indexes)
+    import retrieval
+    from retrieval.dense.subindex import DenseSpec
+    from retrieval.writer import add_dense
+
+    path = WORK / "defaults-variants" / f"index-{col.name}-{variant}"
+    if not (path / "manifest.json").exists():
+        print(f"[{col.name}-{variant}] indexing ...", flush=True)
+        idx = retrieval.build_index(long_corpus(col, int(variant[4:])), path, empty="skip", overwrite=True,
+                                    quiet=True)
+        add_dense(idx, DenseSpec(pooling="mean"), name="dense", quiet=True)
+    return retrieval.open_index(path)
+
+
+def variant_queries(col, variant: str):
+    """(queries, qrels) of a variant."""
+    if variant == "doc":
+        return doc_queries(col)
+    if variant == "typo":
+        return typo_queries(col), col.qrels()
+    return list(col.queries()), col.qrels()
+
+
+def variant_set(col, variant: str) -> str:
+    return col.name if variant == "test" else f"{col.name}-{variant}"
+
+
+def dump_variant(col, variant: str, indexes: Path | None) -> None:
+    """Both retrievers' top 100 for a variant (the query's own passage removed for ``doc``), and each
+    list's confidence as the product computes it (the retrievers' ``confidence``: BM25's top score over
+    the query's mass, dense's top cosine), cached under WORK/defaults-runs."""
+    name = variant_set(col, variant)
+    conf_path = RUNS / f"{name}.confidence.json"
+    if conf_path.exists() and (variant == "test" or all(run_path(name, n).exists() for n in NAMES)):
+        return
+    idx = _variant_index(col, variant, indexes)
+    qs, _ = variant_queries(col, variant)
+    RUNS.mkdir(parents=True, exist_ok=True)
+    lists = {}
+    for n in NAMES:
+        if variant == "test":
+            got = load(col.name, n)
+            lists[n] = {q.qid: got.get(q.qid, [])[:VARIANT_DEPTH] for q in qs}
+            continue
+        res = idx.retriever(n).batch_search(qs, VARIANT_DEPTH + 1, 2)
+        own = (lambda q: q.split("|", 1)[1]) if variant == "doc" else (lambda q: None)
+        lists[n] = {q: [(d, float(s)) for d, s in v if d != own(q)][:VARIANT_DEPTH] for q, v in res.items()}
+        tmp = run_path(name, n).with_suffix(".tmp")
+        with gzip.open(tmp, "wt") as f:
+            json.dump({q: [[d, s] for d, s in v] for q, v in lists[n].items()}, f)
+        tmp.rename(run_path(name, n))
+        print(f"[{name}] {n}: {len(res)} queries", flush=True)
+    conf = {q.qid: {} for q in qs}
+    for n in NAMES:
+        vals = idx.retriever(n).confidence([q.text for q in qs], [lists[n][q.qid] for q in qs])
+        for q, v in zip(qs, vals):
+            conf[q.qid][n] = v
+    conf_path.write_text(json.dumps(conf))
+
+
+def load_variant(col, variant: str, indexes: Path | None = None):
+    """({retriever: {qid: [(docid, score)]}}, qrels, {qid: {retriever: (kind, value)}}) of a variant."""
+    dump_variant(col, variant, indexes)
+    name = variant_set(col, variant)
+    lists = {n: load(name, n) for n in NAMES}
+    conf = {q: {n: (tuple(v) if v else None) for n, v in c.items()}
+            for q, c in json.loads((RUNS / f"{name}.confidence.json").read_text()).items()}
+    return lists, variant_queries(col, variant)[1], conf
 
 
 def main():
@@ -152,8 +224,8 @@ def main():
     args = ap.parse_args()
     for col in by_name(args.collections):
         dump(col, args.indexes)
-        dump_doc(col, args.indexes)
-        query_masses(col, args.indexes)
+        for variant in VARIANTS:
+            dump_variant(col, variant, args.indexes)
 
 
 if __name__ == "__main__":

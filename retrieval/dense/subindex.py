@@ -268,6 +268,14 @@ class DenseRetriever:
         return {q.qid: r for q, r in zip(queries, res)}
 
 
+    def confidence(self, texts: Sequence[str], lists: Sequence[Scored]):
+        """Per query, ``("cosine", top score)`` when the vectors are L2-normalised (inner product is
+        then cosine; 0 with no hit), else None: an unnormalised inner product has no absolute scale."""
+        if not self.entry.get("encoder", {}).get("normalize", True):
+            return [None] * len(lists)
+        return [("cosine", float(hits[0][1]) if hits else 0.0) for hits in lists]
+
+
 _writer_encoders: Dict[str, object] = {}  # encoder config -> loaded encoder, for repeated changes in one process
 _writer_encoders_lock = threading.Lock()
 

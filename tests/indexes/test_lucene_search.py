@@ -277,3 +277,32 @@ def test_batches_on_python_or_java_threads_answer_as_single_searches(small_index
             assert list(got) == qids and got == want, (threads, parallel)
     with pytest.raises(RetrError, match="unknown parallel mode"):
         li.batch_search(texts, qids, 10, threads=2, parallel="fibres")
+
+
+# ----------------------------------------------------------------------------------- query mass
+def test_query_mass_is_the_idf_sum_and_bounds_every_score(scifact_index):
+    """The mass the confidence-weighted fusion divides by: the sum of Lucene's BM25 idf over the query's
+    analysed terms that occur (Pyserini's reader gives the document frequencies), never below a score."""
+    import math
+
+    jvm.start()
+    from pyserini.index.lucene import LuceneIndexReader
+
+    reader = LuceneIndexReader(str(scifact_index.path / "bm25"))
+    n = reader.stats()["documents"]
+    li = LuceneIndex(scifact_index.path / "bm25")
+    texts = _sample_queries(15) + ["the of and", "zzzzqqqq", "cancer cancer cancer"]
+    masses = li.query_masses(texts)
+    for text, mass in zip(texts, masses):
+        want = 0.0
+        for t in reader.analyze(text):
+            df, _ = reader.get_term_counts(t, analyzer=None)
+            want += math.log(1 + (n - df + 0.5) / (df + 0.5)) if df else 0.0
+        assert mass == pytest.approx(want, rel=1e-6), text
+        hits = li.search(text, 1000)
+        assert all(s <= mass * (1 + 1e-6) for _, s in hits), text
+        assert (mass > 0) == bool(hits), text
+    assert masses[-2] == 0.0                       # no passage has the term
+    assert masses[-1] == pytest.approx(3 * li.query_masses(["cancer"])[0])   # a repeated term counts each time
+    with pytest.raises(RetrError, match="BM25 text indexes"):
+        LuceneIndex(scifact_index.path / "bm25", impact=True).query_masses(["x"])

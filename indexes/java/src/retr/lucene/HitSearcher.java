@@ -322,6 +322,33 @@ public final class HitSearcher implements Closeable {
   }
 
   /**
+   * The query's mass: the most its term scorers can give one document, summed over the query's
+   * terms that some document has. Each term is scored by the SimScorer its TermWeight uses, at an
+   * unbounded frequency and the shortest length; for BM25 that is the term's boost times its idf,
+   * so a hit's score over the mass is the share of the query it matched. 0 when no term occurs;
+   * NaN for a query that is not a flat bag of terms.
+   */
+  public double queryMass(String text) throws IOException {
+    Generation gen = generation;
+    List<Clause> cs = clauses(gen.searcher.rewrite(textQuery(text)));
+    if (cs == null) return Double.NaN;
+    double mass = 0;
+    for (Clause c : cs) {
+      TermInfo ti = termInfo(c.term);
+      if (ti.df == 0) continue;  // no document has it, so no scorer either
+      mass += gen.scorer(c, ti).score(Float.MAX_VALUE, 1L);
+    }
+    return mass;
+  }
+
+  /** {@link #queryMass} of each text. */
+  public double[] queryMasses(String[] texts) throws IOException {
+    double[] out = new double[texts.length];
+    for (int i = 0; i < texts.length; i++) out[i] = queryMass(texts[i]);
+    return out;
+  }
+
+  /**
    * A searcher over the index's newest commit with this one's similarity and analyser, or null if the
    * index has not changed since this reader was opened. This searcher stays open (close it when the
    * searches that hold it are done: each search holds a reference to its reader while it runs).
