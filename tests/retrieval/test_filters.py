@@ -94,14 +94,17 @@ def test_filtered_search_is_the_filtered_full_ranking(meta_dense_index, retrieve
 
 def fused_oracle(idx, q, k, spec, flt, depth=100):
     """The definition for fused pipelines: each member's full ranking, filtered, cut at the
-    fusion depth; fused by retrieval.fusion.fuse; the first k."""
+    fusion depth; each filtered list's confidence (its retriever's, from the list's own top hit);
+    fused by retrieval.fusion.fuse; the first k."""
     from retrieval.fusion import fuse
 
     p = idx.pipeline(spec)
     f = parse_filter(flt)
     lists = {name: [(d, s) for d, s, m in full_ranking(idx, q, name) if matches(d, m, f)][:max(k, depth)]
              for name in p.retrievers}
-    return [d for d, _s, _raw in fuse(lists, p.fusion)[:k]]
+    conf = {name: getattr(idx.retriever(name), "confidence", lambda t, l: [None])([q], [lists[name]])[0]
+            for name in p.retrievers}
+    return [d for d, _s, _raw in fuse(lists, p.fusion, conf)[:k]]
 
 
 def test_filtered_scores_equal_unfiltered_scores(meta_dense_index):
