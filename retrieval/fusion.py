@@ -88,7 +88,7 @@ class Fusion:
             ps = [f"k={self.k}"] + [f"{n}={_num(w)}" for n, w in self.weights]
         else:
             ps = [f"{n}={_num(w)}" for n, w in self.weights]
-            if self.confidence:
+            if self.confidence or self.centre:
                 ps += [f"confidence={_num(self.confidence)}", f"centre={_num(self.centre)}"]
             ps.append(f"norm={self.norm}")
         return ",".join(ps)
@@ -219,6 +219,17 @@ def confidence_weights(conf: Mapping[str, Optional[Tuple[str, float]]], fusion: 
     e = {n: math.exp(x - top) for n, x in z.items()}
     total = sum(e.values())
     return {n: x / total for n, x in e.items()}
+
+
+def list_confidences(retrievers: Mapping[str, object], texts: Sequence[str],
+                     lists: Mapping[str, Sequence[Scored]]) -> List[Dict[str, Optional[Tuple[str, float]]]]:
+    """Per text, each retriever's ``(kind, value)`` confidence in its list (``lists``: {name: one list
+    per text}), from the retriever's ``confidence`` method; None for a retriever without one."""
+    per = {}
+    for name, r in retrievers.items():
+        fn = getattr(r, "confidence", None)
+        per[name] = fn(texts, lists[name]) if fn is not None else [None] * len(texts)
+    return [{n: per[n][i] for n in retrievers} for i in range(len(texts))]
 
 
 def fuse(lists: Mapping[str, Scored], fusion: Fusion,

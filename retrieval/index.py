@@ -26,7 +26,7 @@ from indexes.bulk import no_gc
 from indexes.docstore import DocStore
 from indexes.errors import IndexFormatError, InputError
 from retrieval.filters import Allowed, MetadataTable, parse_filter
-from retrieval.fusion import Pipeline, fuse, parse_pipeline
+from retrieval.fusion import Pipeline, fuse, list_confidences, parse_pipeline
 from retrieval.kinds import kind_of
 from retrieval.progress import progress
 from retrieval.types import Document, Hit, Query
@@ -433,12 +433,9 @@ class Index:
         if not p.fused or not p.fusion.confidence:
             return None
         t0 = time.perf_counter()
-        per = {}
-        for name, r in rs.items():
-            fn = getattr(r, "confidence", None)
-            per[name] = fn(texts, lists[name]) if fn is not None else [None] * len(texts)
+        out = list_confidences(rs, texts, lists)
         _tick(timings, "confidence", t0)
-        return [{n: per[n][i] for n in rs} for i in range(len(texts))]
+        return out
 
     def _filtered(self, g: "_Generation", r, query: str, k: int, allowed: Allowed):
         """Retriever ``r``'s first ``k`` documents among ``allowed``, exactly. A filter that allows

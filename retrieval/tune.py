@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Sequence
 
 from indexes import manifest as mf
 from indexes.errors import InputError
-from retrieval.fusion import DEFAULT_FUSION, Fusion, Pipeline, fuse
+from retrieval.fusion import DEFAULT_FUSION, Fusion, Pipeline, fuse, list_confidences
 from retrieval.progress import progress
 from retrieval.types import Query
 
@@ -57,12 +57,10 @@ def tune(index, queries: Sequence[Query], qrels: Dict[str, Dict[str, int]], retr
     t0 = time.perf_counter()
     lists = {name: index.retriever(name).batch_search(qs, depth, threads) for name in p.retrievers}
     grid = candidates(p.retrievers)
-    conf = {q.qid: {} for q in qs}   # each list's confidence per query, for the confidence-weighted candidate
-    for name in p.retrievers:
-        fn = getattr(index.retriever(name), "confidence", None)
-        vals = fn([q.text for q in qs], [lists[name][q.qid] for q in qs]) if fn else [None] * len(qs)
-        for q, v in zip(qs, vals):
-            conf[q.qid][name] = v
+    # each list's confidence per query, for the confidence-weighted candidate
+    conf = dict(zip((q.qid for q in qs), list_confidences(
+        {n: index.retriever(n) for n in p.retrievers}, [q.text for q in qs],
+        {n: [lists[n][q.qid] for q in qs] for n in p.retrievers})))
     scores = []
     for f in progress(grid, desc="tuning fusion", unit="cfg", quiet=quiet):
         run = {q.qid: {d: s for d, s, _ in fuse({n: lists[n][q.qid] for n in p.retrievers}, f,

@@ -106,9 +106,6 @@ def local_pair(col, indexes=None) -> Tuple[Lists, dict]:
 
 def variant_data(col, variant: str, indexes=None):
     """(lists, qrels, confidences) of one of defaults_runs.VARIANTS ("test": the top-1000 runs)."""
-    if variant == "test":
-        lists, qrels = local_pair(col, indexes)
-        return lists, qrels, defaults_runs.load_variant(col, "test", indexes)[2]
     return defaults_runs.load_variant(col, variant, indexes)
 
 

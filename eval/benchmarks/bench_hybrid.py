@@ -20,7 +20,7 @@ from common import COLLECTIONS, RESULTS, bench_index, by_name, machine, md_table
 
 from eval import evaluate
 from eval.significance import compare
-from retrieval.fusion import DEFAULT_FUSION, Fusion, Pipeline, fuse
+from retrieval.fusion import DEFAULT_FUSION, Fusion, Pipeline, fuse, list_confidences
 from retrieval.tune import candidates
 
 MEASURES = ["nDCG@10", "R@100", "R@1000"]
@@ -34,8 +34,8 @@ def lists_for(idx, qs):
     """Each retriever's top DEPTH per query, and under "conf" each list's confidence (the retrievers'
     ``confidence``), which the confidence-weighted fusions of the grid (and the untuned default) use."""
     out = {n: idx.retriever(n).batch_search(qs, DEPTH, 2) for n in NAMES}
-    vals = {n: idx.retriever(n).confidence([q.text for q in qs], [out[n][q.qid] for q in qs]) for n in NAMES}
-    out["conf"] = {q.qid: {n: vals[n][i] for n in NAMES} for i, q in enumerate(qs)}
+    out["conf"] = dict(zip((q.qid for q in qs), list_confidences(
+        {n: idx.retriever(n) for n in NAMES}, [q.text for q in qs], {n: [out[n][q.qid] for q in qs] for n in NAMES})))
     return out
 
 

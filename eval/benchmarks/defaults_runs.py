@@ -182,6 +182,8 @@ def dump_variant(col, variant: str, indexes: Path | None) -> None:
     conf_path = RUNS / f"{name}.confidence.json"
     if conf_path.exists() and (variant == "test" or all(run_path(name, n).exists() for n in NAMES)):
         return
+    if variant == "test" and not all(run_path(col.name, n).exists() for n in NAMES):
+        dump(col, indexes)
     idx = _variant_index(col, variant, indexes)
     qs, _ = variant_queries(col, variant)
     RUNS.mkdir(parents=True, exist_ok=True)
@@ -199,11 +201,10 @@ def dump_variant(col, variant: str, indexes: Path | None) -> None:
             json.dump({q: [[d, s] for d, s in v] for q, v in lists[n].items()}, f)
         tmp.rename(run_path(name, n))
         print(f"[{name}] {n}: {len(res)} queries", flush=True)
-    conf = {q.qid: {} for q in qs}
-    for n in NAMES:
-        vals = idx.retriever(n).confidence([q.text for q in qs], [lists[n][q.qid] for q in qs])
-        for q, v in zip(qs, vals):
-            conf[q.qid][n] = v
+    from retrieval.fusion import list_confidences
+
+    conf = dict(zip((q.qid for q in qs), list_confidences(
+        {n: idx.retriever(n) for n in NAMES}, [q.text for q in qs], {n: [lists[n][q.qid] for q in qs] for n in NAMES})))
     conf_path.write_text(json.dumps(conf))
 
 

@@ -96,14 +96,13 @@ def fused_oracle(idx, q, k, spec, flt, depth=100):
     """The definition for fused pipelines: each member's full ranking, filtered, cut at the
     fusion depth; each filtered list's confidence (its retriever's, from the list's own top hit);
     fused by retrieval.fusion.fuse; the first k."""
-    from retrieval.fusion import fuse
+    from retrieval.fusion import fuse, list_confidences
 
     p = idx.pipeline(spec)
     f = parse_filter(flt)
     lists = {name: [(d, s) for d, s, m in full_ranking(idx, q, name) if matches(d, m, f)][:max(k, depth)]
              for name in p.retrievers}
-    conf = {name: getattr(idx.retriever(name), "confidence", lambda t, l: [None])([q], [lists[name]])[0]
-            for name in p.retrievers}
+    conf = list_confidences({n: idx.retriever(n) for n in p.retrievers}, [q], {n: [lists[n]] for n in lists})[0]
     return [d for d, _s, _raw in fuse(lists, p.fusion, conf)[:k]]
 
 
