@@ -9,8 +9,10 @@ Formats (each may be gzipped, ``.gz``):
 Every problem is reported as an InputError naming the file and line: a
 malformed line, a missing id, a duplicate id, an id with whitespace (document
 or query: a TREC run could not hold it), empty text, bad UTF-8 or a lone
-surrogate escape, a missing path. Corpora are streamed; only the set of seen
-ids is kept in memory.
+surrogate escape, a missing path, NaN/Infinity (Python's json reads them; JSON
+has no such numbers), metadata that is not an object or holds a number that is
+not finite or beyond a double's range (:func:`check_metadata`). Corpora are
+streamed; only the set of seen ids is kept in memory.
 
 Over-long passages are refused, not truncated: a document whose title and text
 together exceed ``MAX_CONTENTS_CHARS`` (20,000,000 UTF-16 code units, the
@@ -29,7 +31,7 @@ from typing import Iterator, List, Optional, Tuple
 
 from indexes.errors import InputError
 from indexes.lucene import MAX_CONTENTS_CHARS, MAX_DOCID_BYTES
-from retrieval.types import Document, Query
+from retrieval.types import Document, Query, finite_number
 
 _ID_KEYS = ("_id", "id", "docid", "doc_id")
 _SPACE = re.compile(r"\s")
@@ -72,9 +74,20 @@ def _base_suffix(path: Path) -> str:
     return Path(name).suffix.lower()
 
 
+class _NotJSON(ValueError):
+    pass
+
+
+def _no_constant(name: str):
+    # Python's json reads NaN, Infinity and -Infinity, which JSON does not have; refuse them
+    raise _NotJSON(f"{name} is not a JSON number; numbers must be finite")
+
+
 def _json_object(line: str, path: Path, n: int) -> dict:
     try:
-        obj = json.loads(line)
+        obj = json.loads(line, parse_constant=_no_constant)
+    except _NotJSON as e:
+        raise InputError(f"malformed JSON ({e})", path, n) from None
     except json.JSONDecodeError as e:
         raise InputError(f"malformed JSON ({e.msg} at column {e.colno})", path, n) from None
     except ValueError as e:  # e.g. an integer over Python's 4,300-digit conversion limit
@@ -105,6 +118,35 @@ def check_lengths(docid: str, title: str, text: str, path: Optional[Path] = None
     if chars > MAX_CONTENTS_CHARS:
         raise InputError(f"document {docid[:80]!r} is {chars:,} characters long, over the {MAX_CONTENTS_CHARS:,} "
                          f"that Lucene's indexer reads (title and text together); split or shorten it", path, n)
+
+
+def check_metadata(docid: str, metadata: object, path: Optional[object] = None, n: Optional[int] = None) -> None:
+    """Refuse metadata retr could not store or filter on (one line, naming the field): it is an
+    object (a dict, or None for none), and every number in it, at any depth, is finite and within a
+    double's range (:func:`retrieval.types.finite_number`). Every write path checks documents with it:
+    the corpus readers, the Documents given to :mod:`retrieval.writer`, and so the HTTP API."""
+    if metadata is None:
+        return
+    if not isinstance(metadata, dict):
+        raise InputError(f"document {docid[:80]!r}: metadata must be an object, got {type(metadata).__name__}",
+                         path, n)
+    todo = [(str(k), v) for k, v in metadata.items()]
+    seen = set()
+    while todo:
+        where, v = todo.pop()
+        if isinstance(v, bool) or v is None or isinstance(v, str):
+            continue
+        if isinstance(v, (int, float)):
+            try:
+                finite_number(v)
+            except ValueError as e:
+                raise InputError(f"document {docid[:80]!r}: metadata {where[:200]!r} holds {e}", path, n) from None
+        elif isinstance(v, (dict, list, tuple)):
+            if id(v) in seen:
+                continue
+            seen.add(id(v))
+            items = v.items() if isinstance(v, dict) else enumerate(v)
+            todo.extend((f"{where}.{k}" if isinstance(v, dict) else f"{where}[{k}]", x) for k, x in items)
 
 
 def _first(obj: dict, keys) -> Optional[object]:
@@ -165,6 +207,8 @@ def read_corpus(path: Path | str, check_duplicates: bool = True, empty: str = "e
             if skipped is not None:
                 skipped.append(docid)
             continue
+        if meta and isinstance(meta, dict):
+            check_metadata(docid, meta, path, n)
         if check_duplicates:
             if docid in seen:
                 raise InputError(f"duplicate document id {docid!r}", path, n)

@@ -12,7 +12,9 @@ Conditions on a field the document's metadata lacks never hold. A metadata value
 that is a list matches a condition when one of its elements does. Numbers compare
 by value (``2003 == 2003.0``); booleans are not numbers (``true`` never equals
 ``1``). Ranges take numbers only; a document whose value is not a number never
-falls in a range. Nested objects can't be matched (top-level fields only).
+falls in a range. Nested objects can't be matched (top-level fields only). A number in a
+filter must be finite and within a double's range (:func:`retrieval.types.finite_number`,
+the rule every write applies to metadata too); others are a :class:`FilterError`.
 
 What a filtered search returns is defined in :mod:`retrieval.index`
 (``Index.search``): for one retriever, the first ``k`` matching documents of its
@@ -21,7 +23,6 @@ full ranking; for a fused pipeline, the fusion of each member's filtered ranking
 from __future__ import annotations
 
 import json
-import math
 import threading
 from collections import OrderedDict
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
@@ -29,6 +30,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from indexes.errors import InputError
+from retrieval.types import finite_number
 
 DOCID = "docid"
 RANGE_OPS = ("gt", "gte", "lt", "lte")
@@ -47,18 +49,26 @@ def _scalar_key(v: Any, where: str) -> Tuple[str, Any]:
     if isinstance(v, bool):
         return ("b", v)
     if isinstance(v, (int, float)):
-        if isinstance(v, float) and not math.isfinite(v):
-            raise FilterError(f"filter {where}: numbers must be finite")
-        return ("n", float(v))
+        try:
+            return ("n", finite_number(v))
+        except ValueError as e:
+            raise FilterError(f"filter {where}: {e}") from None
     if isinstance(v, str):
         return ("s", v)
     raise FilterError(f"filter {where}: expected a string, number, boolean or null, got {type(v).__name__}")
 
 
 def _number(v: Any, where: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(float(v)):
-        raise FilterError(f"filter {where}: a range bound must be a finite number, got {json.dumps(v)[:40]}")
-    return float(v)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        try:
+            shown = json.dumps(v)[:40]
+        except (TypeError, ValueError):
+            shown = type(v).__name__
+        raise FilterError(f"filter {where}: a range bound must be a finite number, got {shown}")
+    try:
+        return finite_number(v)
+    except ValueError as e:
+        raise FilterError(f"filter {where}: a range bound must be a finite number, got {e}") from None
 
 
 class Filter:

@@ -1,8 +1,27 @@
 """Typed records that flow through retr: documents, queries and hits."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
+
+
+def finite_number(v: Any) -> float:
+    """``v``, a JSON number (an int or a float, not a bool), as a float; ``ValueError`` saying why
+    when it is NaN, infinite or an integer beyond a double's range (about 1.8e308).
+
+    The one rule for numbers retr stores or compares: document metadata (checked by
+    :func:`retrieval.collections.check_metadata` on every write) and filter values
+    (:func:`retrieval.filters.parse_filter`) must pass it, so a filter never meets a number it
+    cannot compare and the store never holds one that JSON cannot write."""
+    try:
+        f = float(v)
+    except OverflowError:
+        raise ValueError("an integer beyond the range of a double (about ±1.8e308)") from None
+    if not math.isfinite(f):
+        raise ValueError(f"{'NaN' if math.isnan(f) else 'Infinity' if f > 0 else '-Infinity'} "
+                         f"(numbers must be finite)")
+    return f
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from indexes import manifest as mf
 from indexes.docstore import DocStoreWriter, LiveStore, migrate, schema
 from indexes.errors import InputError
 from retrieval.bm25 import BM25Spec
-from retrieval.collections import check_lengths, count_lines, read_corpus
+from retrieval.collections import check_lengths, check_metadata, count_lines, read_corpus
 from retrieval.dense.subindex import DenseSpec
 from retrieval.executors import Executor, open_executor
 from retrieval.index import DOCSTORE, Index, docstore_path
@@ -289,6 +289,7 @@ def _checked(docs: Iterable[Document]) -> Iterable[Document]:
         if not d.contents.strip():
             raise InputError(f"item {i}: document {d.docid!r} has empty text")
         check_lengths(d.docid, d.title, d.text, f"item {i}")
+        check_metadata(d.docid, d.metadata, f"item {i}")
         seen.add(d.docid)
         yield d
 

@@ -86,6 +86,22 @@ def test_retr_add_refuses_an_over_long_passage_and_changes_nothing(copy, tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["IDX", "new.jsonl"]
 
 
+@pytest.mark.parametrize("value,needle", [("1" + "0" * 400, "integer beyond the range of a double"),
+                                          ("NaN", "NaN is not a JSON number"),
+                                          ("-Infinity", "-Infinity is not a JSON number"),
+                                          ("1e400", "'year' holds Infinity")])
+def test_retr_add_and_index_refuse_numbers_a_double_cannot_hold(copy, tmp_path, value, needle):
+    """A corpus line whose metadata holds a number retr could not filter on: exit 2, one line at the line."""
+    before = listing(copy), (copy / "manifest.json").read_text()
+    new = tmp_path / "new.jsonl"
+    new.write_text(json.dumps({"_id": "n1", "text": "fine", "metadata": {"year": 2000}}) + "\n"
+                   + '{"_id": "n2", "text": "aspirin again", "metadata": {"year": %s}}\n' % value, encoding="utf-8")
+    one_error(run_retr("add", "--index", copy, "--corpus", new), "new.jsonl:2:", needle)
+    assert (listing(copy), (copy / "manifest.json").read_text()) == before
+    one_error(run_retr("index", "--corpus", new, "--index", tmp_path / "NEW"), "new.jsonl:2:", needle)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["IDX", "new.jsonl"]
+
+
 # --------------------------------------------------------------------------- 2. query ids
 @pytest.mark.parametrize("name,content", [
     ("q.tsv", "q1\taspirin\nq 2\tsmall doc\n"),

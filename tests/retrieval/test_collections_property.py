@@ -118,7 +118,7 @@ def test_corpus_reader_parses_or_raises_input_error(folder, file, empty):
     _check_storable([d.docid for d in docs], [d.title + d.text for d in docs])
     for d in docs:
         assert isinstance(d.metadata, dict)
-        json.dumps(d.metadata, ensure_ascii=False).encode("utf-8")
+        json.dumps(d.metadata, ensure_ascii=False, allow_nan=False).encode("utf-8")  # strict JSON
         assert empty == "keep" or (d.title + d.text).strip()
 
 

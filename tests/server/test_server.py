@@ -351,3 +351,40 @@ def test_update_and_delete_through_the_api(tmp_path, writable_copy, token):
         one_error(s.get(f"/v1/w/documents/{first}"), 404)
     finally:
         s.stop()
+
+
+def test_numbers_a_double_cannot_hold_are_400_and_the_index_still_filters(tmp_path, writable_copy, token):
+    """A 400-digit integer in a filter, or in metadata written through the API, and NaN/Infinity in
+    metadata: 400 naming the field (not 500), nothing stored, and range filters still answer."""
+    import httpx
+
+    huge = "1" + "0" * 400
+    s = Server("--index", f"w={writable_copy}", "--writable", token=token, tmp=tmp_path)
+
+    def raw(method, path, body):  # the body as written: NaN and Infinity are not JSON
+        return httpx.request(method, s.url + path, content=body.encode(), timeout=120,
+                             headers={**s.headers(), "Content-Type": "application/json"})
+    try:
+        for flt in ('{"year": {"gte": %s}}' % huge, '{"year": %s}' % huge, '{"year": {"in": [2000, -%s]}}' % huge):
+            msg = one_error(raw("POST", "/v1/w/search", '{"query": "cancer", "filter": %s}' % flt), 400)
+            assert "'year'" in msg, msg
+        n = s.get("/v1/w").json()["documents"]
+        for value, needle in [(huge, "integer beyond"), ("-" + huge, "integer beyond"), ("NaN", "NaN"),
+                              ("Infinity", "Infinity"), ("-Infinity", "-Infinity"), ("1e400", "Infinity")]:
+            body = ('{"documents": [{"docid": "good-1", "text": "a fine passage", "metadata": {"year": 2001}}, '
+                    '{"docid": "bad-1", "text": "a passage", "metadata": {"shard": "odd", "year": %s}}]}' % value)
+            for method in ("POST", "PUT"):
+                msg = one_error(raw(method, "/v1/w/documents", body), 400)
+                assert "'year'" in msg and needle in msg and "bad-1" in msg, msg
+        assert s.get("/v1/w").json()["documents"] == n
+        one_error(s.get("/v1/w/documents/bad-1"), 404)
+        one_error(s.get("/v1/w/documents/good-1"), 404)
+        r = s.post("/v1/w/search", {"query": "cancer", "k": 50, "filter": {"year": {"gte": 2010, "lt": 2015}}})
+        hits = r.json()["hits"] if r.status_code == 200 else None
+        assert hits, r.text
+        assert all(2010 <= h["metadata"]["year"] < 2015 for h in hits)
+        want = [h.docid for h in retrieval.open_index(writable_copy).search(
+            "cancer", k=50, filter={"year": {"gte": 2010, "lt": 2015}})]
+        assert [h["docid"] for h in hits] == want
+    finally:
+        s.stop()
