@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
+import stat as _stat
 import threading
 from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
@@ -41,7 +43,6 @@ _SCHEMA = ("CREATE TABLE docs (docid TEXT NOT NULL, title TEXT NOT NULL, text TE
 _INDEXES = ("CREATE INDEX IF NOT EXISTS docs_docid ON docs(docid)",
             "CREATE INDEX IF NOT EXISTS docs_deleted ON docs(deleted) WHERE deleted IS NOT NULL")
 SCHEMA_VERSION = 2
-_MAGIC = b"SQLite format 3\x00"
 
 
 @contextlib.contextmanager
@@ -51,6 +52,17 @@ def _readable(path: Path) -> Iterator[None]:
         yield
     except sqlite3.Error as e:
         raise IndexFormatError(f"{path}: the document store cannot be read ({e})") from None
+
+
+def _wal_may_hold(path: Path, size: int) -> bool:
+    """Whether pages past the end of the main file can be in its write-ahead log (a writer grew
+    the database and no checkpoint has copied the pages back yet): then the file is not short."""
+    if os.path.exists(f"{path}-wal"):
+        return True
+    try:  # a checkpoint may have copied them and removed the log since we read the page count
+        return os.stat(path).st_size >= size
+    except OSError:
+        return False
 
 
 def _read_only(path: Path) -> sqlite3.Connection:
@@ -117,31 +129,42 @@ class DocStore:
 
     def check(self) -> None:
         """Raise IndexFormatError unless the file is a readable document store. Cheap (no scan): the
-        SQLite header, the size it promises (a truncated copy is shorter), the docs table and its last row."""
+        size SQLite's header promises (a truncated copy is shorter), the docs table and its last row.
+
+        The file is never opened outside SQLite: closing any descriptor of a file drops every POSIX
+        lock this process holds on it, SQLite's included, and a writer in another process could then
+        take itself for the last connection and remove the ``-wal`` and ``-shm`` files under our
+        live connections. So the header is read through SQLite (``PRAGMA page_size/page_count``)
+        and the file itself only ``stat``-ed."""
         p = self.path
-        if not p.is_file():
-            raise IndexFormatError(f"{p}: the document store is missing")
         try:
-            size = p.stat().st_size
-            with open(p, "rb") as f:
-                head = f.read(100)
+            st = os.stat(p)
+        except FileNotFoundError:
+            raise IndexFormatError(f"{p}: the document store is missing") from None
         except OSError as e:
             raise IndexFormatError(f"{p}: the document store cannot be read ({e.strerror or e})") from None
-        if size == 0:
+        if not _stat.S_ISREG(st.st_mode):
+            raise IndexFormatError(f"{p}: the document store is missing (not a file)")
+        if st.st_size == 0:
             raise IndexFormatError(f"{p}: the document store is empty (0 bytes)")
-        if len(head) < 100 or not head.startswith(_MAGIC):
-            raise IndexFormatError(f"{p}: the document store is not a SQLite database ({size:,} bytes)")
-        page = int.from_bytes(head[16:18], "big")
-        page = 65536 if page == 1 else page
-        pages = int.from_bytes(head[28:32], "big")
-        if head[24:28] == head[92:96] and pages * page > size:  # the in-header page count is valid
-            raise IndexFormatError(f"{p}: the document store is truncated ({size:,} of {pages * page:,} bytes)")
-        with _readable(p):
+        try:
             con = _read_only(p)
             try:
+                page = con.execute("PRAGMA page_size").fetchone()[0]
+                pages = con.execute("PRAGMA page_count").fetchone()[0]
                 con.execute("SELECT docid, title, text, meta FROM docs ORDER BY rowid DESC LIMIT 1").fetchall()
             finally:
                 con.close()
+        except sqlite3.DatabaseError as e:
+            if "not a database" in str(e):
+                raise IndexFormatError(f"{p}: the document store is not a SQLite database "
+                                       f"({st.st_size:,} bytes)") from None
+            raise IndexFormatError(f"{p}: the document store cannot be read ({e})") from None
+        except sqlite3.Error as e:
+            raise IndexFormatError(f"{p}: the document store cannot be read ({e})") from None
+        if pages * page > st.st_size and not _wal_may_hold(p, pages * page):
+            raise IndexFormatError(f"{p}: the document store is truncated ({st.st_size:,} of "
+                                   f"{pages * page:,} bytes)")
 
     def _con(self) -> sqlite3.Connection:
         con = getattr(self._local, "con", None)

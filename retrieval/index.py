@@ -33,6 +33,7 @@ from retrieval.types import Document, Hit, Query
 
 DOCSTORE = "docs.sqlite"
 DEPTH = 100  # candidates each fused retriever returns, at least (more when k is larger)
+FOLLOW_GRACE = 2.0  # seconds a reader answers from its generation while the newest one cannot be opened
 DEEPEN_SHARE = 0.25  # filters allowing this share of the documents or more read the ranking deeper instead
 
 
@@ -202,6 +203,7 @@ class Index:
         self._lock = threading.RLock()
         self._options: Dict[str, dict] = {}     # Index.configure, applied again in each new generation
         self._overrides: Dict[str, object] = {}  # use_retriever
+        self._failing: Optional[tuple] = None     # (manifest stat, since) of a generation follow() cannot open
         self._gen: Optional[_Generation] = _open_generation(self.path)
 
     @classmethod
@@ -247,12 +249,31 @@ class Index:
                 old.release(collect=True)
             return True
 
+    def follow(self) -> bool:
+        """:meth:`refresh`, for a long-lived reader (a server, each search with ``auto_refresh``): a
+        newer generation that cannot be opened is retried on every call and its error raised once
+        it has lasted ``FOLLOW_GRACE`` seconds, so a reader never keeps answering from an old
+        generation in silence. Until then the held generation answers (a folder being replaced)."""
+        if self._gen is None or _stat_key(self.path) == self._gen.key:
+            return False
+        try:
+            moved = self.refresh()
+        except (IndexFormatError, InputError) as e:
+            now = time.monotonic()
+            key = _stat_key(self.path)
+            first = self._failing
+            if first is None or first[0] != key:
+                self._failing = first = (key, now)
+            if now - first[1] >= FOLLOW_GRACE:
+                raise type(e)(f"{e} (this reader cannot move to the folder's newest generation and has "
+                              f"stopped answering from generation {self._gen.number})") from None
+            return False
+        self._failing = None
+        return moved
+
     def _enter(self) -> _Generation:
-        if self.auto_refresh and self._gen is not None and _stat_key(self.path) != self._gen.key:
-            try:
-                self.refresh()
-            except (IndexFormatError, InputError):
-                pass  # the folder is being replaced: keep searching what is held
+        if self.auto_refresh:
+            self.follow()
         with self._lock:
             g = self._current()
             with g.lock:
@@ -407,24 +428,27 @@ class Index:
         documents), and those lists are fused as an unfiltered search fuses (same
         normalisation over the lists given, same rule for a document a list lacks); the
         first ``k`` fused. A filter that matches every document returns the unfiltered hits."""
+        g = self._enter()
+        try:
+            return self._search(g, query, k, retriever, fusion, text, depth, timings, dimsel, filter)
+        finally:
+            self._leave(g)
+
+    def _search(self, g: "_Generation", query, k, retriever, fusion, text, depth, timings, dimsel, filter):
         if not isinstance(query, str) or not query.strip():
             raise InputError("query text is empty")
         _check_k(k)
-        g = self._enter()
-        try:
-            p = self._pipeline(g.manifest, retriever, fusion)
-            allowed = self._allowed(g, filter)
-            lists, rs = {}, {}
-            for name in p.retrievers:
-                t0 = time.perf_counter()
-                r = rs[name] = self._pick(g, name, dimsel, p.fused)
-                kk = k if not p.fused else max(k, depth or DEPTH)
-                lists[name] = r.search(query, kk) if allowed is None else self._filtered(g, r, query, kk, allowed)
-                _tick(timings, name, t0)
-            conf = self._confidences(g, p, rs, [query], {n: [v] for n, v in lists.items()}, timings)
-            return self._result(g, p, lists, k, text, None, timings, conf and conf[0])
-        finally:
-            self._leave(g)
+        p = self._pipeline(g.manifest, retriever, fusion)
+        allowed = self._allowed(g, filter)
+        lists, rs = {}, {}
+        for name in p.retrievers:
+            t0 = time.perf_counter()
+            r = rs[name] = self._pick(g, name, dimsel, p.fused)
+            kk = k if not p.fused else max(k, depth or DEPTH)
+            lists[name] = r.search(query, kk) if allowed is None else self._filtered(g, r, query, kk, allowed)
+            _tick(timings, name, t0)
+        conf = self._confidences(g, p, rs, [query], {n: [v] for n, v in lists.items()}, timings)
+        return self._result(g, p, lists, k, text, None, timings, conf and conf[0])
 
     @staticmethod
     def _confidences(g, p: Pipeline, rs, texts, lists, timings):
@@ -468,38 +492,43 @@ class Index:
         batches of ``batch_size`` (default: all at once when quiet, else
         about 20 batches so the progress bar moves). All of them search one generation.
         ``filter`` applies to every query, as in :meth:`search`."""
-        _check_k(k)
-        qs = [q if isinstance(q, Query) else Query(str(i), q) for i, q in enumerate(queries)]
         g = self._enter()
         try:
-            p = self._pipeline(g.manifest, retriever, fusion)
-            allowed = self._allowed(g, filter)
-            rs = {name: self._pick(g, name, dimsel, p.fused) for name in p.retrievers}
-            kk = k if not p.fused else max(k, depth or DEPTH)
-            if batch_size is None:
-                batch_size = max(len(qs), 1) if quiet else max(256, len(qs) // 20)
-            out: Dict[str, List[Hit]] = {}
-            with progress(total=len(qs), desc=f"searching ({p})", unit="q", quiet=quiet) as bar:
-                for i in range(0, len(qs), batch_size):
-                    chunk = qs[i:i + batch_size]
-                    res = {}
-                    for name, r in rs.items():
-                        t0 = time.perf_counter()
-                        if allowed is None:
-                            res[name] = r.batch_search(chunk, kk, threads)
-                        else:
-                            res[name] = {q.qid: self._filtered(g, r, q.text, kk, allowed) for q in chunk}
-                        _tick(timings, name, t0)
-                    conf = self._confidences(g, p, rs, [q.text for q in chunk],
-                                             {n: [res[n].get(q.qid, []) for q in chunk] for n in rs}, timings)
-                    with no_gc():  # a batch's hits at once: see indexes.bulk
-                        for j, q in enumerate(chunk):
-                            out[q.qid] = self._result(g, p, {n: res[n].get(q.qid, []) for n in rs}, k, text,
-                                                      q.qid, timings, conf and conf[j])
-                    bar.update(len(chunk))
-            return out
+            return self._batch_search(g, queries, k, retriever, fusion, threads, text, quiet, depth, batch_size,
+                                      timings, dimsel, filter)
         finally:
             self._leave(g)
+
+    def _batch_search(self, g: "_Generation", queries, k, retriever, fusion, threads, text, quiet, depth,
+                      batch_size, timings, dimsel, filter) -> Dict[str, List[Hit]]:
+        _check_k(k)
+        qs = [q if isinstance(q, Query) else Query(str(i), q) for i, q in enumerate(queries)]
+        p = self._pipeline(g.manifest, retriever, fusion)
+        allowed = self._allowed(g, filter)
+        rs = {name: self._pick(g, name, dimsel, p.fused) for name in p.retrievers}
+        kk = k if not p.fused else max(k, depth or DEPTH)
+        if batch_size is None:
+            batch_size = max(len(qs), 1) if quiet else max(256, len(qs) // 20)
+        out: Dict[str, List[Hit]] = {}
+        with progress(total=len(qs), desc=f"searching ({p})", unit="q", quiet=quiet) as bar:
+            for i in range(0, len(qs), batch_size):
+                chunk = qs[i:i + batch_size]
+                res = {}
+                for name, r in rs.items():
+                    t0 = time.perf_counter()
+                    if allowed is None:
+                        res[name] = r.batch_search(chunk, kk, threads)
+                    else:
+                        res[name] = {q.qid: self._filtered(g, r, q.text, kk, allowed) for q in chunk}
+                    _tick(timings, name, t0)
+                conf = self._confidences(g, p, rs, [q.text for q in chunk],
+                                         {n: [res[n].get(q.qid, []) for q in chunk] for n in rs}, timings)
+                with no_gc():  # a batch's hits at once: see indexes.bulk
+                    for j, q in enumerate(chunk):
+                        out[q.qid] = self._result(g, p, {n: res[n].get(q.qid, []) for n in rs}, k, text,
+                                                  q.qid, timings, conf and conf[j])
+                bar.update(len(chunk))
+        return out
 
     def _pick(self, g: _Generation, name: str, dimsel=None, fused: bool = False):
         """The retriever for ``name`` in generation ``g``; with ``dimsel`` (a mode name, a dict of
@@ -532,10 +561,76 @@ class Index:
     def get(self, docid: str) -> Optional[Document]:
         g = self._enter()
         try:
-            row = g.docstore.get(docid)
+            return _document(g.docstore.get(docid))
         finally:
             self._leave(g)
-        return None if row is None else Document(row[0], row[2], row[1], row[3] or {})
+
+    def snapshot(self) -> "Snapshot":
+        """The current generation, held until the snapshot is closed (``with idx.snapshot() as s``):
+        its searches, counts and documents all read that one generation, whatever writers commit
+        meanwhile, as a Lucene ``IndexReader`` reads its commit. The Index itself moves on."""
+        return Snapshot(self, self._enter())
+
+
+def _document(row) -> Optional[Document]:
+    return None if row is None else Document(row[0], row[2], row[1], row[3] or {})
+
+
+class Snapshot:
+    """One generation of an :class:`Index` (see :meth:`Index.snapshot`)."""
+
+    def __init__(self, index: Index, g: _Generation):
+        self._index, self._held = index, g
+
+    @property
+    def _g(self) -> _Generation:
+        if self._held is None:
+            raise InputError("this snapshot is closed")
+        return self._held
+
+    @property
+    def generation(self) -> int:
+        return self._g.number
+
+    @property
+    def manifest(self) -> dict:
+        return self._g.manifest
+
+    @property
+    def docstore(self) -> DocStore:
+        return self._g.docstore
+
+    def __len__(self) -> int:
+        return int(self._g.manifest["corpus"]["doc_count"])
+
+    def get(self, docid: str) -> Optional[Document]:
+        return _document(self._g.docstore.get(docid))
+
+    def search(self, query: str, k: int = 10, retriever: str = "bm25", fusion: Optional[str] = None,
+               text: bool = True, depth: Optional[int] = None, timings: Optional[Dict[str, float]] = None,
+               dimsel=None, filter=None) -> List[Hit]:
+        """:meth:`Index.search` on this generation."""
+        return self._index._search(self._g, query, k, retriever, fusion, text, depth, timings, dimsel, filter)
+
+    def batch_search(self, queries: Sequence[Union[Query, str]], k: int = 10, retriever: str = "bm25",
+                     fusion: Optional[str] = None, threads: int = 1, text: bool = False, quiet: bool = True,
+                     depth: Optional[int] = None, batch_size: Optional[int] = None,
+                     timings: Optional[Dict[str, float]] = None, dimsel=None, filter=None
+                     ) -> Dict[str, List[Hit]]:
+        """:meth:`Index.batch_search` on this generation."""
+        return self._index._batch_search(self._g, queries, k, retriever, fusion, threads, text, quiet, depth,
+                                         batch_size, timings, dimsel, filter)
+
+    def close(self) -> None:
+        g, self._held = self._held, None
+        if g is not None:
+            self._index._leave(g)
+
+    def __enter__(self) -> "Snapshot":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 class _View:

@@ -535,6 +535,13 @@ def _apply(ch: _Change, removed: Sequence[str], added: Sequence[Document], op: s
     ch.commit()
 
 
+def _committed(ch: _Change, report: Optional[dict]) -> None:
+    """What a caller's ``report`` learns of a commit: the generation it made and its document count
+    (readers of that generation see exactly that many)."""
+    if report is not None:
+        report.update(generation=ch.gen, documents=int(ch.new["corpus"]["doc_count"]))
+
+
 def _check_kinds(m: dict, path: Path, need: str) -> None:
     base = {"append": SubIndexKind.append, "delete": SubIndexKind.delete}[need]
     fixed = sorted({kind_of(e).name for e in m["subindexes"].values() if getattr(type(kind_of(e)), need) is base})
@@ -616,6 +623,7 @@ def _write(index, corpus, op: str, threads: int, empty: str, quiet: bool, report
             return Index.open(path)  # every new document fell below the pruning threshold: nothing changes
         _pruning_record(ch, len(docs), len(kept))
         _apply(ch, removed, kept, op, _source(corpus), t0, executor=ex)
+        _committed(ch, report)
     return Index.open(path)
 
 
@@ -663,6 +671,7 @@ def delete_documents(index, docids: Iterable[str], quiet: bool = False, missing_
         if not removed:
             return Index.open(path)
         _apply(ch, removed, [], "delete", f"{len(removed)} id(s)", t0)
+        _committed(ch, report)
     return Index.open(path)
 
 
@@ -703,6 +712,7 @@ def compact(index, quiet: bool = False, report: Optional[dict] = None) -> Index:
              "seconds": round(time.perf_counter() - t0, 2)}])[-HISTORY:]
         ch.new["corpus"] = corpus
         ch.commit()
+        _committed(ch, report)
     if report is not None:
         report.update(seconds=round(time.perf_counter() - t0, 2))
     return Index.open(path)

@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from indexes.errors import InputError, RetrError
+from indexes.errors import InputError
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 RESERVED = {"indexes"}  # /v1/indexes lists them
@@ -62,12 +62,9 @@ class Served:
     def index(self):
         """The current Index. A live-index reader (``Index.refresh``) moves to the newest
         generation by itself on each search; an older one is reopened when the manifest changed."""
-        refresh = getattr(self._index, "refresh", None)
-        if refresh is not None:
-            try:
-                refresh()  # one stat when nothing changed; counts and info then match the searches
-            except RetrError:
-                pass  # the folder is being switched: keep what is held
+        follow = getattr(self._index, "follow", None)
+        if follow is not None:
+            follow()  # one stat when nothing changed; a newest generation that stays unreadable is an error
             return self._index
         stamp = self._stat()
         if stamp is not None and stamp != self._stamp:

@@ -1,0 +1,260 @@
+"""Long-lived readers under outside writes: the processes of the soak (issue #24).
+
+Writers (``python -m tests.soak writer``) add, update, delete and compact their own documents
+of one folder in a loop, each change through the library in a process of its own, and log every
+commit they make: its generation, the document count readers of it must see, and what became of
+each document it touched. A reader (``python -m tests.soak reader``) keeps one Index open from
+several threads for the whole run, searching as a served index does, and checks inside snapshots
+of one generation that the parts agree (BM25's live documents, the store's count, the manifest's
+count, a document's text and the postings that find it); it records what it saw, so the caller
+can compare every observation with the writers' logs afterwards (:func:`verify`).
+
+Every document holds the word ``common`` (a search for it returns every live document) and a
+version word ``v<writer>x<n>`` unique to the text it was written with.
+
+The suite runs it for seconds (tests/retrieval/test_long_reader.py), the benchmark for minutes
+(eval/benchmarks/bench_soak.py).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Dict, List, Optional
+
+WORDS = ("retrieval passage sparse dense lucene index segment posting vector query ranking fusion store "
+         "generation writer reader commit snapshot quokka wombat island ecology marsupial burrow soil").split()
+
+
+def text_of(docid: str, version: str, rnd: random.Random) -> str:
+    return f"{docid} common {version} " + " ".join(rnd.choice(WORDS) for _ in range(12))
+
+
+def seed_corpus(path: Path, n: int, seed: int = 0) -> Path:
+    """A BEIR-style corpus of ``n`` seed documents (``s-<i>``, version ``v0x<i>``)."""
+    rnd = random.Random(seed)
+    with open(path, "w", encoding="utf-8") as f:
+        for i in range(n):
+            d = f"s-{i}"
+            f.write(json.dumps({"_id": d, "title": "", "text": text_of(d, f"v0x{i}", rnd)}) + "\n")
+    return path
+
+
+def version_in(text: Optional[str]) -> Optional[str]:
+    if text is None:
+        return None
+    return text.split()[2]
+
+
+# ------------------------------------------------------------------------------------------ writer
+def writer(index: Path, wid: int, seconds: float, log: Path, seed: int, compact_every: int) -> int:
+    from retrieval.types import Document
+    from retrieval.writer import add_documents, compact, delete_documents, update_documents
+
+    rnd = random.Random(seed)
+    mine: List[str] = []      # this writer's live documents
+    n = 0                     # versions written
+    ops = 0
+    deadline = time.monotonic() + seconds
+    with open(log, "a", encoding="utf-8") as out:
+        while time.monotonic() < deadline:
+            ops += 1
+            rep: dict = {}
+            touched: Dict[str, Optional[str]] = {}
+            if compact_every and ops % compact_every == 0:
+                op = "compact"
+                compact(index, quiet=True, report=rep)
+            else:
+                op = rnd.choice(["add", "add", "update", "delete"] if mine else ["add"])
+                if op == "add":
+                    docs = []
+                    for _ in range(rnd.randint(1, 4)):
+                        n += 1
+                        d, v = f"w{wid}-{n}", f"v{wid + 1}x{n}"
+                        docs.append(Document(d, text_of(d, v, rnd)))
+                        touched[d] = v
+                    add_documents(index, docs, quiet=True, report=rep)
+                    mine += list(touched)
+                elif op == "update":
+                    docs = []
+                    for d in rnd.sample(mine, min(len(mine), rnd.randint(1, 3))):
+                        n += 1
+                        v = f"v{wid + 1}x{n}"
+                        docs.append(Document(d, text_of(d, v, rnd)))
+                        touched[d] = v
+                    update_documents(index, docs, quiet=True, report=rep)
+                else:
+                    d = rnd.choice(mine)
+                    delete_documents(index, [d], quiet=True, report=rep)
+                    mine.remove(d)
+                    touched[d] = None
+            if "generation" in rep:  # a compaction with nothing to drop commits nothing
+                out.write(json.dumps({"gen": rep["generation"], "documents": rep["documents"], "op": op,
+                                      "writer": wid, "docs": touched}) + "\n")
+                out.flush()
+    return 0
+
+
+# ------------------------------------------------------------------------------------------ reader
+class Reader:
+    """One open Index searched from ``threads`` threads until ``stop`` appears."""
+
+    def __init__(self, index: Path, threads: int, stop: Path, seed: int):
+        import retrieval
+
+        self.idx = retrieval.open_index(index)
+        self.stop, self.threads, self.seed = stop, threads, seed
+        self.lock = threading.Lock()
+        self.searches = 0
+        self.failures: List[str] = []
+        self.counts: Dict[int, List[int]] = {}        # generation -> the counts its parts gave
+        self.texts: List[tuple] = []                  # (generation, docid, version seen or None)
+        self.generations: List[int] = []              # each thread's generations, in order seen
+        self.backwards = 0
+
+    def fail(self, what: str) -> None:
+        with self.lock:
+            if len(self.failures) < 50:
+                self.failures.append(what)
+            else:
+                self.failures[-1] = f"... and more; last: {what}"
+
+    def loop(self, t: int) -> None:
+        rnd = random.Random(self.seed * 100 + t)
+        last = -1
+        while not self.stop.exists():
+            try:
+                if t == 0:  # one thread moves on explicitly, so that a generation it cannot open is an error
+                    self.idx.refresh()
+                self.once(rnd)
+                g = self.idx.generation
+                if g < last:
+                    with self.lock:
+                        self.backwards += 1
+                last = g
+            except Exception as e:  # every failure is counted and reported, none stops the run
+                self.fail(f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=4)}")
+
+    def once(self, rnd: random.Random) -> None:
+        # as a server does: a plain search on the Index, which moves to the newest generation
+        hits = self.idx.search("common " + rnd.choice(WORDS), k=10, text=True)
+        for h in hits:
+            if h.text is None or "common" not in h.text.split():
+                self.fail(f"hit {h.docid} without its text")
+        with self.idx.snapshot() as s:
+            g = s.generation
+            every = s.search("common", k=100_000, text=False)
+            stored = len(s.docstore)
+            parts = [len(s), stored, len(every)]
+            if len(set(parts)) != 1:
+                self.fail(f"generation {g}: manifest / store / BM25 counts {parts}")
+            sample = rnd.sample(every, min(3, len(every)))
+            seen = []
+            for h in sample:
+                doc = s.get(h.docid)
+                v = version_in(doc.text if doc else None)
+                seen.append((g, h.docid, v))
+                if v is None:
+                    self.fail(f"generation {g}: {h.docid} is in BM25 but not in the store")
+                    continue
+                top = s.search(v, k=3, text=True)
+                if not top or top[0].docid != h.docid or v not in top[0].text.split():
+                    self.fail(f"generation {g}: the version word {v} of {h.docid} finds "
+                              f"{[x.docid for x in top]}")
+        with self.lock:
+            self.searches += 3 + len(sample)
+            self.counts.setdefault(g, []).append(parts[0])
+            self.texts.extend(seen)
+            self.generations.append(g)
+
+    def run(self) -> dict:
+        t0 = time.monotonic()
+        ts = [threading.Thread(target=self.loop, args=(i,), daemon=True) for i in range(self.threads)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        try:
+            self.idx.refresh()
+        except Exception as e:
+            self.fail(f"the last refresh: {type(e).__name__}: {e}")
+        final = {"generation": self.idx.generation, "documents": len(self.idx), "store": len(self.idx.docstore)}
+        return {"seconds": round(time.monotonic() - t0, 1), "searches": self.searches, "failures": self.failures,
+                "backwards": self.backwards, "counts": {str(g): sorted(set(v)) for g, v in self.counts.items()},
+                "texts": self.texts, "generations_seen": sorted(set(self.generations)), "final": final}
+
+
+# ------------------------------------------------------------------------------------------ checks
+def read_log(paths) -> List[dict]:
+    out = []
+    for p in paths:
+        for line in Path(p).read_text(encoding="utf-8").splitlines():
+            out.append(json.loads(line))
+    return sorted(out, key=lambda r: r["gen"])
+
+
+def verify(seed_docs: int, logs: List[dict], seen: dict) -> List[str]:
+    """Every way the reader's observations disagree with the writers' commits (empty: none)."""
+    problems = list(seen["failures"])
+    gens = [r["gen"] for r in logs]
+    if len(set(gens)) != len(gens):
+        problems.append(f"two commits made the same generation: {gens}")
+    if gens and gens != list(range(1, len(gens) + 1)):
+        problems.append(f"the committed generations are not 1..{len(gens)}: {gens}")
+    count = {0: seed_docs, **{r["gen"]: r["documents"] for r in logs}}
+    for g, ns in seen["counts"].items():
+        if int(g) in count and ns != [count[int(g)]]:
+            problems.append(f"generation {g}: the reader counted {ns}, the writer committed {count[int(g)]}")
+    history: Dict[str, List[tuple]] = {}
+    for r in logs:
+        for d, v in r["docs"].items():
+            history.setdefault(d, []).append((r["gen"], v))
+    for g, d, v in seen["texts"]:
+        want = f"v0x{d[2:]}" if d.startswith("s-") else None
+        for hg, hv in history.get(d, []):
+            if hg <= g:
+                want = hv
+        if v != want:
+            problems.append(f"generation {g}: {d} read as {v}, committed as {want}")
+    if seen["backwards"]:
+        problems.append(f"a thread's generation went backwards {seen['backwards']} times")
+    last = max(gens, default=0)
+    final = seen["final"]
+    if final["generation"] != last or final["documents"] != count[last] or final["store"] != count[last]:
+        problems.append(f"after the writers: the reader is at {seen['final']}, the last commit is "
+                        f"generation {last} with {count[last]} documents")
+    return problems
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tests.soak")
+    sub = ap.add_subparsers(dest="role", required=True)
+    w = sub.add_parser("writer")
+    w.add_argument("--index", type=Path, required=True)
+    w.add_argument("--id", type=int, required=True)
+    w.add_argument("--seconds", type=float, required=True)
+    w.add_argument("--log", type=Path, required=True)
+    w.add_argument("--seed", type=int, default=0)
+    w.add_argument("--compact-every", type=int, default=0)
+    r = sub.add_parser("reader")
+    r.add_argument("--index", type=Path, required=True)
+    r.add_argument("--threads", type=int, default=3)
+    r.add_argument("--stop", type=Path, required=True)
+    r.add_argument("--out", type=Path, required=True)
+    r.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+    if a.role == "writer":
+        return writer(a.index, a.id, a.seconds, a.log, a.seed, a.compact_every)
+    rd = Reader(a.index, a.threads, a.stop, a.seed)
+    print("reader-ready", flush=True)
+    a.out.write_text(json.dumps(rd.run()), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
