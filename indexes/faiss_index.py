@@ -13,14 +13,13 @@ Usage::
 
 Folder layout: ``index.faiss`` (faiss.write_index), ``docids.txt`` (one docid per line, in faiss id
 order) and ``faiss.json`` (:meth:`FaissIndex.describe`). Each file is written to a temporary name
-and moved into place with ``os.replace``.
+and moved into place with ``os.replace`` (:mod:`indexes.atomic`, which gives it the umask's mode).
 """
 from __future__ import annotations
 
 import json
 import os
 import sys
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
@@ -28,6 +27,7 @@ from typing import Iterable, Optional, Sequence
 import faiss
 import numpy as np
 
+from indexes.atomic import atomic_path, write_text
 from indexes.errors import IndexFormatError, InputError
 
 INDEX_FILE, DOCIDS_FILE, META_FILE = "index.faiss", "docids.txt", "faiss.json"
@@ -311,16 +311,10 @@ class FaissIndex:
         if self.index.ntotal != len(self._docids):
             raise IndexFormatError(f"faiss index holds {self.index.ntotal} vectors but {len(self._docids)} docids")
         folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=INDEX_FILE, suffix=".tmp")
-        os.close(fd)
-        try:
-            faiss.write_index(self.index, tmp)
-            os.replace(tmp, folder / INDEX_FILE)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        _atomic_text(folder / DOCIDS_FILE, "".join(d + "\n" for d in self._docids))
-        _atomic_text(folder / META_FILE, json.dumps(self.describe(folder), indent=2))
+        with atomic_path(folder / INDEX_FILE) as tmp:
+            faiss.write_index(self.index, str(tmp))
+        write_text(folder / DOCIDS_FILE, "".join(d + "\n" for d in self._docids))
+        write_text(folder / META_FILE, json.dumps(self.describe(folder), indent=2))
         return folder
 
     @classmethod
@@ -399,10 +393,3 @@ def _as_matrix(v) -> np.ndarray:
     if not np.issubdtype(a.dtype, np.number):
         raise InputError(f"vectors must be numeric, got dtype {a.dtype}")
     return np.ascontiguousarray(a, dtype=np.float32)
-
-
-def _atomic_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-        fh.write(text)
-    os.replace(tmp, path)

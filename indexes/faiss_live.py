@@ -20,28 +20,22 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from indexes.atomic import atomic_write, write_text
 from indexes.errors import IndexFormatError, InputError
-from indexes.faiss_index import FaissIndex, _as_matrix, _atomic_text
+from indexes.faiss_index import FaissIndex, _as_matrix
 
 _DELTA = re.compile(r"^delta-g(\d+)\.npy$")
 _DELETED = re.compile(r"^deleted-g(\d+)\.rows$")
 
 
 def _atomic_npy(path: Path, array: np.ndarray) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            np.save(fh, np.ascontiguousarray(array, dtype=np.float32))
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic_write(path, "wb") as fh:
+        np.save(fh, np.ascontiguousarray(array, dtype=np.float32))
 
 
 def changed(folder: Union[str, Path]) -> bool:
@@ -217,7 +211,7 @@ def add_delta(folder: Union[str, Path], vectors: np.ndarray, docids: Sequence[st
     name = f"delta-g{int(generation)}"
     if (folder / f"{name}.npy").exists():
         raise IndexFormatError(f"{folder}: generation {generation} already has added rows")
-    _atomic_text(folder / f"{name}.ids", "".join(d + "\n" for d in docids))
+    write_text(folder / f"{name}.ids", "".join(d + "\n" for d in docids))
     _atomic_npy(folder / f"{name}.npy", v)
 
 
@@ -238,7 +232,7 @@ def delete_rows(folder: Union[str, Path], docids: Sequence[str], generation: int
                 row[d] = nb + j
     rows = sorted({row[d] for d in docids if d in row})
     if rows:
-        _atomic_text(folder / f"deleted-g{int(generation)}.rows", "".join(f"{r}\n" for r in rows))
+        write_text(folder / f"deleted-g{int(generation)}.rows", "".join(f"{r}\n" for r in rows))
     return len(rows)
 
 

@@ -24,6 +24,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Dict, Iterator
 
+from indexes.atomic import atomic_write
 from indexes.errors import IndexFormatError, InputError
 
 FORMAT = "retr-index"
@@ -63,13 +64,9 @@ def new_manifest(config: Dict[str, Any], generation: int = 0) -> Dict[str, Any]:
 def write_manifest(folder: Path | str, manifest: Dict[str, Any]) -> None:
     folder = Path(folder)
     manifest = dict(manifest, updated_at=now())
-    tmp = folder / f".{MANIFEST}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_write(folder / MANIFEST, "w", encoding="utf-8") as f:  # synced, the umask's mode
         json.dump(manifest, f, indent=2, sort_keys=False)
         f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, folder / MANIFEST)
 
 
 def read_manifest(folder: Path | str) -> Dict[str, Any]:

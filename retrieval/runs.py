@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Dict, List, Mapping
 
+from indexes.atomic import atomic_write
 from indexes.errors import InputError
 from retrieval.types import Hit
 
@@ -23,10 +23,9 @@ def write_run(results: Mapping[str, List[Hit]], path: Path | str, fmt: str = "tr
         raise InputError("output folder does not exist", path.parent)
     if any(c.isspace() for c in tag):
         raise InputError(f"run tag {tag!r} must not contain whitespace")
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     n = 0
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
+        with atomic_write(path, "w", encoding="utf-8") as f:
             for qid, hits in results.items():
                 for h in hits:
                     if fmt == "trec":
@@ -36,12 +35,8 @@ def write_run(results: Mapping[str, List[Hit]], path: Path | str, fmt: str = "tr
                         d["qid"] = qid
                         f.write(json.dumps(d, ensure_ascii=False) + "\n")
                     n += 1
-        os.replace(tmp, path)
-    except BaseException as e:
-        tmp.unlink(missing_ok=True)
-        if isinstance(e, OSError):  # a read-only folder, a full disk, a folder created meanwhile
-            raise InputError(f"cannot write the run ({e.strerror or e})", path) from None
-        raise
+    except OSError as e:  # a read-only folder, a full disk, a folder created meanwhile
+        raise InputError(f"cannot write the run ({e.strerror or e})", path) from None
     return n
 
 

@@ -27,6 +27,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
+from indexes.atomic import atomic_path, follow_umask
 from retrieval.models import ModelDirError, _quiet_transformers, pick_device, resolve_model_path, weight_files
 from retrieval.progress import progress
 
@@ -123,7 +124,10 @@ def save_model(model: DeepCTModel, tokenizer, path: str | os.PathLike, card: dic
     p.mkdir(parents=True, exist_ok=True)
     model.body.save_pretrained(p)
     tokenizer.save_pretrained(p)
-    save_file({k: v.detach().cpu().contiguous() for k, v in model.head.state_dict().items()}, str(p / HEAD_FILE))
+    with atomic_path(p / HEAD_FILE) as tmp:
+        save_file({k: v.detach().cpu().contiguous() for k, v in model.head.state_dict().items()}, str(tmp))
+    for f in p.glob("*.safetensors"):  # the body's, which safetensors wrote 0600 whatever the umask
+        follow_umask(f)
     card = dict(card, format=FORMAT, format_version=1, dropout=model.dropout.p)
     (p / CARD_FILE).write_text(json.dumps(card, indent=2, default=str) + "\n")
     (p / CARD_MD).write_text(card_markdown(card))

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from indexes import manifest as mf
+from indexes.atomic import atomic_path
 from indexes.errors import InputError, RetrError
 from indexes.lucene import LuceneIndex, build_lucene
 from retrieval.kinds import BuildContext, SubIndexKind
@@ -208,19 +209,9 @@ def _weights(enc, docs, total: Optional[int], runner, quiet: bool, desc: str = "
 
 
 def _write_weights(path: Path, rows) -> None:
-    import os
-    import tempfile
-
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    os.close(fd)
-    try:
-        with gzip.open(tmp, "wt", encoding="utf-8") as f:
-            for d, w in rows:
-                f.write(json.dumps({"id": d, "w": {t: round(v, 5) for t, v in w.items()}}) + "\n")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic_path(path) as tmp, gzip.open(tmp, "wt", encoding="utf-8") as f:
+        for d, w in rows:
+            f.write(json.dumps({"id": d, "w": {t: round(v, 5) for t, v in w.items()}}) + "\n")
 
 
 def _weight_files(folder: Path) -> List[Path]:

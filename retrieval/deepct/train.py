@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 import shutil
 import time
@@ -30,6 +29,7 @@ from typing import Dict, List, Optional
 import torch
 
 from indexes import manifest as mf
+from indexes.atomic import atomic_path
 from indexes.errors import InputError
 from retrieval.deepct import model as dc
 from retrieval.models import model_hash
@@ -146,9 +146,8 @@ def _batch(windows, pad_id):
 
 def _save_checkpoint(path: Path, state: dict) -> None:
     path.mkdir(parents=True, exist_ok=True)
-    tmp = path / f"state.pt.tmp-{os.getpid()}"
-    torch.save(state, tmp)
-    os.replace(tmp, path / "state.pt")
+    with atomic_path(path / "state.pt") as tmp:
+        torch.save(state, tmp)
 
 
 def resolve_title(cfg: TrainConfig, queries) -> TrainConfig:

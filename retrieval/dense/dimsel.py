@@ -46,6 +46,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from indexes.atomic import atomic_path, write_text
 from indexes.errors import InputError
 from retrieval.types import Query
 
@@ -291,12 +292,9 @@ class Selector:
         torch = _torch()
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / ".selector.pt.tmp"
-        torch.save(self.net.state_dict(), tmp)
-        tmp.replace(folder / "selector.pt")
-        tmpj = folder / ".selector.json.tmp"
-        tmpj.write_text(json.dumps(self.config, indent=2) + "\n")
-        tmpj.replace(folder / "selector.json")
+        with atomic_path(folder / "selector.pt") as tmp:
+            torch.save(self.net.state_dict(), tmp)
+        write_text(folder / "selector.json", json.dumps(self.config, indent=2) + "\n")
         return folder
 
     @classmethod

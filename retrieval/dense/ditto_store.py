@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Optional
+
+from indexes.atomic import atomic_write
 
 # Pairs the Ditto paper reports for checkpoints it tuned (METHODS.md §2). Matched by the model
 # folder's name only, because these exact checkpoints cannot be identified otherwise here; a stored
@@ -49,10 +50,8 @@ def save_choice(model_hash: str, record: dict) -> Path:
     """Write the record atomically; returns its path."""
     p = choice_path(model_hash)
     p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=p.name, suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
+    with atomic_write(p, "w", encoding="utf-8") as fh:
         json.dump(record, fh, indent=2)
-    os.replace(tmp, p)
     return p
 
 

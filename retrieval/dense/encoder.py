@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 from itertools import islice
 from pathlib import Path
 from typing import Iterable, Iterator, Optional, Sequence
@@ -24,6 +23,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from indexes.atomic import atomic_write, write_text
 from indexes.errors import InputError
 from retrieval.dense import ditto_store
 from retrieval.models import (ModelDirError, _quiet_transformers, bundled_model_path, model_hash, pick_device,
@@ -269,7 +269,7 @@ class DenseEncoder:
             if old_cmp != {**meta["encoder"], "model": None} or old.get("shard_size") != meta["shard_size"]:
                 raise InputError("was encoded with a different encoder or shard size; use a new folder", path=out_dir)
         else:
-            _atomic_write_text(meta_path, json.dumps(meta, indent=2))
+            write_text(meta_path, json.dumps(meta, indent=2))
         paths, it, i = [], iter(texts), 0
         with tqdm(desc="encoding", unit="text", disable=quiet, file=sys.stderr) as bar:
             while True:
@@ -290,10 +290,8 @@ class DenseEncoder:
 
 def write_shard(p: Path, arr: np.ndarray) -> None:
     """Save one shard atomically (an interrupted run leaves no half-written shard)."""
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=p.name, suffix=".tmp")
-    with os.fdopen(fd, "wb") as fh:
+    with atomic_write(p, "wb") as fh:
         np.save(fh, arr)
-    os.replace(tmp, p)
 
 
 def _shard_done(p: Path, rows: int, dim: int) -> bool:
@@ -303,13 +301,6 @@ def _shard_done(p: Path, rows: int, dim: int) -> bool:
         return np.load(p, mmap_mode="r").shape == (rows, dim)
     except (ValueError, OSError):
         return False
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
 
 
 def load_shards(out_dir: str | os.PathLike) -> np.ndarray:

@@ -162,7 +162,8 @@ def _encode_shards_on(runner, enc, store_path: Path, cache: Path, spec: DenseSpe
     are not encoded again. Fills ``docids``; returns (shard paths, how they were encoded)."""
     import numpy as np
 
-    from retrieval.dense.encoder import DenseStage, _atomic_write_text, _shard_done, write_shard
+    from indexes.atomic import write_text
+    from retrieval.dense.encoder import DenseStage, _shard_done, write_shard
     from retrieval.executors import StoreSource
 
     cache.mkdir(parents=True, exist_ok=True)
@@ -174,7 +175,7 @@ def _encode_shards_on(runner, enc, store_path: Path, cache: Path, spec: DenseSpe
                 or old.get("shard_size") != meta["shard_size"]):
             raise InputError("was encoded with a different encoder or shard size; use a new folder", path=cache)
     else:
-        _atomic_write_text(meta_path, json.dumps(meta, indent=2))
+        write_text(meta_path, json.dumps(meta, indent=2))
     src = StoreSource(store_path)
     docids.extend(d for d, _t in src)
     n = len(docids)

@@ -62,7 +62,7 @@ def test_save_open_mmap_add_and_reopen(data, tmp_path):
     again = FaissIndex.open(folder, mmap=False)
     assert again.ntotal == 600 and again.docids == ids
     assert again.search(Q, 10)[1] == brute(X, ids, Q, 10)[1]
-    assert not list(folder.glob("*.tmp"))
+    assert sorted(p.name for p in folder.iterdir()) == ["docids.txt", "faiss.json", "index.faiss"]  # no temporary files
 
 
 def test_ivf_trained_from_batches_and_nprobe(data, tmp_path):

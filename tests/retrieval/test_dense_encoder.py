@@ -91,7 +91,7 @@ def test_resumable_shards(enc, tmp_path):
     assert after["shard-00002.npy"] == before["shard-00002.npy"]
     assert paths[1].exists()
     np.testing.assert_allclose(load_shards(out), full, atol=2e-5)
-    assert not list(out.glob("*.tmp"))
+    assert sorted(p.name for p in out.iterdir()) == ["meta.json"] + [p.name for p in paths]  # no temporary files
     with pytest.raises(InputError, match="different encoder or shard size"):
         enc.encode_to_shards(iter(texts), out, shard_size=10, quiet=True)
 
