@@ -19,6 +19,7 @@ import datetime as _dt
 import json
 import os
 import platform
+import re
 import shutil
 from importlib import metadata
 from pathlib import Path
@@ -93,6 +94,7 @@ def read_manifest(folder: Path | str) -> Dict[str, Any]:
         raise IndexFormatError(
             f"{path}: index format {version} is newer than this retr understands ({FORMAT_VERSION})")
     _check_shape(m, path)
+    _check_paths(m, folder, path)
     return m
 
 
@@ -114,6 +116,80 @@ def _check_shape(m: Dict[str, Any], path: Path) -> None:
         if not (isinstance(e, dict) and isinstance(e.get("kind"), str) and isinstance(e.get("path"), str)
                 and isinstance(e.get("config", {}), dict)):
             raise bad(f"sub-index {name!r} needs a string 'kind' and 'path' and an object 'config'")
+# A sub-index folder, a retired generation's folder or a document store: one name inside the folder.
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+=-]{0,254}$")
+_RESERVED = {MANIFEST, ".lock", ".readers"}
+MAX_GENERATION = 2 ** 53  # a count of changes; beyond this JSON numbers stop being exact
+
+
+def _count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_GENERATION
+
+
+def _check_paths(m: Dict[str, Any], folder: Path, path: Path) -> None:
+    """Every path the manifest names for the folder's own files stays inside the folder.
+
+    Index folders are copied and downloaded, so the manifest is untrusted input: writers remove
+    retired folders, link and replace sub-index folders and open the document store by the names
+    read here. A name is one path component (no ``/``, no ``..``, not absolute, not a name retr
+    keeps for itself) and, where it exists, is not a symlink out of the folder; paths inside a
+    sub-index's entry (a selector's folder) are relative and stay inside too. A retired folder
+    never names a live one (collecting it would delete the current generation). The ``model``
+    paths of an entry are references to the user's model folders, which retr reads and never
+    writes or removes; they are checked when a model loads (its sha256)."""
+    def bad(what: str) -> IndexFormatError:
+        return IndexFormatError(f"{path}: damaged manifest ({what}); refusing to use the folder")
+
+    g = m.get("generation", 0)
+    if not _count(g):
+        raise bad(f"'generation' must be an integer from 0 to 2**53, not {g!r}")
+    root = os.path.realpath(folder)
+
+    def inside(rel: Any, what: str, nested: bool = False) -> str:
+        ok = isinstance(rel, str) and (all(_NAME.match(x) for x in rel.split("/")) if nested else _NAME.match(rel))
+        if not ok or rel in _RESERVED:
+            raise bad(f"{what} {rel!r} is not a name inside the index folder")
+        real = os.path.realpath(os.path.join(folder, rel))
+        if not real.startswith(root + os.sep):
+            raise bad(f"{what} {rel!r} leads outside the index folder")
+        return rel
+
+    live = set()
+    ds = m.get("docstore")
+    if ds is not None:
+        live.add(inside(ds.get("path", "docs.sqlite"), "document store"))
+    for name, e in m.get("subindexes", {}).items():
+        live.add(inside(e["path"], f"sub-index {name!r} path"))
+        if e.get("alias_of") is not None and e["alias_of"] not in m["subindexes"]:
+            raise bad(f"sub-index {name!r} is an alias of {e['alias_of']!r}, which the manifest lacks")
+        if "generation" in e and not _count(e["generation"]):
+            raise bad(f"sub-index {name!r} has generation {e['generation']!r}")
+
+        def walk(v, key=None, where=name):
+            if isinstance(v, dict):
+                for k, x in v.items():
+                    if k != "model":  # the user's model folders: see above
+                        walk(x, k, where)
+            elif isinstance(v, list):
+                for x in v:
+                    walk(x, key, where)
+            elif key == "path":
+                inside(v, f"a path in sub-index {where!r}", nested=True)
+        walk({k: v for k, v in e.items() if k != "path"})
+    retired = m.get("retired", [])
+    if not isinstance(retired, list):
+        raise bad("'retired' must be a list")
+    for r in retired:
+        if not isinstance(r, dict):
+            raise bad("each 'retired' entry must be an object")
+        rel = inside(r.get("path"), "retired folder")
+        if rel in live:
+            raise bad(f"retired folder {rel!r} is also in use by the current generation")
+        lo, hi = r.get("from", 0), r.get("to", max(g - 1, 0))
+        if not (_count(lo) and _count(hi) and lo <= hi and (hi < g or g == 0)):
+            raise bad(f"retired folder {rel!r} has generations {lo!r}..{hi!r} (the current one is {g})")
+
+
 _staging_now: set = set()   # staging folders this process is filling (an inner build uses them as they are)
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import hashlib
+import re
 import sys
 import time
 from pathlib import Path
@@ -233,6 +234,8 @@ def add_subindex(index: Index, kind: str, spec, name: Optional[str] = None, over
     that lists it is swapped in. ``options`` go to the kind's ``after_add`` step."""
     k = get_kind(kind)
     name = name or kind
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,63}", name):  # a folder name, and searchable by name
+        raise InputError(f"sub-index name {name!r} must be 1-64 letters, digits, '_' or '-'")
     spec.validate()
     with open_executor(executor) as ex, _changing(index, quiet) as ch:
         if name in ch.old["subindexes"] and not overwrite:

@@ -212,3 +212,69 @@ def test_eval_of_part_of_the_queries_warns_and_scores(tmp_path):
                                 "queries missing from the run are left out of the means (-c scores them 0)")
     r = run_retr("eval", "--qrels", ms / "qrels" / "dl19.tsv", ms / "runs" / "BM25.dl19.top100.trec")
     assert r.returncode == 0 and r.stderr == ""  # the same 43 queries: nothing to warn about
+
+
+# --------------------------------------------------------------------------- a hostile manifest (#24, item 2)
+def _victim(tmp_path):
+    v = tmp_path / "victim"
+    v.mkdir()
+    (v / "precious.txt").write_text("do not delete")
+    return v
+
+
+def _edit(folder, **changes):
+    m = json.loads((folder / "manifest.json").read_text())
+    for k, v in changes.items():
+        m[k] = v(m) if callable(v) else v
+    (folder / "manifest.json").write_text(json.dumps(m))
+
+
+def _subindex_path(rel):
+    def f(m):
+        m["subindexes"]["bm25"]["path"] = rel
+        return m["subindexes"]
+    return f
+
+
+HOSTILE = {
+    "retired-absolute": lambda c, v: _edit(c, generation=1, retired=[{"path": str(v), "from": 0, "to": 0}]),
+    "retired-dotdot": lambda c, v: _edit(c, generation=1, retired=[{"path": "../victim", "from": 0, "to": 0}]),
+    "retired-live-store": lambda c, v: _edit(c, generation=1, retired=[{"path": "docs.sqlite", "from": 0, "to": 0}]),
+    "subindex-dotdot": lambda c, v: _edit(c, subindexes=_subindex_path("../victim")),
+    "subindex-symlink": lambda c, v: ((c / "elsewhere").symlink_to(v), _edit(c, subindexes=_subindex_path("elsewhere"))),
+    "docstore-absolute": lambda c, v: _edit(c, docstore=lambda m: dict(m["docstore"], path=str(v / "precious.txt"))),
+    "nested-path": lambda c, v: _edit(c, subindexes=lambda m: {"bm25": dict(m["subindexes"]["bm25"],
+                                                                            dimsel={"path": "bm25/../../victim"})}),
+    "generation-text": lambda c, v: _edit(c, generation="x"),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE))
+def test_a_manifest_whose_paths_leave_the_folder_is_refused_before_anything_is_touched(copy, tiny, tmp_path, case):
+    victim = _victim(tmp_path)
+    HOSTILE[case](copy, victim)
+    before, inside = listing(victim), listing(copy)
+    new = write_jsonl(tmp_path / "new.jsonl", [{"_id": "n1", "text": "a new passage"}])
+    for args in (["delete", "--index", copy, "no-such-id"], ["delete", "--index", copy, "d1"],
+                 ["add", "--index", copy, "--corpus", new], ["compact", "--index", copy],
+                 ["update", "--index", copy, "--corpus", new], ["search", "--index", copy, "aspirin"],
+                 ["info", "--index", copy]):
+        one_error(run_retr(*args), "manifest.json", "damaged manifest")
+        assert listing(victim) == before and (victim / "precious.txt").read_text() == "do not delete"
+        assert [x for x in listing(copy) if x != ".lock"] == inside, args  # (the writer lock's file may appear)
+    r = run_retr("check", "--index", copy)
+    assert r.returncode != 0 and "damaged manifest" in r.stdout + r.stderr and "Traceback" not in r.stderr
+    assert listing(victim) == before
+
+
+def test_a_subindex_name_that_is_not_a_plain_name_is_refused(tiny, tmp_path):
+    import retrieval
+    from indexes.errors import InputError
+    from retrieval.dense.subindex import DenseSpec
+    from retrieval.writer import add_subindex
+
+    path = tmp_path / "IDX"
+    shutil.copytree(tiny / "IDX", path)
+    with pytest.raises(InputError, match="sub-index name"):
+        add_subindex(retrieval.open_index(path), "dense", DenseSpec(), name="../outside", quiet=True)
+    assert not (tmp_path / "outside").exists()
