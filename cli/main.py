@@ -99,6 +99,9 @@ def main(argv=None) -> int:
         if isinstance(e.__cause__, Terminated):  # click turns a KeyboardInterrupt into Abort
             click.echo("retr: terminated", err=True)
             return 143
+        if isinstance(e.__cause__, KeyboardInterrupt):
+            click.echo("retr: interrupted", err=True)
+            return 130
         click.echo("retr: aborted", err=True)
         return 130
     except Terminated:

@@ -64,7 +64,10 @@ def start() -> None:
         import jnius_config
 
         if not jnius_config.vm_running:
-            jnius_config.add_options(f"-Xmx{java_heap()}")
+            # -Xrs: the JVM installs no handlers for SIGTERM/SIGINT/SIGHUP, which would replace
+            # Python's (the CLI's clean-up on Ctrl-C or SIGTERM would then never run: the JVM
+            # exited 143/130 and left the change's folders and rows behind).
+            jnius_config.add_options(f"-Xmx{java_heap()}", "-Xrs")
             jnius_config.set_classpath(anserini_jar(), helperjar.jar_path())
         import jnius  # (starts the JVM)
 

@@ -496,3 +496,32 @@ def test_cli_delete_then_compact_on_scifact_equals_a_fresh_build(retr, tmp_path,
         assert r.returncode == 0, r.stderr
         runs.append(run.read_text())
     assert runs[0] == runs[1] and len(runs[0].splitlines()) > 100_000
+
+
+@pytest.mark.parametrize("sig,code,line", [(signal.SIGTERM, 143, "retr: terminated"),
+                                           (signal.SIGINT, 130, "retr: interrupted")])
+@pytest.mark.parametrize("point", ["lucene:indexing", "write:after-subindexes"])
+def test_a_signal_after_the_jvm_started_cleans_up_the_change(tmp_path, bm25_copy, sig, code, line, point):
+    """The in-process JVM (Lucene's IndexWriter) must not take SIGTERM/SIGINT from Python: the
+    change is rolled back (no bm25.g1, no retr-lucene-*, no store rows) and the CLI says so."""
+    from indexes.docstore import LiveStore
+
+    before = folders(bm25_copy)
+    new = tmp_path / "new.jsonl"
+    new.write_text("".join(json.dumps({"_id": f"sig-{i}", "text": f"signal passage {i}"}) + "\n" for i in range(300)))
+    p = Paused(point, "add", "--index", bm25_copy, "--corpus", new)
+    kids = p.children()
+    assert p.kill(sig) == code
+    rest = p.rest()
+    assert line in rest and "Traceback" not in rest, rest
+    assert all(gone(k) for k in kids)
+    same = lambda xs: [x for x in xs if x not in (".lock", "docs.sqlite-shm", "docs.sqlite-wal")]  # noqa: E731
+    assert same(folders(bm25_copy)) == same(before)
+    assert not [x for x in os.listdir(bm25_copy / "bm25") if x.startswith((".", "retr-"))]
+    ls = LiveStore(bm25_copy / "docs.sqlite")
+    try:
+        assert ls.uncommitted(0) == 0
+    finally:
+        ls.close()
+    rep = assert_checks(bm25_copy)
+    assert not rep.notes, rep.notes
