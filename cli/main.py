@@ -113,6 +113,10 @@ def main(argv=None) -> int:
     except errors as e:
         click.echo(f"retr: error: {e}", err=True)
         return 2
+    except OSError as e:  # what the library does not name itself (a full disk, a read-only mount, ...)
+        where = f"{e.filename}: " if e.filename else ""
+        click.echo(f"retr: error: {where}{e.strerror or e}", err=True)
+        return 2
     except click.exceptions.Exit as e:
         return e.exit_code
     return 0

@@ -33,6 +33,7 @@ import threading
 from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
+from indexes.atomic import follow_umask
 from indexes.errors import IndexFormatError
 
 Row = Tuple[str, str, str, Optional[dict]]  # docid, title, text, metadata
@@ -89,6 +90,7 @@ class DocStoreWriter:
         self.path = Path(path)
         self.generation = int(generation)
         self._con = sqlite3.connect(self.path)
+        follow_umask(self.path)  # SQLite creates 0644 whatever the umask; -wal/-shm take the file's mode
         self._con.execute("PRAGMA journal_mode=OFF")
         self._con.execute("PRAGMA synchronous=OFF")
         self._con.execute(_SCHEMA)
@@ -363,6 +365,7 @@ def migrate(old: Path | str, new: Path | str, generation: int) -> int:
     if new.exists():
         new.unlink()
     con = sqlite3.connect(new)
+    follow_umask(new)
     try:
         con.execute("PRAGMA journal_mode=OFF")
         con.execute("PRAGMA synchronous=OFF")

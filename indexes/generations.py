@@ -151,7 +151,15 @@ class WriterLock:
     def _flock(self, on_wait) -> int:
         path = self.folder / LOCK
         while True:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)  # (the umask decides the mode)
+            except OSError as e:
+                from indexes.errors import InputError
+
+                if not self.folder.is_dir():
+                    raise InputError("index folder does not exist", self.folder) from None
+                raise InputError(f"cannot change the index: its writer lock {LOCK} cannot be opened for writing "
+                                 f"({e.strerror})", self.folder) from None
             try:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -209,7 +217,7 @@ def hold_generation(folder: Path, generation: int) -> Optional[int]:
     try:
         d.mkdir(exist_ok=True)
         path = d / str(int(generation))
-        fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)
     except OSError as e:
         if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
             return None
@@ -406,7 +414,7 @@ def try_collect(folder: Path | str) -> bool:
     if slot is not None and slot[2] > 0:  # this process is writing the folder: it collects at its switch
         return False
     try:
-        fd = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
     except OSError:  # read-only: nobody can change it, nothing to collect
         return False
     try:

@@ -226,12 +226,15 @@ def _staged(tmp: Path, final: Path, copy_from: Path | str | None = None) -> Iter
     the old folder is then removed); on failure remove it."""
     from indexes import generations as gens
 
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    if copy_from is not None:
-        shutil.copytree(copy_from, tmp, ignore=shutil.ignore_patterns(".lock", ".readers", ".*.tmp-*"))
-    else:
-        tmp.mkdir()
+    try:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        if copy_from is not None:
+            shutil.copytree(copy_from, tmp, ignore=shutil.ignore_patterns(".lock", ".readers", ".*.tmp-*"))
+        else:
+            tmp.mkdir()
+    except OSError as e:
+        raise InputError(f"cannot write the new index beside it ({e.strerror})", final) from None
     _staging_now.add(str(tmp))
     try:
         try:

@@ -31,7 +31,7 @@ from typing import AbstractSet, Callable, Iterable, Iterator, List, Optional, Se
 
 from indexes import generations as gens
 from indexes import manifest as mf
-from indexes.docstore import DocStoreWriter, LiveStore, migrate, schema
+from indexes.docstore import DocStore, DocStoreWriter, LiveStore, migrate, schema
 from indexes.errors import InputError
 from retrieval.bm25 import BM25Spec
 from retrieval.collections import check_lengths, check_metadata, count_lines, read_corpus
@@ -437,6 +437,7 @@ def _changing(index, quiet: bool = False, threads: int = 2) -> Iterator[_Change]
                                                        + (f" (pid {pid})" if pid and pid > 0 else "")))
     with gens.writer_lock(path, on_wait):
         m = mf.read_manifest(path)
+        DocStore(docstore_path(path, m)).check()  # a missing, empty or damaged store: one line, nothing made
         clean_leftovers(path, m)
         gens.collect(path, m)
         store_rel = str((m.get("docstore") or {}).get("path") or DOCSTORE)

@@ -278,3 +278,57 @@ def test_a_subindex_name_that_is_not_a_plain_name_is_refused(tiny, tmp_path):
     with pytest.raises(InputError, match="sub-index name"):
         add_subindex(retrieval.open_index(path), "dense", DenseSpec(), name="../outside", quiet=True)
     assert not (tmp_path / "outside").exists()
+
+
+# --------------------------------------------------------------------------- writes on a damaged or read-only folder (#24, item 6)
+@pytest.mark.parametrize("damage", ["zero-byte", "missing", "truncated", "garbage"])
+@pytest.mark.parametrize("command", ["add", "update", "delete", "compact"])
+def test_a_change_of_a_folder_with_a_damaged_store_is_one_line_and_makes_nothing(copy, tmp_path, damage, command):
+    store = copy / "docs.sqlite"
+    if damage == "zero-byte":
+        store.write_bytes(b"")
+    elif damage == "missing":
+        store.unlink()
+    elif damage == "truncated":
+        data = store.read_bytes()
+        store.write_bytes(data[: len(data) // 2])
+    else:
+        store.write_bytes(b"not a database\n" * 100)
+    new = write_jsonl(tmp_path / "new.jsonl", [{"_id": "n1", "text": "a new passage"}])
+    before = listing(copy)
+    args = {"add": ["add", "--corpus", new], "update": ["update", "--corpus", new], "delete": ["delete", "d1"],
+            "compact": ["compact"]}[command]
+    one_error(run_retr(*args, "--index", copy), "docs.sqlite", "document store")
+    assert [x for x in listing(copy) if x != ".lock"] == before  # no docs.g1.sqlite, no bm25.g1
+
+
+@pytest.fixture
+def read_only(tiny, tmp_path):
+    """A copy of the tiny folder under a read-only bind mount (root ignores chmod, not a read-only mount)."""
+    import subprocess
+
+    src, ro = tmp_path / "src", tmp_path / "ro"
+    src.mkdir()
+    ro.mkdir()
+    shutil.copytree(tiny / "IDX", src / "IDX")
+    ok = subprocess.run(["mount", "--bind", str(src), str(ro)], capture_output=True).returncode == 0
+    if ok and subprocess.run(["mount", "-o", "remount,ro,bind", str(ro)], capture_output=True).returncode != 0:
+        subprocess.run(["umount", str(ro)])
+        ok = False
+    if not ok:
+        pytest.skip("cannot make a read-only bind mount here (needs root and mount)")
+    try:
+        yield ro / "IDX"
+    finally:
+        subprocess.run(["umount", str(ro)], check=True)
+
+
+def test_changes_on_a_read_only_file_system_are_one_line(read_only, tiny, tmp_path):
+    new = write_jsonl(tmp_path / "new.jsonl", [{"_id": "n1", "text": "a new passage"}])
+    for args in (["add", "--corpus", new], ["update", "--corpus", new], ["delete", "d1"], ["compact"]):
+        one_error(run_retr(*args, "--index", read_only), "Read-only file system")
+    one_error(run_retr("index", "--corpus", tiny / "corpus.jsonl", "--index", read_only, "--overwrite"),
+              "Read-only file system")
+    r = run_retr("search", "--index", read_only, "aspirin")  # reading it still works
+    assert r.returncode == 0 and "d" in r.stdout, r.stderr
+    assert run_retr("check", "--index", read_only).returncode == 0
