@@ -95,7 +95,7 @@ def writer(index: Path, wid: int, seconds: float, log: Path, seed: int, compact_
                     touched[d] = None
             if "generation" in rep:  # a compaction with nothing to drop commits nothing
                 out.write(json.dumps({"gen": rep["generation"], "documents": rep["documents"], "op": op,
-                                      "writer": wid, "docs": touched}) + "\n")
+                                      "writer": wid, "docs": touched, "t": time.time()}) + "\n")
                 out.flush()
     return 0
 
