@@ -94,6 +94,87 @@ def serve_mcp_stdio(index_specs: Sequence[str]) -> None:
     os.dup2(2, 1)
     sys.stdout = proto
     registry.warm()
+    import anyio
+
     from retrieval.server.mcp_tools import build_mcp
 
-    build_mcp(registry).run(transport="stdio", show_banner=False)
+    anyio.run(_run_stdio, build_mcp(registry))
+
+
+class _AnswerMalformed:
+    """The stdio transport's read stream, answering what it could not read. fastmcp's stdio
+    transport (mcp.server.stdio) turns a line that is not a JSON-RPC message into an exception
+    on the stream, which the dispatcher logs and drops, so the client never hears back. Here
+    such a line is answered as JSON-RPC 2.0 asks: -32700 "Parse error" for a line that is
+    not JSON, -32600 "Invalid Request" for JSON that is not a message (with its id when it
+    has a usable one, else null), and the next line is read as usual."""
+
+    def __init__(self, inner, write):
+        self._inner, self._write = inner, write
+
+    @property
+    def last_context(self):  # the sender's contextvars, as the wrapped stream carries them
+        return getattr(self._inner, "last_context", None)
+
+    @staticmethod
+    def _error(exc: Exception):
+        from mcp.shared.message import SessionMessage
+        from mcp_types import INVALID_REQUEST, PARSE_ERROR, ErrorData, JSONRPCError
+
+        errors = exc.errors() if hasattr(exc, "errors") else []
+        if not errors or any(e.get("type") == "json_invalid" for e in errors):
+            code, message, rid = PARSE_ERROR, "Parse error", None
+        else:
+            obj = next((e.get("input") for e in errors if isinstance(e.get("input"), dict)), None)
+            rid = obj.get("id") if isinstance(obj, dict) else None
+            if isinstance(rid, bool) or not isinstance(rid, (str, int)):
+                rid = None
+            code, message = INVALID_REQUEST, "Invalid Request"
+        return SessionMessage(JSONRPCError(jsonrpc="2.0", id=rid, error=ErrorData(code=code, message=message)))
+
+    async def receive(self):
+        while True:
+            item = await self._inner.receive()
+            if not isinstance(item, Exception):
+                return item
+            await self._write.send(self._error(item))
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        import anyio
+
+        try:
+            return await self.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            raise StopAsyncIteration from None
+
+    def close(self) -> None:
+        self._inner.close()
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.aclose()
+
+
+async def _run_stdio(mcp) -> None:
+    """fastmcp's ``run_stdio_async`` (without the banner), with :class:`_AnswerMalformed`
+    between the stdio transport and the server."""
+    from fastmcp.server.context import reset_transport, set_transport
+    from mcp.server.stdio import stdio_server
+
+    token = set_transport("stdio")
+    try:
+        async with mcp._lifespan_manager():
+            async with stdio_server() as (read_stream, write_stream):
+                server = mcp._mcp_server
+                await server.run(_AnswerMalformed(read_stream, write_stream), write_stream,
+                                 server.create_initialization_options())
+    finally:
+        reset_transport(token)

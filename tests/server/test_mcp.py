@@ -60,3 +60,52 @@ def test_mcp_over_stdio(meta_index):
     t = StdioTransport(command=sys.executable, args=["-m", "cli.main", "mcp", "--index", f"sf={meta_index.path}"],
                        env=env, cwd=str(ROOT))
     asyncio.run(_exercise(Client(t, timeout=120), meta_index, "sf"))
+
+
+def test_mcp_over_stdio_answers_a_malformed_line_and_keeps_serving(meta_index):
+    """JSON-RPC 2.0 over `retr mcp`'s stdin, line by line: a line that is not JSON is answered with
+    -32700 "Parse error" (id null), JSON that is not a request with -32600, and the next lines are
+    served as usual."""
+    import json
+    import queue
+    import subprocess
+    import threading
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    p = subprocess.Popen([sys.executable, "-m", "cli.main", "mcp", "--index", f"sf={meta_index.path}"], cwd=ROOT,
+                         env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    lines: "queue.Queue[str]" = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in p.stdout], daemon=True).start()
+
+    def send(line: str):
+        p.stdin.write(line + "\n")
+        p.stdin.flush()
+
+    def answer(timeout=20):
+        return json.loads(lines.get(timeout=timeout))
+
+    try:
+        send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}}))
+        assert answer(timeout=120)["id"] == 1  # after the start-up (the JVM, the indexes)
+        send(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        send('{"jsonrpc": "2.0", "id": 2, "method": "tools/list"')  # cut short
+        assert answer() == {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error"}}
+        send("not json at all")
+        assert answer()["error"]["code"] == -32700
+        send("[1, 2]")
+        assert answer() == {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "Invalid Request"}}
+        send(json.dumps({"jsonrpc": "2.0", "id": 3, "method": 5}))
+        assert answer() == {"jsonrpc": "2.0", "id": 3, "error": {"code": -32600, "message": "Invalid Request"}}
+        send(json.dumps({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+                         "params": {"name": "search", "arguments": {"query": Q, "k": 3}}}))
+        res = answer()
+        assert res["id"] == 4 and not res["result"].get("isError")
+        want = [h.docid for h in meta_index.search(Q, k=3)]
+        assert [h["docid"] for h in res["result"]["structuredContent"]["hits"]] == want
+        p.stdin.close()
+        assert p.wait(60) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
