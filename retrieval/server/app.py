@@ -14,7 +14,6 @@ import hmac
 import json
 import logging
 import math
-import re
 import threading
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from indexes.errors import IndexFormatError, InputError, RetrError
+from retrieval.server import guard as G
 from retrieval.server import schemas as S
 from retrieval.server.metrics import Metrics
 from retrieval.server.registry import Registry
@@ -36,7 +36,6 @@ log = logging.getLogger("retr.server")
 EXEMPT = ("/healthz", "/readyz", "/metrics")      # never refused for load
 MAX_BODY = 64 * 1024 * 1024                        # bytes; writes carry whole documents
 MAX_BODY_READ = 2 * 1024 * 1024                    # for everything but document writes
-_PATHLIKE = re.compile(r"(?<![\w.])/(?:[\w.+-]+/)*[\w.+-]+")
 
 
 class ApiError(Exception):
@@ -173,10 +172,7 @@ class Gate:
 
 def _clean(message: str, registry: Registry) -> str:
     """An error message without server paths: index folders become their names."""
-    for s in registry.served.values():
-        for p in {str(s.path), str(s.path.resolve())}:
-            message = message.replace(p, s.name)
-    return _PATHLIKE.sub(lambda m: Path(m.group(0)).name if m.group(0).count("/") > 1 else m.group(0), message)
+    return G.clean_message(message, registry.served.values())
 
 
 def _input_message(e: RetrError) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 from indexes.errors import RetrError
+from retrieval.server import guard as G
 from retrieval.server.registry import Registry
 
 MAX_K = 100
@@ -33,7 +34,7 @@ def build_mcp(registry: Registry):
         try:
             return await anyio.to_thread.run_sync(fn, *args)
         except RetrError as e:
-            raise ToolError(str(e).split(": ", 1)[-1] if str(e).startswith("/") else str(e)) from None
+            raise ToolError(G.clean_message(str(e), registry.served.values())) from None
 
     @mcp.tool
     async def search(query: str, index: Optional[str] = None, k: int = 10, retriever: str = "bm25",

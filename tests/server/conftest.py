@@ -23,9 +23,10 @@ def free_port() -> int:
 
 
 class Server:
-    """`retr serve ARGS` on a free loopback port; stopped with SIGTERM (then killed) by stop()."""
+    """`retr serve ARGS` on a free loopback port (run in ``cwd``, default the repository); stopped
+    with SIGTERM (then killed) by stop()."""
 
-    def __init__(self, *args, token=None, tmp=None, ready=True):
+    def __init__(self, *args, token=None, tmp=None, ready=True, cwd=None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.token = token
@@ -35,7 +36,8 @@ class Server:
             tf.write_text(token + "\n")
             cmd += ["--token-file", str(tf)]
         self.log = open(tmp / f"server-{self.port}.log", "w+")
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+        self.proc = subprocess.Popen(cmd, cwd=cwd or ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 120
         path = "/readyz" if ready else "/healthz"
         while True:

@@ -1,10 +1,13 @@
 """`retr serve` end to end: a real uvicorn server on loopback over real indexes."""
 from __future__ import annotations
 
+import asyncio
 import json
+import shutil
 import signal
 import socket
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -156,6 +159,53 @@ def test_bad_input_is_one_json_error(server):
     one_error(r, 413)
     r = server.post("/v1/sf/documents", {"documents": [{"docid": "n1", "text": "new"}]})
     assert "--writable" in one_error(r, 403)
+
+
+def test_scrubbed_messages_keep_words_that_spell_an_index_path(tmp_path, meta_index, token):
+    """`--index mt=meta` (a folder given relative to the server's directory): a path is replaced as a
+    whole token, by the index name, never where its text is part of a word or a field name."""
+    shutil.copytree(meta_index.path, tmp_path / "meta")
+    s = Server("--index", "mt=meta", token=token, tmp=tmp_path, cwd=tmp_path)
+    try:
+        msg = one_error(s.post("/v1/mt/search", {"query": Q, "filter": {"meta": {"a": 1}}}), 400)
+        assert "filter on 'meta': unknown operator 'a'" in msg, msg  # was: filter on 'mt'
+        msg = one_error(s.post("/v1/mt/search", {"query": Q, "filter": {"metadata.year": {"gte": "x"}}}), 400)
+        assert "'metadata.year'" in msg, msg
+
+        async def mcp():
+            from fastmcp import Client
+
+            async with Client(f"{s.url}/mcp/", auth=token) as c:
+                r = await c.call_tool("search", {"query": Q, "filter": {"meta": {"a": 1}}}, raise_on_error=False)
+                return r.content[0].text
+        assert "filter on 'meta': unknown operator 'a'" in asyncio.run(mcp())
+    finally:
+        s.stop()
+
+
+def test_clean_message_replaces_whole_paths_only(tmp_path, meta_index, monkeypatch):
+    from retrieval.server.guard import clean_message
+    from retrieval.server.registry import Registry
+
+    shutil.copytree(meta_index.path, tmp_path / "meta")
+    monkeypatch.chdir(tmp_path)
+    reg = Registry({"mt": Path("meta"), "abs": meta_index.path})
+    served = reg.served.values()
+    full = str((tmp_path / "meta").resolve())
+    cases = {
+        "filter on 'meta': unknown operator": "filter on 'meta': unknown operator",  # a word, not a path
+        "metadata of meta-analysis, metameta": "metadata of meta-analysis, metameta",
+        "meta/manifest.json: bad JSON": "mt/manifest.json: bad JSON",
+        f"{full}/manifest.json: bad JSON": "mt/manifest.json: bad JSON",
+        f"cannot open {full}": "cannot open mt",
+        f"cannot open {full}x/y": "cannot open y",               # another folder: its last part only
+        f"'{meta_index.path}/dense/index.faiss' is missing": "'abs/dense/index.faiss' is missing",
+        f"{meta_index.path}: not an index": "abs: not an index",
+        "read /etc/retr/secret.conf failed": "read secret.conf failed",
+        "a/b and /x stay": "a/b and /x stay",
+    }
+    for given, want in cases.items():
+        assert clean_message(given, served) == want, given
 
 
 def test_openapi_and_docs(server):
