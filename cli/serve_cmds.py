@@ -5,6 +5,22 @@ from pathlib import Path
 
 import click
 
+MAX_RESPONSE_CHARS = 50_000_000  # retrieval.server.guard.MAX_RESPONSE_CHARS (not imported: the CLI loads lazily)
+
+
+def _inflight(f):
+    return click.option("--max-inflight", type=click.IntRange(min=1), default=64, show_default=True,
+                        help="Requests answered at once (searches, document reads, MCP tool calls together); "
+                             "more are refused at once (HTTP 429 with Retry-After, MCP error -32000).")(f)
+
+
+def _budget(f):
+    return click.option("--max-response-chars", type=click.IntRange(min=1), default=MAX_RESPONSE_CHARS,
+                        show_default=True,
+                        help="The most one response may carry: each hit counts 100 characters plus its title and "
+                             "text; a request over it gets 413 (MCP: a tool error), before any search when "
+                             "queries x k x (100 + text_chars) already is.")(f)
+
 
 @click.command("serve")
 @click.option("--index", "indexes", multiple=True, required=True, metavar="[NAME=]DIR",
@@ -15,24 +31,26 @@ import click
 @click.option("--token-file", type=click.Path(path_type=Path), default=None,
               help="File holding the bearer token every endpoint but /healthz then requires.")
 @click.option("--writable", is_flag=True, help="Enable adding, updating and deleting documents.")
-@click.option("--max-inflight", type=click.IntRange(min=1), default=64, show_default=True,
-              help="Requests answered at once; more get 429 with Retry-After.")
+@_inflight
+@_budget
 @click.option("--no-mcp", is_flag=True, help="Do not mount the MCP endpoint at /mcp.")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]), default="warning",
               show_default=True)
-def serve_cmd(indexes, host, port, token_file, writable, max_inflight, no_mcp, log_level):
+def serve_cmd(indexes, host, port, token_file, writable, max_inflight, max_response_chars, no_mcp, log_level):
     """Serve index folders over HTTP (JSON API under /v1, OpenAPI at /docs, MCP at /mcp)."""
     from retrieval.server.run import serve
 
     serve(indexes, host=host, port=port, token_file=token_file, writable=writable, max_inflight=max_inflight,
-          mcp=not no_mcp, log_level=log_level)
+          mcp=not no_mcp, log_level=log_level, max_response_chars=max_response_chars)
 
 
 @click.command("mcp")
 @click.option("--index", "indexes", multiple=True, required=True, metavar="[NAME=]DIR",
               help="An index folder to serve; repeat for more.")
-def mcp_cmd(indexes):
+@_inflight
+@_budget
+def mcp_cmd(indexes, max_inflight, max_response_chars):
     """Serve index folders as MCP tools (search, get_document, list_indexes) over stdio."""
     from retrieval.server.run import serve_mcp_stdio
 
-    serve_mcp_stdio(indexes)
+    serve_mcp_stdio(indexes, max_inflight=max_inflight, max_response_chars=max_response_chars)

@@ -6,6 +6,9 @@ Nothing here is imported by ``import retrieval``; it needs the ``serve`` extra
 - :mod:`retrieval.server.registry`: the served indexes by name, reopened when their
   folder changes (a write through the API or a ``retr add`` from another process);
 - :mod:`retrieval.server.schemas`: request and response bodies (the OpenAPI document);
+- :mod:`retrieval.server.guard`: what every transport shares: the admission count
+  (``--max-inflight``), the request limits for MCP, the response budget
+  (``--max-response-chars``), error messages without server paths;
 - :mod:`retrieval.server.app`: the app: routes, auth, limits, errors, metrics;
 - :mod:`retrieval.server.mcp_tools`: the same search / get / list as MCP tools;
 - :mod:`retrieval.server.run`: start-up checks and uvicorn (``retr serve``, ``retr mcp``).

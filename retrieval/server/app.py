@@ -4,11 +4,13 @@ and the MCP endpoint mounted at ``/mcp``.
 Every error is one JSON shape, ``{"error": {"status": 404, "message": "..."}}``, with no
 traceback and no server path in it. A pure ASGI gate in front of the app checks the
 bearer token (constant-time), bounds request bodies, answers 429 with ``Retry-After``
-once ``max_inflight`` requests are running, and records the metrics.
+once ``max_inflight`` requests are running (one count with the MCP tools': see
+:mod:`retrieval.server.guard`), and records the metrics. Every search runs in the
+threadpool, never on the event loop, so /healthz answers at once under any load; a
+response over ``max_response_chars`` is refused with 413.
 """
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hmac
 import json
@@ -22,7 +24,6 @@ from typing import Any, Dict, List, Optional
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
-from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -48,6 +49,9 @@ def error_json(status: int, message: str, headers: Optional[dict] = None) -> JSO
     return JSONResponse({"error": {"status": status, "message": message}}, status_code=status, headers=headers)
 
 
+HEALTHY = b'{"status":"ok"}'
+
+
 def _error_bytes(status: int, message: str) -> bytes:
     return json.dumps({"error": {"status": status, "message": message}}).encode()
 
@@ -66,32 +70,15 @@ def _dumps(obj) -> Response:
     return Response(_encode(obj), media_type="application/json")
 
 
-def _inline(idx, p, dimsel, flt) -> bool:
-    """Whether a search runs on the event loop itself: Lucene BM25 members only, unfiltered or
-    with a filter already compiled (well under a millisecond of work, and pyjnius holds the GIL
-    through the Java call, so worker threads only add hand-offs and contention). Anything that
-    encodes queries, or a filter seen for the first time, goes to worker threads."""
-    subs = idx.manifest.get("subindexes", {})
-    if dimsel is not None or any(subs.get(n, {}).get("kind") != "bm25" for n in p.retrievers):
-        return False
-    if flt is None:
-        return True
-    from retrieval.filters import parse_filter
-
-    f = parse_filter(flt)
-    return f is None or idx.metadata.cached(f)
-
-
 class Gate:
     """Auth, body limits, admission (429) and metrics, before any routing."""
 
-    def __init__(self, app, token: Optional[str], max_inflight: int, metrics: Metrics, max_body: int = MAX_BODY):
+    def __init__(self, app, token: Optional[str], admission: G.Admission, metrics: Metrics, max_body: int = MAX_BODY):
         self.app = app
         self.token = token.encode() if token else None
-        self.max_inflight = max_inflight
+        self.admission = admission
         self.metrics = metrics
         self.max_body = max_body
-        self.inflight = 0
 
     async def _reply(self, send, status: int, message: str, headers=()):
         body = _error_bytes(status, message)
@@ -138,19 +125,15 @@ class Gate:
                 await self._reply(sending, 413 if n > limit else 400,
                                   f"request body over {limit:,} bytes" if n > limit else "bad Content-Length")
                 return done()
+        # MCP requests are counted by the MCP tools themselves (each tools/call, the same count),
+        # not here: an MCP session also holds long-lived requests that do no work.
         counted = path not in EXEMPT and not path.startswith("/mcp")
         if counted:
-            if self.inflight >= self.max_inflight:
-                self.metrics.reject(path)
-                await self._reply(sending, 429, f"server busy: {self.max_inflight} requests in flight; retry shortly",
-                                  [(b"retry-after", b"1")])
+            try:
+                self.admission.enter(path)
+            except G.Busy as e:
+                await self._reply(sending, 429, str(e), [(b"retry-after", b"1")])
                 return done()
-            self.inflight += 1
-            self.metrics.inflight = self.inflight
-            # Let every request that has arrived reach this count before any is answered: BM25
-            # searches run on the event loop without yielding, so without this pause a queue of
-            # them would never show as in flight, and never be refused.
-            await asyncio.sleep(0)
         seen = [0]
 
         async def receiving():
@@ -165,8 +148,7 @@ class Gate:
             await self.app(scope, receiving, sending)
         finally:
             if counted:
-                self.inflight -= 1
-                self.metrics.inflight = self.inflight
+                self.admission.leave()
             done()
 
 
@@ -220,22 +202,27 @@ def _dimsel(o: Optional[S.DimselOptions]):
 ERRORS = {s: {"model": S.ErrorResponse, "description": d} for s, d in [
     (400, "Bad input (unknown retriever, bad filter, ...)"), (401, "Missing or wrong bearer token"),
     (403, "Writes need --writable"), (404, "No such index or document"), (409, "Conflicting write"),
-    (413, "Request body too large"), (422, "Request does not match the schema"),
+    (413, "Request body too large, or the response would be over --max-response-chars"),
+    (422, "Request does not match the schema"),
     (429, "Too many requests in flight (see Retry-After)"), (500, "Internal error"),
     (501, "Not available in this build"), (503, "Not ready")]}
 
 
 def create_app(registry: Registry, token: Optional[str] = None, writable: bool = False, max_inflight: int = 64,
-               mcp: bool = True, warm: bool = True) -> FastAPI:
+               mcp: bool = True, warm: bool = True, max_response_chars: int = G.MAX_RESPONSE_CHARS) -> FastAPI:
     """The app for ``registry``. ``token``: every endpoint but /healthz needs it as a bearer
     token. ``writable``: the add/update/delete endpoints are enabled. ``mcp``: mount the MCP
-    tools at /mcp. ``warm``: load every retriever at start-up (/readyz turns 200 after)."""
+    tools at /mcp. ``warm``: load every retriever at start-up (/readyz turns 200 after).
+    ``max_inflight``: requests answered at once, /v1 and MCP tool calls together.
+    ``max_response_chars``: the response budget (see :mod:`retrieval.server.guard`)."""
     metrics = Metrics()
+    admission = G.Admission(max_inflight, metrics)
+    budget = max_response_chars
     mcp_app = None
     if mcp:
         from retrieval.server.mcp_tools import build_mcp
 
-        mcp_app = build_mcp(registry).http_app(path="/")
+        mcp_app = build_mcp(registry, admission=admission, max_response_chars=budget).http_app(path="/")
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -274,11 +261,11 @@ def create_app(registry: Registry, token: Optional[str] = None, writable: bool =
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request, e: RequestValidationError):
-        parts = []
-        for err in e.errors()[:5]:
-            loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body")
-            parts.append(f"{loc or 'body'}: {err.get('msg', 'invalid')}")
-        return error_json(422, "; ".join(parts) or "request does not match the schema")
+        return error_json(422, G.validation_message(e.errors()))
+
+    @app.exception_handler(G.TooLarge)
+    async def _too_large(request, e: G.TooLarge):
+        return error_json(413, str(e))
 
     @app.exception_handler(RetrError)
     async def _retr(request, e: RetrError):
@@ -291,13 +278,14 @@ def create_app(registry: Registry, token: Optional[str] = None, writable: bool =
         return error_json(500, f"internal error ({type(e).__name__}); see the server log")
 
     # ------------------------------------------------------------------ health
+    # On the event loop and doing no work: it answers while every worker thread is searching.
     @app.get("/healthz", response_model=S.Health, tags=["health"])
-    def healthz():
+    async def healthz():
         """Alive (no token needed)."""
-        return {"status": "ok"}
+        return Response(HEALTHY, media_type="application/json")
 
     @app.get("/readyz", response_model=S.Ready, tags=["health"], responses={503: ERRORS[503]})
-    def readyz():
+    async def readyz():
         """Ready: the JVM started, models loaded and every index open."""
         if not registry.ready.is_set():
             raise ApiError(503, "warming up: loading the indexes and models")
@@ -306,7 +294,7 @@ def create_app(registry: Registry, token: Optional[str] = None, writable: bool =
         return {"ready": True, "indexes": registry.names()}
 
     @app.get("/metrics", response_class=PlainTextResponse, tags=["health"])
-    def metrics_text():
+    async def metrics_text():
         """Request counts and latency by endpoint and retriever (Prometheus text format)."""
         return PlainTextResponse(metrics.render(), media_type="text/plain; version=0.0.4")
 
@@ -331,27 +319,29 @@ def create_app(registry: Registry, token: Optional[str] = None, writable: bool =
         return _dumps(index_out(served(index)))
 
     # ------------------------------------------------------------------ search
+    # Searches are plain functions: FastAPI runs them in the threadpool, off the event loop.
     @v1.post("/{index}/search", response_model=S.SearchResponse, tags=["search"])
-    async def search(index: str, body: S.SearchRequest, request: Request):
-        """Top-k hits for one query, optionally filtered (see the filter field)."""
+    def search(index: str, body: S.SearchRequest, request: Request):
+        """Top-k hits for one query, optionally filtered (see the filter field). A response over
+        the server's --max-response-chars is refused with 413."""
         s = served(index)
         idx = s.index()
         p = idx.pipeline(body.retriever, body.fusion)
         request.state.retriever = p.base
-
-        def work():
-            hits = idx.search(body.query, k=body.k, retriever=str(p), text=body.text, depth=body.depth,
-                              dimsel=_dimsel(body.dimsel), filter=body.filter)
-            single = None if p.fused else p.retrievers[0]
-            return _dumps({"index": index, "query": body.query, "retriever": str(p), "k": body.k,
-                           "hits": [_hit(h, single, body.text, body.text_chars) for h in hits]})
-        if _inline(idx, p, body.dimsel, body.filter):
-            return work()
-        return await run_in_threadpool(work)
+        G.check_planned(1, body.k, body.text, body.text_chars, budget)
+        hits = idx.search(body.query, k=body.k, retriever=str(p), text=body.text, depth=body.depth,
+                          dimsel=_dimsel(body.dimsel), filter=body.filter)
+        if body.text:  # without text, check_planned already counted every hit
+            G.check_hits(hits, body.text, body.text_chars, budget)
+        single = None if p.fused else p.retrievers[0]
+        return _dumps({"index": index, "query": body.query, "retriever": str(p), "k": body.k,
+                       "hits": [_hit(h, single, body.text, body.text_chars) for h in hits]})
 
     @v1.post("/{index}/batch_search", response_model=S.BatchSearchResponse, tags=["search"])
     def batch_search(index: str, body: S.BatchSearchRequest, request: Request):
-        """Many queries in one request (the same options for all)."""
+        """Many queries in one request (the same options for all). The response budget
+        (--max-response-chars) covers all of them: queries x k x (100 + text_chars) over it is
+        refused with 413 before any search, and so are hits whose full texts are over it."""
         from retrieval.types import Query
 
         s = served(index)
@@ -363,8 +353,11 @@ def create_app(registry: Registry, token: Optional[str] = None, writable: bool =
             raise ApiError(400, "query ids must be unique")
         if any(not q.text.strip() for q in qs):
             raise ApiError(400, "query text is empty")
+        G.check_planned(len(qs), body.k, body.text, body.text_chars, budget)
         res = idx.batch_search(qs, k=body.k, retriever=str(p), text=body.text, depth=body.depth,
                                dimsel=_dimsel(body.dimsel), filter=body.filter)
+        if body.text:
+            G.check_hits((h for q in qs for h in res.get(q.qid, [])), body.text, body.text_chars, budget)
         single = None if p.fused else p.retrievers[0]
         return _dumps({"index": index, "retriever": str(p), "k": body.k,
                        "results": [{"qid": q.qid, "hits": [_hit(h, single, body.text, body.text_chars)
@@ -386,6 +379,7 @@ def create_app(registry: Registry, token: Optional[str] = None, writable: bool =
     def get_documents(index: str, body: S.IdsRequest):
         """Many documents by id, in the order asked; ids not found are listed in ``missing``."""
         rows = served(index).index().docstore.get_many(body.ids)
+        G.check_rows(rows.values(), budget)
         return _dumps({"documents": [doc_out(rows[d]) for d in dict.fromkeys(body.ids) if d in rows],
                        "missing": [d for d in dict.fromkeys(body.ids) if d not in rows]})
 
@@ -487,4 +481,4 @@ def create_app(registry: Registry, token: Optional[str] = None, writable: bool =
         return doc
 
     app.openapi = openapi
-    return Gate(app, token, max_inflight, metrics)  # type: ignore[return-value]
+    return Gate(app, token, admission, metrics)  # type: ignore[return-value]

@@ -1,11 +1,126 @@
-"""What the server's transports share: ``/v1``, ``/mcp`` and ``retr mcp`` on stdio.
+"""What every transport checks and shares: ``/v1``, ``/mcp`` and ``retr mcp`` on stdio.
 
+- :class:`Admission`: one count of the searches and other requests being answered, against
+  ``--max-inflight``; beyond it ``/v1`` answers 429 and MCP a JSON-RPC error (:class:`Busy`).
+- :func:`validate_search`: MCP arguments checked by the HTTP request models
+  (:mod:`retrieval.server.schemas`), so query length, ``k`` and the rest have one definition.
+- The response budget (``--max-response-chars``): a response counts :data:`HIT_CHARS` per
+  hit plus the characters of each hit's title and text. :func:`check_planned` refuses before
+  any work what the request itself shows is over (queries x k x (HIT_CHARS + text_chars));
+  :func:`check_hits` refuses, before the response is built, what only the hits show (full
+  texts).
 - :func:`clean_message`: error messages without server paths.
 """
 from __future__ import annotations
 
 import re
+import threading
 from pathlib import Path
+from typing import Iterable, Optional
+
+HIT_CHARS = 100                   # a hit's id, rank, scores and JSON around them, in the budget
+MAX_RESPONSE_CHARS = 50_000_000   # default budget; retr serve / retr mcp --max-response-chars
+BUSY_CODE = -32000                # JSON-RPC "server error" range; fastmcp's rate limiter uses it too
+
+
+class Busy(Exception):
+    """``--max-inflight`` requests are being answered."""
+
+    def __init__(self, limit: int):
+        super().__init__(f"server busy: {limit} requests in flight; retry shortly")
+
+
+class TooLarge(Exception):
+    """A response over the budget (HTTP 413)."""
+
+
+class Admission:
+    """Requests being answered, against one limit for every transport. ``enter`` never waits:
+    it admits, or raises :class:`Busy`."""
+
+    def __init__(self, limit: int, metrics=None):
+        self.limit = limit
+        self.metrics = metrics
+        self.inflight = 0
+        self._lock = threading.Lock()
+
+    def enter(self, endpoint: str) -> None:
+        with self._lock:
+            if self.inflight >= self.limit:
+                if self.metrics is not None:
+                    self.metrics.reject(endpoint)
+                raise Busy(self.limit)
+            self.inflight += 1
+            if self.metrics is not None:
+                self.metrics.inflight = self.inflight
+
+    def leave(self) -> None:
+        with self._lock:
+            self.inflight -= 1
+            if self.metrics is not None:
+                self.metrics.inflight = self.inflight
+
+
+def _over(chars: int, budget: int, what: str) -> TooLarge:
+    return TooLarge(f"the response would hold {what}{chars:,} characters, over this server's limit of {budget:,} "
+                    f"(--max-response-chars; each hit counts {HIT_CHARS} plus its title and text): ask for fewer "
+                    f"queries or a smaller k, cut the text with text_chars, or set text to false")
+
+
+def check_planned(queries: int, k: int, text: bool, text_chars: Optional[int], budget: int) -> None:
+    """Refuse, before any search, a request whose hits alone are over ``budget``: ``queries`` x
+    ``k`` x (HIT_CHARS + text_chars when the text is cut, else HIT_CHARS: full texts are counted
+    by :func:`check_hits`)."""
+    per_hit = HIT_CHARS + (text_chars if text and text_chars is not None else 0)
+    planned = queries * k * per_hit
+    if planned > budget:
+        extra = f" + {text_chars} text_chars" if text and text_chars is not None else ""
+        raise _over(planned, budget, f"up to {queries:,} queries x k={k:,} x ({HIT_CHARS}{extra}) = ")
+
+
+def hit_chars(title: Optional[str], text: Optional[str], text_chars: Optional[int]) -> int:
+    n = len(text or "")
+    return HIT_CHARS + len(title or "") + (n if text_chars is None else min(n, text_chars))
+
+
+def _count(sizes: Iterable[int], budget: int) -> None:
+    total = 0
+    for n in sizes:
+        total += n
+        if total > budget:
+            raise _over(total, budget, "at least ")
+
+
+def check_hits(hits: Iterable, text: bool, text_chars: Optional[int], budget: int) -> None:
+    """Refuse hits (``Hit`` objects) whose response would be over ``budget``, before it is built."""
+    _count((hit_chars(h.title, h.text, text_chars) if text else HIT_CHARS for h in hits), budget)
+
+
+def check_rows(rows: Iterable, budget: int) -> None:
+    """The same for documents by id: (docid, title, text, metadata) rows."""
+    _count((hit_chars(r[1], r[2], None) for r in rows), budget)
+
+
+def validation_message(errors) -> str:
+    """Pydantic errors (``ValidationError.errors()``) as one line: ``field: problem; ...``."""
+    parts = []
+    for err in list(errors)[:5]:
+        loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body")
+        parts.append(f"{loc or 'body'}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts) or "request does not match the schema"
+
+
+def validate_search(**fields):
+    """MCP search arguments as a :class:`schemas.SearchRequest` (the HTTP API's limits); raises
+    ValueError with :func:`validation_message`'s text when they break one."""
+    from pydantic import ValidationError
+
+    from retrieval.server.schemas import SearchRequest
+
+    try:
+        return SearchRequest.model_validate({k: v for k, v in fields.items() if v is not None})
+    except ValidationError as e:
+        raise ValueError(validation_message(e.errors())) from None
 
 
 # A path token: path characters (word characters, . + ~ -) and at least one '/', bounded by

@@ -1,23 +1,59 @@
 """The search, get-document and list-indexes operations as MCP tools (fastmcp), for
-``retr mcp`` (stdio) and for the HTTP server (mounted at ``/mcp``)."""
+``retr mcp`` (stdio) and for the HTTP server (mounted at ``/mcp``).
+
+The tools keep the HTTP API's limits (:mod:`retrieval.server.guard`): each call counts
+against the same ``--max-inflight`` as ``/v1`` requests (beyond it: a JSON-RPC error,
+code -32000, "server busy"), search arguments are checked by the HTTP request model
+(query length, ``k``, ...), and results are held to the response budget."""
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
 from indexes.errors import RetrError
 from retrieval.server import guard as G
+from retrieval.server import schemas as S
 from retrieval.server.registry import Registry
 
-MAX_K = 100
+MAX_DOCID_CHARS = 512  # as schemas.IdsRequest / DocumentIn
+SEARCH_DOC = (f"Search an index. retriever: bm25, dense, deepct or a fused pipeline such as bm25+dense. "
+              f"filter: metadata conditions, e.g. {{\"year\": {{\"gte\": 2000}}}}, {{\"shard\": \"odd\"}}, "
+              f"{{\"docid\": {{\"in\": [...]}}}}. Returns ranked hits with docid, score, title, text and metadata. "
+              f"query: at most {S.MAX_QUERY_CHARS:,} characters; k: 1 to {S.MAX_K:,}; text_chars: each hit's "
+              f"text is cut to that many characters (null: the whole text).")
 
 
-def build_mcp(registry: Registry):
+def build_mcp(registry: Registry, admission: Optional[G.Admission] = None,
+              max_response_chars: int = G.MAX_RESPONSE_CHARS):
+    """The tools over ``registry``. ``admission``: the count shared with the HTTP API (a new
+    one of 64 when not given)."""
     import anyio.to_thread
     from fastmcp import FastMCP
     from fastmcp.exceptions import ToolError
+    from fastmcp.server.middleware import Middleware
+    from mcp.shared.exceptions import MCPError
+
+    admission = admission or G.Admission(64)
+    budget = max_response_chars
+
+    class Admit(Middleware):
+        """Every tool call takes a place in the shared count first: over the limit it is
+        refused at once with a JSON-RPC error (as fastmcp's own rate limiter refuses)."""
+
+        async def on_call_tool(self, context, call_next):
+            try:
+                admission.enter("/mcp")
+            except G.Busy as e:
+                raise MCPError(code=G.BUSY_CODE, message=str(e), data={"retry_after": 1}) from None
+            try:
+                return await call_next(context)
+            finally:
+                admission.leave()
 
     mcp = FastMCP("retr", instructions="Search document collections indexed by retr (BM25, dense, DeepCT, fused "
-                                       "pipelines) and read documents by id.")
+                                       "pipelines) and read documents by id.", middleware=[Admit()])
+
+    def clean(message: str) -> str:
+        return G.clean_message(message, registry.served.values())
 
     def pick(index: Optional[str]):
         names = registry.names()
@@ -28,40 +64,51 @@ def build_mcp(registry: Registry):
         try:
             return index, registry.get(index)
         except KeyError:
-            raise ToolError(f"no index named {index!r} (served: {', '.join(names)})") from None
+            raise ToolError(f"no index named {clean(index)[:200]!r} (served: {', '.join(names)})") from None
 
     async def run(fn, *args):
         try:
             return await anyio.to_thread.run_sync(fn, *args)
+        except G.TooLarge as e:
+            raise ToolError(str(e)) from None
         except RetrError as e:
-            raise ToolError(G.clean_message(str(e), registry.served.values())) from None
+            raise ToolError(clean(str(e))) from None
 
-    @mcp.tool
+    @mcp.tool(description=SEARCH_DOC)
     async def search(query: str, index: Optional[str] = None, k: int = 10, retriever: str = "bm25",
                      filter: Optional[Dict[str, Any]] = None, text_chars: Optional[int] = 1000) -> Dict[str, Any]:
-        """Search an index. retriever: bm25, dense, deepct or a fused pipeline such as bm25+dense.
-        filter: metadata conditions, e.g. {"year": {"gte": 2000}}, {"shard": "odd"},
-        {"docid": {"in": [...]}}. Returns ranked hits with docid, score, title, text and metadata."""
-        if not 1 <= k <= MAX_K:
-            raise ToolError(f"k must be between 1 and {MAX_K}")
+        try:
+            req = G.validate_search(query=query, k=k, retriever=retriever, filter=filter, text_chars=text_chars)
+        except ValueError as e:
+            raise ToolError(str(e)) from None
         name, s = pick(index)
 
         def go():
             idx = s.index()
-            p = idx.pipeline(retriever)
-            hits = idx.search(query, k=k, retriever=str(p), filter=filter)
+            p = idx.pipeline(req.retriever)
+            G.check_planned(1, req.k, True, req.text_chars, budget)
+            hits = idx.search(req.query, k=req.k, retriever=str(p), filter=req.filter)
+            G.check_hits(hits, True, req.text_chars, budget)
             return {"index": name, "retriever": str(p), "hits": [
                 {"docid": h.docid, "rank": h.rank, "score": h.score,
                  "scores": h.scores or {p.retrievers[0]: h.score}, "title": h.title,
-                 "text": h.text if text_chars is None else h.text[:max(0, text_chars)], "metadata": h.metadata or {}}
+                 "text": h.text if req.text_chars is None else h.text[:req.text_chars], "metadata": h.metadata or {}}
                 for h in hits]}
         return await run(go)
 
     @mcp.tool
     async def get_document(docid: str, index: Optional[str] = None) -> Dict[str, Any]:
         """A document by id: title, text and metadata."""
+        if not 1 <= len(docid) <= MAX_DOCID_CHARS:
+            raise ToolError(f"docid: 1 to {MAX_DOCID_CHARS} characters")
         name, s = pick(index)
-        row = await run(lambda: s.index().docstore.get(docid))
+
+        def go():
+            row = s.index().docstore.get(docid)
+            if row is not None:
+                G.check_rows([row], budget)
+            return row
+        row = await run(go)
         if row is None:
             raise ToolError(f"no document {docid!r} in {name!r}")
         return {"docid": row[0], "title": row[1], "text": row[2], "metadata": row[3] or {}}

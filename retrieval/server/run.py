@@ -52,13 +52,23 @@ def _one_thread_per_request() -> None:
         os.environ.setdefault(var, "1")
 
 
+def _check_limits(max_inflight: int, max_response_chars: int) -> None:
+    if max_inflight < 1:
+        raise InputError("--max-inflight must be at least 1")
+    if max_response_chars < 1:
+        raise InputError("--max-response-chars must be at least 1")
+
+
 def serve(index_specs: Sequence[str], host: str = "127.0.0.1", port: int = 8080, token_file: Optional[Path] = None,
-          writable: bool = False, max_inflight: int = 64, mcp: bool = True, log_level: str = "warning") -> None:
+          writable: bool = False, max_inflight: int = 64, mcp: bool = True, log_level: str = "warning",
+          max_response_chars: Optional[int] = None) -> None:
+    from retrieval.server.guard import MAX_RESPONSE_CHARS
+
+    max_response_chars = MAX_RESPONSE_CHARS if max_response_chars is None else max_response_chars
     token = read_token(token_file)
     check(host, token)
     _one_thread_per_request()
-    if max_inflight < 1:
-        raise InputError("--max-inflight must be at least 1")
+    _check_limits(max_inflight, max_response_chars)
     from retrieval.server.registry import Registry, parse_index_specs
 
     registry = Registry(parse_index_specs(index_specs))
@@ -71,7 +81,8 @@ def serve(index_specs: Sequence[str], host: str = "127.0.0.1", port: int = 8080,
 
     from retrieval.server.app import create_app
 
-    app = create_app(registry, token=token, writable=writable, max_inflight=max_inflight, mcp=mcp)
+    app = create_app(registry, token=token, writable=writable, max_inflight=max_inflight, mcp=mcp,
+                     max_response_chars=max_response_chars)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False, lifespan="on",
                             timeout_graceful_shutdown=30, server_header=False)
     server = uvicorn.Server(config)
@@ -83,11 +94,16 @@ def serve(index_specs: Sequence[str], host: str = "127.0.0.1", port: int = 8080,
         raise InputError(f"could not listen on {host}:{port} (in use, or not allowed)")
 
 
-def serve_mcp_stdio(index_specs: Sequence[str]) -> None:
+def serve_mcp_stdio(index_specs: Sequence[str], max_inflight: int = 64,
+                    max_response_chars: Optional[int] = None) -> None:
     """MCP over stdio. The protocol owns stdout, so anything else that writes to file
-    descriptor 1 (the JVM, a library) is sent to stderr instead."""
+    descriptor 1 (the JVM, a library) is sent to stderr instead. The tools keep the limits
+    of ``retr serve`` (:mod:`retrieval.server.guard`)."""
+    from retrieval.server.guard import MAX_RESPONSE_CHARS, Admission
     from retrieval.server.registry import Registry, parse_index_specs
 
+    max_response_chars = MAX_RESPONSE_CHARS if max_response_chars is None else max_response_chars
+    _check_limits(max_inflight, max_response_chars)
     _one_thread_per_request()
     registry = Registry(parse_index_specs(index_specs))
     proto = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
@@ -98,7 +114,8 @@ def serve_mcp_stdio(index_specs: Sequence[str]) -> None:
 
     from retrieval.server.mcp_tools import build_mcp
 
-    anyio.run(_run_stdio, build_mcp(registry))
+    mcp = build_mcp(registry, admission=Admission(max_inflight), max_response_chars=max_response_chars)
+    anyio.run(_run_stdio, mcp, max(8, max_inflight))
 
 
 class _AnswerMalformed:
@@ -163,12 +180,14 @@ class _AnswerMalformed:
         await self.aclose()
 
 
-async def _run_stdio(mcp) -> None:
+async def _run_stdio(mcp, threads: int) -> None:
     """fastmcp's ``run_stdio_async`` (without the banner), with :class:`_AnswerMalformed`
     between the stdio transport and the server."""
+    import anyio.to_thread
     from fastmcp.server.context import reset_transport, set_transport
     from mcp.server.stdio import stdio_server
 
+    anyio.to_thread.current_default_thread_limiter().total_tokens = threads
     token = set_transport("stdio")
     try:
         async with mcp._lifespan_manager():

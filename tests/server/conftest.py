@@ -1,6 +1,7 @@
 """A real `retr serve` in a child process on 127.0.0.1 (a free port), over real indexes."""
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -81,6 +82,30 @@ class Server:
                 self.proc.wait()
         self.log.close()
         return self.proc.returncode
+
+
+def stalled_request(server, path="/v1/sf/search"):
+    """A request whose headers are in and whose body is not: it holds one in-flight slot."""
+    body = json.dumps({"query": "aspirin colorectal cancer", "k": 3}).encode()
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=60)
+    head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in server.headers().items()) +
+            "\r\n").encode()
+    s.sendall(head + body[:5])
+    return s, body[5:]
+
+
+def finish(sock, rest) -> str:
+    sock.sendall(rest)
+    data = b""
+    while b"\r\n\r\n" not in data or len(data.split(b"\r\n\r\n", 1)[1]) < int(
+            [l for l in data.split(b"\r\n") if l.lower().startswith(b"content-length")][0].split(b":")[1]):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    sock.close()
+    return data.decode("utf-8", "replace")
 
 
 @pytest.fixture(scope="session")

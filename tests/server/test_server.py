@@ -5,7 +5,6 @@ import asyncio
 import json
 import shutil
 import signal
-import socket
 import threading
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import pytest
 import retrieval
 from retrieval.filters import matches, parse_filter
 from tests.conftest import run_retr
-from tests.server.conftest import Server
+from tests.server.conftest import Server, finish as _finish, stalled_request as _stalled_request
 
 Q = "aspirin colorectal cancer"
 QUERIES = [Q, "vitamin D deficiency", "stem cells in mice", "insulin resistance obesity", "tumor suppressor p53",
@@ -256,30 +255,6 @@ def test_eight_concurrent_clients_get_the_serial_answers(server, token):
 
 
 # ------------------------------------------------------------------------------ limits and shutdown
-def _stalled_request(server, path="/v1/sf/search"):
-    """A request whose headers are in and whose body is not: it holds one in-flight slot."""
-    body = json.dumps({"query": Q, "k": 3}).encode()
-    s = socket.create_connection(("127.0.0.1", server.port), timeout=60)
-    head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in server.headers().items()) +
-            "\r\n").encode()
-    s.sendall(head + body[:5])
-    return s, body[5:]
-
-
-def _finish(sock, rest) -> str:
-    sock.sendall(rest)
-    data = b""
-    while b"\r\n\r\n" not in data or len(data.split(b"\r\n\r\n", 1)[1]) < int(
-            [l for l in data.split(b"\r\n") if l.lower().startswith(b"content-length")][0].split(b":")[1]):
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    sock.close()
-    return data.decode("utf-8", "replace")
-
-
 def test_beyond_max_inflight_answers_429_with_retry_after(tmp_path, meta_index, token):
     s = Server("--index", f"sf={meta_index.path}", "--max-inflight", "2", token=token, tmp=tmp_path)
     try:
