@@ -18,6 +18,8 @@ from urllib.parse import quote, urlsplit
 from indexes.errors import InputError, RetrError
 from retrieval.types import Document, Hit, Query
 
+MAX_BATCH = 1_000  # queries per request: the server's limit (retrieval.server.schemas.MAX_BATCH, not imported here)
+
 
 class ServerError(RetrError):
     """An error answer from the server (``status``: its HTTP status)."""
@@ -135,18 +137,55 @@ class Client:
                      depth: Optional[int] = None, batch_size: Optional[int] = None, timings=None, dimsel=None,
                      filter=None, text_chars: Optional[int] = None) -> Dict[str, List[Hit]]:
         """As :meth:`retrieval.index.Index.batch_search`: ``{qid: hits}`` in the order of ``queries``
-        (``threads`` and ``quiet`` are the server's business; ``batch_size`` queries per request, 500 at most)."""
+        (``threads`` and ``quiet`` are the server's business; ``batch_size`` queries per request, 1,000 at
+        most, each request streamed back a query at a time)."""
         qs = [q if isinstance(q, Query) else Query(str(i), q) for i, q in enumerate(queries)]
-        size = min(batch_size or 500, 500)
+        size = min(batch_size or MAX_BATCH, MAX_BATCH)
+        fused = "+" in retriever
         out: Dict[str, List[Hit]] = {}
         for i in range(0, len(qs), size):
             body = self._options(k, retriever, fusion, text, depth, dimsel, filter, text_chars)
             body["queries"] = [{"qid": q.qid, "query": q.text} for q in qs[i:i + size]]
-            res = self.request("POST", self._path("/batch_search"), body)
-            fused = "+" in res["retriever"]
-            for r in res["results"]:
+            # streamed (one line per query), so the server's response budget bounds a query, not the batch
+            for r in self._stream(self._path("/batch_search/stream"), body):
                 out[r["qid"]] = self._hits(r["hits"], fused, r["qid"])
         return out
+
+    def _stream(self, path: str, body: dict):
+        """POST ``body`` and yield the JSON lines of the answer as they arrive (a 429 is retried as
+        :meth:`request` retries it; an error line ends the stream with ServerError)."""
+        data = json.dumps(body).encode("utf-8")
+        headers = {"Accept": "application/x-ndjson", "Content-Type": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        for attempt in range(self.retries + 1):
+            cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+            conn = cls(self._host, self._port, timeout=self.timeout)  # its own: a stream holds it to the end
+            try:
+                conn.request("POST", path, body=data, headers=headers)
+                resp = conn.getresponse()
+                if resp.status == 429 and attempt < self.retries:
+                    resp.read()
+                    time.sleep(float(resp.getheader("Retry-After") or 1))
+                    continue
+                if resp.status >= 400:
+                    raw = resp.read()
+                    try:
+                        msg = json.loads(raw)["error"]["message"]
+                    except (ValueError, KeyError, TypeError):
+                        msg = raw[:200].decode("utf-8", "replace")
+                    raise ServerError(resp.status, msg)
+                for line in resp:
+                    if line.strip():
+                        obj = json.loads(line)
+                        if "error" in obj:
+                            raise ServerError(int(obj["error"].get("status", 500)), obj["error"].get("message", ""))
+                        yield obj
+                return
+            except (http.client.HTTPException, ConnectionError, OSError) as e:
+                raise ServerError(0, f"cannot reach {self.url} ({type(e).__name__}: {e})") from None
+            finally:
+                conn.close()
 
     def get(self, docid: str) -> Optional[Document]:
         try:

@@ -168,7 +168,7 @@ def main() -> int:
         f"{a.writers} writer processes changed a {a.docs:,}-document BM25 folder for {wrote:.0f} s: "
         f"{len(commits)} commits ({', '.join(f'{v} {k}' for k, v in ops.items())}), ending at generation {last} with "
         f"{count[last]:,} documents. Both readers stayed open the whole time.", "",
-        md_table(["reader", "searches", "failed", "generations seen", "counts and texts as committed",
+        md_table(["reader", "searches and reads", "failed", "generations seen", "counts and texts as committed",
                   "commit → served, s (p50 / max)"], rows), "",
         "A count is *as committed* when every count the reader saw for a generation is the one its writer committed "
         "(the in-process reader also compares BM25's live documents, the store and the manifest inside one "

@@ -35,6 +35,7 @@ from retrieval.server.registry import Registry
 
 log = logging.getLogger("retr.server")
 EXEMPT = ("/healthz", "/readyz", "/metrics")      # never refused for load
+STREAM_CHUNK = 32                                  # queries searched at a time by batch_search/stream
 MAX_BODY = 64 * 1024 * 1024                        # bytes; writes carry whole documents
 MAX_BODY_READ = 2 * 1024 * 1024                    # for everything but document writes
 
@@ -300,13 +301,13 @@ def create_app(registry: Registry, token: Optional[str] = None, writable: bool =
 
     # ------------------------------------------------------------------ indexes
     def index_out(s) -> Dict[str, Any]:
-        idx = s.index()
-        m = idx.manifest
+        with s.index().snapshot() as snap:  # the count, the manifest and the generation of one generation
+            m, count, gen = snap.manifest, len(snap), snap.generation
         subs = {n: {"kind": e.get("kind", ""), "documents": e.get("doc_count"), "config": _scrub(e.get("config", {}))}
                 for n, e in m.get("subindexes", {}).items()}
         pipes = {n: p.get("spec", "") for n, p in (m.get("pipelines") or {}).items()}
-        return {"name": s.name, "documents": len(idx), "retrievers": subs, "pipelines": pipes, "writable": writable,
-                "created_at": m.get("created_at"), "updated_at": m.get("updated_at")}
+        return {"name": s.name, "documents": count, "generation": gen, "retrievers": subs, "pipelines": pipes,
+                "writable": writable, "created_at": m.get("created_at"), "updated_at": m.get("updated_at")}
 
     @v1.get("/indexes", response_model=S.IndexList, tags=["indexes"])
     def list_indexes():
@@ -362,6 +363,68 @@ def create_app(registry: Registry, token: Optional[str] = None, writable: bool =
         return _dumps({"index": index, "retriever": str(p), "k": body.k,
                        "results": [{"qid": q.qid, "hits": [_hit(h, single, body.text, body.text_chars)
                                                           for h in res.get(q.qid, [])]} for q in qs]})
+
+    @v1.post("/{index}/batch_search/stream", tags=["search"],
+             responses={200: {"description": "One JSON object a line (application/x-ndjson): {\"qid\", \"hits\"} "
+                                             "per query, in order; a line {\"error\": {...}} ends a stream that failed "
+                                             "after it began.", "content": {"application/x-ndjson": {}}}})
+    def batch_search_stream(index: str, body: S.BatchSearchRequest, request: Request):
+        """The queries of a batch_search answered one line each as they are searched (STREAM_CHUNK
+        at a time, all on one generation of the index), so a batch of any size costs the server one
+        chunk's hits at a time. The response budget applies to each query's line instead of the whole
+        response. Errors in the request (a bad retriever, filter or id) are a JSON error before the
+        first line."""
+        from fastapi.responses import StreamingResponse
+
+        from retrieval.filters import parse_filter
+        from retrieval.types import Query
+
+        s = served(index)
+        snap = s.index().snapshot()
+        try:
+            p = s.index().pipeline(body.retriever, body.fusion)
+            request.state.retriever = p.base
+            qs = [Query(str(i), q) if isinstance(q, str) else Query(q.qid, q.query)
+                  for i, q in enumerate(body.queries)]
+            if len({q.qid for q in qs}) != len(qs):
+                raise ApiError(400, "query ids must be unique")
+            if any(not q.text.strip() for q in qs):
+                raise ApiError(400, "query text is empty")
+            G.check_planned(1, body.k, body.text, body.text_chars, budget)
+            parse_filter(body.filter)
+            single = None if p.fused else p.retrievers[0]
+
+            def chunk(part):
+                res = snap.batch_search(part, k=body.k, retriever=str(p), text=body.text, depth=body.depth,
+                                        dimsel=_dimsel(body.dimsel), filter=body.filter)
+                lines = []
+                for q in part:
+                    hits = res.get(q.qid, [])
+                    if body.text:
+                        G.check_hits(hits, body.text, body.text_chars, budget)
+                    lines.append(_encode({"qid": q.qid, "hits": [_hit(h, single, body.text, body.text_chars)
+                                                                 for h in hits]}) + b"\n")
+                return b"".join(lines)
+
+            first = chunk(qs[:STREAM_CHUNK])  # the request's own errors are answered as errors, not lines
+        except BaseException:
+            snap.close()
+            raise
+
+        def lines():
+            try:
+                yield first
+                for i in range(STREAM_CHUNK, len(qs), STREAM_CHUNK):
+                    try:
+                        yield chunk(qs[i:i + STREAM_CHUNK])
+                    except (RetrError, G.TooLarge) as e:
+                        status = 413 if isinstance(e, G.TooLarge) else 503 if isinstance(e, IndexFormatError) else 400
+                        msg = _clean(_input_message(e) if isinstance(e, RetrError) else str(e), registry)
+                        yield _encode({"error": {"status": status, "message": msg}}) + b"\n"
+                        return
+            finally:
+                snap.close()
+        return StreamingResponse(lines(), media_type="application/x-ndjson")
 
     # ------------------------------------------------------------------ documents
     def doc_out(row) -> Dict[str, Any]:

@@ -180,6 +180,7 @@ class SubIndexOut(BaseModel):
 class IndexOut(BaseModel):
     name: str
     documents: int
+    generation: int = Field(0, description="The folder's generation these figures are of (each change makes one).")
     retrievers: Dict[str, SubIndexOut]
     pipelines: Dict[str, str] = Field(default_factory=dict, description="Tuned default fusion per retriever combination.")
     writable: bool

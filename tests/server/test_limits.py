@@ -245,3 +245,41 @@ def test_healthz_answers_at_once_while_long_searches_run(bm25_server, meta_index
     assert len(lat) >= 30
     lat.sort()
     assert lat[-1] < 0.5 and lat[len(lat) // 2] < 0.1, lat[-5:]  # was: 1 to 3.5 s
+
+
+def test_batch_search_stream_answers_a_batch_over_the_budget_one_line_a_query(tmp_path, meta_index):
+    """A batch whose whole response is over --max-response-chars is refused by batch_search (413) and
+    answered by batch_search/stream, a line per query, with the hits batch_search gives in budget;
+    retrieval.Client streams, so it answers such a batch too."""
+    import json
+
+    import httpx
+
+    import retrieval
+    from retrieval.client import Client
+
+    srv = Server("--index", f"sf={meta_index.path}", "--max-response-chars", "200000", tmp=tmp_path)
+    try:
+        qs = [{"qid": f"q{i}", "query": w} for i, w in enumerate(["cell", "protein", "cancer risk", "gene"] * 20)]
+        body = {"queries": qs, "k": 50, "text": True}
+        r = srv.post("/v1/sf/batch_search", json=body)
+        assert r.status_code == 413 and "200,000" in r.json()["error"]["message"]
+        with httpx.Client(base_url=srv.url, timeout=120) as c, \
+                c.stream("POST", "/v1/sf/batch_search/stream", json=body) as resp:
+            assert resp.status_code == 200 and resp.headers["content-type"].startswith("application/x-ndjson")
+            lines = [json.loads(x) for x in resp.iter_lines() if x.strip()]
+        assert [x["qid"] for x in lines] == [q["qid"] for q in qs]
+        idx = retrieval.open_index(meta_index.path)
+        want = idx.batch_search([retrieval.Query(q["qid"], q["query"]) for q in qs], k=50, text=True)
+        for x in lines:
+            assert [h["docid"] for h in x["hits"]] == [h.docid for h in want[x["qid"]]]
+            assert all(h["text"] == w.text for h, w in zip(x["hits"], want[x["qid"]]))
+        got = Client(srv.url).batch_search([retrieval.Query(q["qid"], q["query"]) for q in qs], k=50, text=True)
+        assert {q: [h.docid for h in hs] for q, hs in got.items()} == {q: [h.docid for h in hs] for q, hs in want.items()}
+        # the request's own errors are JSON errors before any line; one query over the budget is a 413 too
+        bad = srv.post("/v1/sf/batch_search/stream", json=dict(body, retriever="nope"))
+        assert bad.status_code == 400 and "nope" in bad.json()["error"]["message"]
+        huge = srv.post("/v1/sf/batch_search/stream", json=dict(body, k=1000, text_chars=500))
+        assert huge.status_code == 413
+    finally:
+        srv.stop()

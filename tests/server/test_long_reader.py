@@ -57,7 +57,7 @@ def test_a_served_index_follows_adds_deletes_updates_and_compactions_by_other_pr
                                                      for i in range(300)])
         r = run_retr("add", "--index", path, "--corpus", added, "-q")
         assert r.returncode == 0, r.stderr
-        assert served() == n0 + 300
+        assert served() == n0 + 300 and srv.get("/v1/cr").json()["generation"] == 1
         assert len(texts([f"a{i}" for i in range(300)])) == 300
         gone = tmp_path / "gone.txt"
         gone.write_text("".join(f"a{i}\n" for i in range(100)))
