@@ -33,15 +33,19 @@ def _budget(f):
 @click.option("--writable", is_flag=True, help="Enable adding, updating and deleting documents.")
 @_inflight
 @_budget
+@click.option("--search-threads", type=click.IntRange(1, 256), default=None,
+              help="Searches answered at once, in worker threads (the rest wait, within --max-inflight) "
+                   "[default: the machine's cores, at least 2].")
 @click.option("--no-mcp", is_flag=True, help="Do not mount the MCP endpoint at /mcp.")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]), default="warning",
               show_default=True)
-def serve_cmd(indexes, host, port, token_file, writable, max_inflight, max_response_chars, no_mcp, log_level):
+def serve_cmd(indexes, host, port, token_file, writable, max_inflight, max_response_chars, search_threads, no_mcp,
+              log_level):
     """Serve index folders over HTTP (JSON API under /v1, OpenAPI at /docs, MCP at /mcp)."""
     from retrieval.server.run import serve
 
     serve(indexes, host=host, port=port, token_file=token_file, writable=writable, max_inflight=max_inflight,
-          mcp=not no_mcp, log_level=log_level, max_response_chars=max_response_chars)
+          mcp=not no_mcp, log_level=log_level, max_response_chars=max_response_chars, search_threads=search_threads)
 
 
 @click.command("mcp")

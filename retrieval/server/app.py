@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import os
 import json
 import logging
 import math
@@ -21,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+import anyio
+import anyio.to_thread
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
@@ -205,15 +208,17 @@ ERRORS = {s: {"model": S.ErrorResponse, "description": d} for s, d in [
     (403, "Writes need --writable"), (404, "No such index or document"), (409, "Conflicting write"),
     (413, "Request body too large, or the response would be over --max-response-chars"),
     (422, "Request does not match the schema"),
-    (429, "Too many requests in flight (see Retry-After)"), (500, "Internal error"),
-    (501, "Not available in this build"), (503, "Not ready")]}
+    (429, "Too many requests in flight (see Retry-After)"), (500, "Internal error"), (503, "Not ready")]}
 
 
 def create_app(registry: Registry, token: Optional[str] = None, writable: bool = False, max_inflight: int = 64,
-               mcp: bool = True, warm: bool = True, max_response_chars: int = G.MAX_RESPONSE_CHARS) -> FastAPI:
+               mcp: bool = True, warm: bool = True, max_response_chars: int = G.MAX_RESPONSE_CHARS,
+               search_threads: Optional[int] = None) -> FastAPI:
     """The app for ``registry``. ``token``: every endpoint but /healthz needs it as a bearer
     token. ``writable``: the add/update/delete endpoints are enabled. ``mcp``: mount the MCP
     tools at /mcp. ``warm``: load every retriever at start-up (/readyz turns 200 after).
+    ``search_threads``: searches answered at once (default: the machine's cores, at least 2;
+    the others wait, counted against ``max_inflight``).
     ``max_inflight``: requests answered at once, /v1 and MCP tool calls together.
     ``max_response_chars``: the response budget (see :mod:`retrieval.server.guard`)."""
     metrics = Metrics()
@@ -320,11 +325,19 @@ def create_app(registry: Registry, token: Optional[str] = None, writable: bool =
         return _dumps(index_out(served(index)))
 
     # ------------------------------------------------------------------ search
-    # Searches are plain functions: FastAPI runs them in the threadpool, off the event loop.
+    # Searches run in worker threads, never on the event loop, and at most search_threads of them at
+    # once (their own anyio limiter): more threads than cores only contend for the GIL, which made
+    # requests slower and their p99 several times longer at concurrency 32 (benchmarks/results/serve.md).
+    search_threads = search_threads or max(2, os.cpu_count() or 2)
+    search_limiter = anyio.CapacityLimiter(search_threads)
+
     @v1.post("/{index}/search", response_model=S.SearchResponse, tags=["search"])
-    def search(index: str, body: S.SearchRequest, request: Request):
+    async def search(index: str, body: S.SearchRequest, request: Request):
         """Top-k hits for one query, optionally filtered (see the filter field). A response over
         the server's --max-response-chars is refused with 413."""
+        return await anyio.to_thread.run_sync(_search, index, body, request, limiter=search_limiter)
+
+    def _search(index: str, body: S.SearchRequest, request: Request):
         s = served(index)
         idx = s.index()
         p = idx.pipeline(body.retriever, body.fusion)
@@ -339,10 +352,13 @@ def create_app(registry: Registry, token: Optional[str] = None, writable: bool =
                        "hits": [_hit(h, single, body.text, body.text_chars) for h in hits]})
 
     @v1.post("/{index}/batch_search", response_model=S.BatchSearchResponse, tags=["search"])
-    def batch_search(index: str, body: S.BatchSearchRequest, request: Request):
+    async def batch_search(index: str, body: S.BatchSearchRequest, request: Request):
         """Many queries in one request (the same options for all). The response budget
         (--max-response-chars) covers all of them: queries x k x (100 + text_chars) over it is
         refused with 413 before any search, and so are hits whose full texts are over it."""
+        return await anyio.to_thread.run_sync(_batch_search, index, body, request, limiter=search_limiter)
+
+    def _batch_search(index: str, body: S.BatchSearchRequest, request: Request):
         from retrieval.types import Query
 
         s = served(index)
@@ -451,10 +467,7 @@ def create_app(registry: Registry, token: Optional[str] = None, writable: bool =
             raise ApiError(403, "this server is read-only; start it with --writable to change documents")
         import retrieval.writer as w
 
-        fn = getattr(w, name, None)
-        if fn is None:
-            raise ApiError(501, f"{name} needs the live index (retrieval.writer.{name}), which this build lacks")
-        return fn
+        return getattr(w, name)
 
     def docs_of(body: S.WriteRequest):
         from retrieval.types import Document

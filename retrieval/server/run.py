@@ -61,7 +61,7 @@ def _check_limits(max_inflight: int, max_response_chars: int) -> None:
 
 def serve(index_specs: Sequence[str], host: str = "127.0.0.1", port: int = 8080, token_file: Optional[Path] = None,
           writable: bool = False, max_inflight: int = 64, mcp: bool = True, log_level: str = "warning",
-          max_response_chars: Optional[int] = None) -> None:
+          max_response_chars: Optional[int] = None, search_threads: Optional[int] = None) -> None:
     from retrieval.server.guard import MAX_RESPONSE_CHARS
 
     max_response_chars = MAX_RESPONSE_CHARS if max_response_chars is None else max_response_chars
@@ -72,8 +72,8 @@ def serve(index_specs: Sequence[str], host: str = "127.0.0.1", port: int = 8080,
     from retrieval.server.registry import Registry, parse_index_specs
 
     registry = Registry(parse_index_specs(index_specs))
-    # The JVM installs its own SIGTERM handler (exit at once, status 143) when it starts; started
-    # here, before uvicorn installs its handlers, it leaves SIGTERM to uvicorn, which drains.
+    # The JVM starts with -Xrs (indexes/jvm.py), so it leaves SIGTERM to uvicorn, which drains;
+    # started here, before uvicorn, so the first request does not wait for it.
     from indexes import jvm
 
     jvm.start()
@@ -82,7 +82,7 @@ def serve(index_specs: Sequence[str], host: str = "127.0.0.1", port: int = 8080,
     from retrieval.server.app import create_app
 
     app = create_app(registry, token=token, writable=writable, max_inflight=max_inflight, mcp=mcp,
-                     max_response_chars=max_response_chars)
+                     max_response_chars=max_response_chars, search_threads=search_threads)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False, lifespan="on",
                             timeout_graceful_shutdown=30, server_header=False)
     server = uvicorn.Server(config)
