@@ -34,7 +34,7 @@ test: install
 	$(BIN)/python -m pytest -q tests
 
 bench: install
-	$(BIN)/python eval/benchmarks/run_all.py
+	$(BIN)/python benchmarks/run_all.py
 
 # Recompile the Lucene search helper (indexes/java/retr-lucene.jar, committed) after editing its
 # source; needs a JDK's javac 17+ (Debian: openjdk-17-jdk-headless). Installing retr needs none.

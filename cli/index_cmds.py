@@ -46,7 +46,7 @@ from cli import params
               help="Static pruning: drop the lowest-quality share P before anything is encoded or indexed.")
 @click.option("--quality", default=None, metavar="E|FILE",
               help="With --prune: a quality estimator (see retr quality score) or a docid<TAB>score file "
-                   "[default: length, chosen without training queries; see eval/results/defaults.md].")
+                   "[default: length, chosen without training queries; see benchmarks/results/defaults.md].")
 @params.executor_options
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def index_cmd(corpus, index_dir, k1, b, dense_model, deepct_model, deepct_mode, deepct_scale, pooling, factory, dtype, device, batch_size, threads,

@@ -240,7 +240,7 @@ class FaissIndex:
 
         Lists are shorter than ``k`` when the index holds fewer vectors (faiss's -1 slots are
         dropped; their scores are -inf). A single query runs faiss on one thread, which was
-        several times faster than two threads here (eval/results/dense_speed.md).
+        several times faster than two threads here (benchmarks/results/dense_speed.md).
 
         ``allowed`` (a ``retrieval.filters.Allowed``) restricts the search to those documents
         with a faiss ID selector: for Flat indexes exactly the first ``k`` of them in the

@@ -408,9 +408,9 @@ class LuceneIndex:
         lets go of the GIL while Java runs, so one thread's search overlaps another's
         decoding (turning hits into Python objects costs about as much as finding them,
         and needs the GIL); chunks of several queries per call measured slower. The
-        benchmark compares it with one call on Java threads (eval/results/bm25.md).
+        benchmark compares it with one call on Java threads (benchmarks/results/bm25.md).
         ``parallel="java"`` instead searches everything in one call on ``threads`` Java
-        threads and decodes afterwards (eval/results/bm25.md compares the two).
+        threads and decodes afterwards (benchmarks/results/bm25.md compares the two).
         A query that fails is answered with no hits and a warning; the others are
         answered as usual."""
         k = _check_k(k)

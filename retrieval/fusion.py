@@ -34,7 +34,7 @@ list has no confidence (another kind, or dimension selection) is fused unweighte
 
 DEFAULT_FUSION, the fusion of a bare ``a+b`` on a folder that was never tuned,
 is chosen without training queries by a leave-one-collection-out protocol
-(eval/benchmarks/bench_defaults.py; numbers in eval/results/defaults.md):
+(benchmarks/bench_defaults.py; numbers in benchmarks/results/defaults.md):
 chosen on three of SciFact, NFCorpus, Cranfield and Vaswani, each with its test
 queries and shifted variants (passages as queries, misspelled queries, passages
 behind unrelated text), scored on the fourth. Every fold chose confidence-weighted
@@ -97,7 +97,7 @@ class Fusion:
         return f"{self.method}({self.params()})"
 
 
-# The untuned default of a bare a+b (see the module docstring and eval/results/defaults.md).
+# The untuned default of a bare a+b (see the module docstring and benchmarks/results/defaults.md).
 DEFAULT_FUSION = Fusion("combmnz", norm="minmax", confidence=4.0, centre=-0.3)
 
 

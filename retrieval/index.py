@@ -382,7 +382,7 @@ class Index:
     # -- search --------------------------------------------------------
     def pipeline(self, retriever: str = "bm25", fusion: Optional[str] = None) -> Pipeline:
         """Parse a retriever spec; a bare ``a+b`` takes the folder's tuned fusion (``retr tune``), else
-        ``retrieval.fusion.DEFAULT_FUSION`` (chosen without training queries, eval/results/defaults.md)."""
+        ``retrieval.fusion.DEFAULT_FUSION`` (chosen without training queries, benchmarks/results/defaults.md)."""
         return self._pipeline(self.manifest, retriever, fusion)
 
     def _pipeline(self, m: dict, retriever: str, fusion: Optional[str]) -> Pipeline:

@@ -13,7 +13,7 @@ Every document holds the word ``common`` (a search for it returns every live doc
 version word ``v<writer>x<n>`` unique to the text it was written with.
 
 The suite runs it for seconds (tests/retrieval/test_long_reader.py), the benchmark for minutes
-(eval/benchmarks/bench_soak.py).
+(benchmarks/bench_soak.py).
 """
 from __future__ import annotations
 

@@ -1,10 +1,14 @@
 """The package layout's rules, read from the code itself (imports inside functions
 count): the reader imports no writer, quality or DeepCT code; no two modules of
-``retrieval/`` import each other in a loop; ``eval/`` stands alone."""
+``retrieval/`` import each other in a loop; ``eval/`` stands alone (the evaluator
+only); the benchmark harness is ``benchmarks/``, apart from it, imported by
+nothing and not installed."""
 from __future__ import annotations
 
 import ast
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -73,9 +77,53 @@ def test_no_two_modules_of_retrieval_import_each_other_in_a_loop():
 
 
 def test_eval_imports_nothing_from_the_rest():
-    for p in (ROOT / "eval").glob("*.py"):
-        bad = [i for i in _imports(p) if i.split(".")[0] in ("retrieval", "indexes", "cli")]
-        assert not bad, (p.name, bad)
+    for p in (ROOT / "eval").rglob("*.py"):
+        bad = [i for i in _imports(p) if i.split(".")[0] in ("retrieval", "indexes", "cli", "benchmarks")]
+        assert not bad, (p.relative_to(ROOT).as_posix(), bad)
+
+
+#: folders of the checkout that hold no code of the project (ignored by git: environments, work files)
+_NOT_CODE = {".venv", "venv", "work", "runs", "build", "node_modules"}
+
+
+def _code_files_outside(folder: str):
+    for top in sorted(ROOT.iterdir()):
+        if top.name.startswith(".") or top.name in _NOT_CODE or top.name == folder:
+            continue
+        if top.is_dir():
+            yield from (p for p in top.rglob("*.py") if not any(part.startswith(".") for part in p.parts))
+        elif top.suffix == ".py":
+            yield top
+
+
+def test_eval_is_the_evaluator_alone_and_the_benchmarks_live_apart():
+    """The harness and its results are the top-level ``benchmarks/``, not a part of the evaluator."""
+    assert not (ROOT / "eval" / "benchmarks").exists() and not (ROOT / "eval" / "results").exists()
+    assert (ROOT / "benchmarks" / "common.py").is_file() and (ROOT / "benchmarks" / "results").is_dir()
+    assert not (ROOT / "benchmarks" / "__init__.py").exists()
+
+
+def test_nothing_outside_benchmarks_imports_them():
+    """``benchmarks/`` may import retrieval, eval and tests (the soak's processes); nothing imports it,
+    neither as ``benchmarks`` nor by a script's own name (``common``, ``defaults_runs``, ...)."""
+    scripts = {p.stem for p in (ROOT / "benchmarks").glob("*.py")}
+    for p in _code_files_outside("benchmarks"):
+        bad = [i for i in _imports(p) if i.split(".")[0] == "benchmarks" or i.startswith("eval.benchmarks")
+               or i.split(".")[0] in scripts]
+        assert not bad, (p.relative_to(ROOT).as_posix(), bad)
+
+
+def test_the_benchmarks_are_not_installed_and_eval_is():
+    """The package discovery of pyproject.toml, run as setuptools runs it."""
+    tomllib = pytest.importorskip("tomllib")
+    from setuptools import find_namespace_packages
+
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    assert find.get("namespaces", True)
+    found = set(find_namespace_packages(str(ROOT), include=find["include"], exclude=find.get("exclude", ())))
+    assert {"eval", "retrieval", "indexes", "cli"} <= found
+    assert not [p for p in found if p.split(".")[0] in ("benchmarks", "tests")
+                or p.startswith(("eval.benchmarks", "eval.results"))], found
 
 
 def test_each_method_lives_in_its_package():

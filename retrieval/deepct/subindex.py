@@ -41,7 +41,7 @@ MODES = ("impact", "bm25")
 SCALES = ("linear", "sqrt")
 QUERY_MODES = ("plain", "deepct")
 DEFAULT_MODE = "bm25"            # fallback without held-out queries: BM25 over pseudo-tf beat impacts on
-                                 # SciFact (both bodies) and NFCorpus (eval/results/deepct.md)
+                                 # SciFact (both bodies) and NFCorpus (benchmarks/results/deepct.md)
 DEFAULT_K1, DEFAULT_B = 20.0, 0.9  # BM25 over pseudo-tf when no dev queries are at hand to tune on
 K1_GRID = (0.9, 2.0, 5.0, 10.0, 20.0, 30.0, 50.0)
 B_GRID = (0.4, 0.6, 0.75, 0.9, 1.0)

@@ -1,5 +1,5 @@
 """The shipped quality head: ``default_head.json.gz`` beside this module, written by
-``eval/benchmarks/bench_quality.py --ship-head`` (its model card says how it was trained)."""
+``benchmarks/bench_quality.py --ship-head`` (its model card says how it was trained)."""
 from __future__ import annotations
 
 import gzip

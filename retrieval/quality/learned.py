@@ -10,7 +10,7 @@ Two feature sets:
   they are (unstandardised) in one class-balanced logistic regression (scikit-learn, L-BFGS).
   Two-fold cross-validation over SciFact's training queries chose it over the body vector alone:
   at 30% pruned, held-out BM25 nDCG@10 fell by 0.047 instead of 0.063
-  (``eval/benchmarks/bench_quality.py --select-features``).
+  (``benchmarks/bench_quality.py --select-features``).
 * ``emb``: the standardised body vector plus log token count (head format 1).
 
 A head is JSON (with its model card); the shipped one is ``default_head.json.gz`` beside this

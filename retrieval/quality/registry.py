@@ -7,8 +7,8 @@ from retrieval.quality.estimators import (DeepCTWeight, DenseNorm, Estimator, Le
                                           QualityError, RandomQuality, StopwordShare)
 
 #: Estimator used when ``--prune`` is given without ``--quality``. Chosen without training queries by
-#: leave-one-collection-out over the estimators retr has (eval/benchmarks/bench_defaults.py,
-#: eval/results/defaults.md): held out, each fold chose ``length``, which pruned 30% on average
+#: leave-one-collection-out over the estimators retr has (benchmarks/bench_defaults.py,
+#: benchmarks/results/defaults.md): held out, each fold chose ``length``, which pruned 30% on average
 #: +0.002 nDCG@10 better than random (bm25, dense, hybrid), where the shipped SciFact head
 #: (``learned``) was 0.026 worse out of domain. No estimator tried beat random on every
 #: collection (``length`` on NFCorpus: -0.013 to -0.016), hence OUT_OF_DOMAIN_NOTE.
@@ -18,7 +18,7 @@ DEFAULT_ESTIMATOR = "length"
 OUT_OF_DOMAIN_NOTE = (
     "{name!r} was not trained on this corpus: left out of development, no query-agnostic estimator pruned "
     "better than random on every collection (the default 'length': +0.002 nDCG@10 on average, down to -0.016 "
-    "on NFCorpus; eval/results/defaults.md). For an in-domain estimator, train a head on this corpus's "
+    "on NFCorpus; benchmarks/results/defaults.md). For an in-domain estimator, train a head on this corpus's "
     "training qrels (retr quality train) and pass --quality learned:HEAD.json, or a scores file.")
 
 

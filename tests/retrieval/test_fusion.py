@@ -180,7 +180,7 @@ def _mass(bm25_dir, text):
 
 def test_untuned_default_is_confidence_weighted_combmnz_and_tuning_wins(small_dense_index, small_corpus, tmp_path):
     """A bare a+b on a folder never tuned fuses with DEFAULT_FUSION (the leave-one-collection-out choice of
-    eval/results/defaults.md); checked against a confidence-weighted CombMNZ computed here from each
+    benchmarks/results/defaults.md); checked against a confidence-weighted CombMNZ computed here from each
     retriever's own top 100, the BM25 mass from Pyserini's index reader and the dense top cosine."""
     import math
 

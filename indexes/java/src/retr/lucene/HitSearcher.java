@@ -123,8 +123,8 @@ public final class HitSearcher implements Closeable {
   private volatile Analyzer analyzer;
   /**
    * Exhaustive scoring when k >= share * (postings of the query's terms); 0: always, +inf: never.
-   * The default is where the two paths cross in eval/benchmarks/bench_bm25.py's measurement of both
-   * (eval/results/bm25.md, "Which path"): the exhaustive path costs a few ns per posting whatever k
+   * The default is where the two paths cross in benchmarks/bench_bm25.py's measurement of both
+   * (benchmarks/results/bm25.md, "Which path"): the exhaustive path costs a few ns per posting whatever k
    * is, Lucene's collector skips postings but pays per collected hit, and with a 100k-passage index
    * Lucene is faster only for small k over many postings (k=10 above about 20k postings, k=100 from
    * about 200k).
