@@ -1,0 +1,81 @@
+"""Whether a change of the code changed any ranking: SciFact runs and their digests (issue #25).
+
+Builds one SciFact folder with every kind (BM25, dense MiniLM, DeepCT on SPLADE-tiny's body),
+writes the test queries' runs of BM25, dense, DeepCT, DeepCT-Query, bm25+dense (the untuned
+default fusion) and bm25+deepct at k=1000, and records each TREC file's sha256. Run it on the
+commit before a refactor and on the one after, then compare:
+
+    .venv/bin/python benchmarks/same_runs.py --out work/same/before     # on the old commit
+    .venv/bin/python benchmarks/same_runs.py --out work/same/after --model work/same/before/deepct-model
+    .venv/bin/python benchmarks/same_runs.py --compare work/same/before work/same/after
+
+The DeepCT model is trained once (1 epoch on SciFact's training qrels, --threads 1, seed 13) and
+passed to the second run, so both search with the same weights. Everything runs through the
+`retr` CLI of the checkout it is started from, with --threads 1 (the same Lucene segments).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from common import DATA, ROOT
+
+RUNS = ["bm25", "dense", "deepct", "deepct-query", "bm25+dense", "bm25+deepct"]
+
+
+def retr(*args) -> None:
+    cmd = [sys.executable, "-m", "cli.main", *map(str, args)]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if r.returncode:
+        raise SystemExit(f"failed: {' '.join(cmd)}\n{r.stderr[-2000:]}")
+
+
+def make(out: Path, model: Path | None) -> dict:
+    sf = DATA / "scifact"
+    out.mkdir(parents=True, exist_ok=True)
+    if model is None:
+        model = out / "deepct-model"
+        if not (model / "deepct.json").exists():
+            retr("train", "deepct", "--corpus", sf, "--queries", sf / "queries.jsonl", "--qrels",
+                 sf / "qrels" / "train.tsv", "-o", model, "--base", "splade-tiny", "--epochs", "1", "--threads", "1",
+                 "--seed", "13")
+    idx = out / "IDX"
+    retr("index", "--corpus", sf, "--index", idx, "--overwrite", "--threads", "1", "--dense", "--deepct", model, "-q")
+    digests = {}
+    for spec in RUNS:
+        run = out / f"{spec.replace('+', '_')}.trec"
+        retr("search", "--index", idx, "--queries", sf / "queries.jsonl", "--qrels", sf / "qrels" / "test.tsv",
+             "--retriever", spec, "--k", "1000", "-o", run, "-q")
+        digests[spec] = hashlib.sha256(run.read_bytes()).hexdigest()
+    (out / "digests.json").write_text(json.dumps(digests, indent=2) + "\n")
+    return digests
+
+
+def compare(a: Path, b: Path) -> int:
+    da, db = (json.loads((p / "digests.json").read_text()) for p in (a, b))
+    bad = [k for k in RUNS if da.get(k) != db.get(k)]
+    for k in RUNS:
+        print(f"{k:14s} {'identical' if k not in bad else 'DIFFERENT'}  {da.get(k, '-')[:16]}  {db.get(k, '-')[:16]}")
+    return 1 if bad else 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--model", type=Path, help="an existing DeepCT model folder (the first run's)")
+    ap.add_argument("--compare", nargs=2, type=Path, metavar=("BEFORE", "AFTER"))
+    a = ap.parse_args()
+    if a.compare:
+        return compare(*a.compare)
+    if not a.out:
+        ap.error("give --out DIR (or --compare BEFORE AFTER)")
+    print(json.dumps(make(a.out.resolve(), a.model.resolve() if a.model else None), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
