@@ -220,19 +220,16 @@ def next_build_generation(target: Path | str) -> int:
 
 
 @contextlib.contextmanager
-def _staged(tmp: Path, final: Path, copy_from: Path | str | None = None) -> Iterator[Path]:
-    """Work in ``tmp`` (fresh, or a copy of ``copy_from``); on success swap it in
-    as ``final`` (one atomic exchange when ``final`` exists, under its writer lock;
-    the old folder is then removed); on failure remove it."""
+def _staged(tmp: Path, final: Path) -> Iterator[Path]:
+    """Work in ``tmp`` (fresh); on success swap it in as ``final`` (one atomic exchange
+    when ``final`` exists, under its writer lock; the old folder is then removed); on
+    failure remove it."""
     from indexes import generations as gens
 
     try:
         if tmp.exists():
             shutil.rmtree(tmp)
-        if copy_from is not None:
-            shutil.copytree(copy_from, tmp, ignore=shutil.ignore_patterns(".lock", ".readers", ".*.tmp-*"))
-        else:
-            tmp.mkdir()
+        tmp.mkdir()
     except OSError as e:
         raise InputError(f"cannot write the new index beside it ({e.strerror})", final) from None
     _staging_now.add(str(tmp))
@@ -283,16 +280,15 @@ def _not_ours(kind: str) -> str:
 
 
 @contextlib.contextmanager
-def atomic_folder(target: Path | str, overwrite: bool = False, copy_from: Path | str | None = None
-                  ) -> Iterator[Path]:
-    """Yield a temporary folder (empty, or a copy of ``copy_from``) that
+def atomic_folder(target: Path | str, overwrite: bool = False) -> Iterator[Path]:
+    """Yield a temporary, empty folder that
     replaces ``target`` only if the block succeeds. ``target`` may be missing, an
     empty folder, or (with ``overwrite``) a retr index; anything else is refused.
     Staging folders of dead processes beside ``target`` are removed first."""
     from indexes import generations as gens
 
     target = Path(target)
-    if str(target) in _staging_now and copy_from is None:  # an inner build of our own staging folder
+    if str(target) in _staging_now:  # an inner build of our own staging folder
         yield target
         return
     kind = what_is(target)
@@ -303,16 +299,7 @@ def atomic_folder(target: Path | str, overwrite: bool = False, copy_from: Path |
     target.parent.mkdir(parents=True, exist_ok=True)
     for p, _pid in gens.sibling_leftovers(target):
         gens.remove(p)
-    with _staged(target.with_name(f"{target.name}.tmp-{os.getpid()}"), target, copy_from) as tmp:
-        yield tmp
-
-
-@contextlib.contextmanager
-def staged_subindex(folder: Path | str, name: str) -> Iterator[Path]:
-    """Build a sub-index beside the others; it becomes visible only when the
-    caller then records it in the manifest (which is swapped atomically)."""
-    folder = Path(folder)
-    with _staged(folder / f".{name}.tmp-{os.getpid()}", folder / name) as tmp:
+    with _staged(target.with_name(f"{target.name}.tmp-{os.getpid()}"), target) as tmp:
         yield tmp
 
 

@@ -31,7 +31,7 @@ module is imported just for the side effect of registering something.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -62,7 +62,6 @@ class BuildContext:
     stream: Optional[Iterable[Tuple[str, str]]] = None   # docs as they are read (BM25 during a build)
     meanwhile: Optional[Callable[[], None]] = None       # work that overlaps the Lucene indexer
     executor: Any = None  # where model stages run: an opened runner of retrieval.executors (None: in-process)
-    extra: Dict[str, Any] = field(default_factory=dict)
 
     def docs(self) -> Iterable[Tuple[str, str]]:
         if self.stream is not None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Dict, List, Mapping
+from typing import List, Mapping
 
 from indexes.atomic import atomic_write
 from indexes.errors import InputError
@@ -39,7 +39,3 @@ def write_run(results: Mapping[str, List[Hit]], path: Path | str, fmt: str = "tr
         raise InputError(f"cannot write the run ({e.strerror or e})", path) from None
     return n
 
-
-def results_to_dict(results: Mapping[str, List[Hit]]) -> Dict[str, Dict[str, float]]:
-    """{qid: {docid: score}}: the shape evaluators (pytrec_eval, eval.evaluate) take."""
-    return {qid: {h.docid: h.score for h in hits} for qid, hits in results.items()}

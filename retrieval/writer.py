@@ -324,7 +324,6 @@ class _Change:
         self.new.setdefault("retired", [])
         self.store, self.store_rel = store, store_rel
         self.made: List[Path] = []
-        self.bytes_copied = 0
         self.committed = False
 
     # -- folders
@@ -351,7 +350,7 @@ class _Change:
         rel = gens.gen_path(old_rel, self.gen)
         dst = self.path / rel
         self.made.append(dst)
-        self.bytes_copied += gens.link_tree(self.path / old_rel, dst)
+        gens.link_tree(self.path / old_rel, dst)
         self.retire(entry)
         moved = _moved(entry, old_rel, rel)
         entry.clear()

@@ -1,18 +1,17 @@
 """The indexes a server answers for, by name.
 
-Each :class:`Served` index is opened once and reopened when its folder changes: a
-write through the API, or ``retr add`` run by another process, replaces the
-folder's manifest, and the next request after that sees the new documents (one
-``stat`` of the manifest per request tells). Requests already running keep the
-Index object they started with, so a search never sees half a write.
+Each :class:`Served` index is opened once and follows its folder: a write through
+the API, or ``retr add`` run by another process, replaces the folder's manifest, and
+the next request after that moves to the new generation (``Index.follow``: one
+``stat`` of the manifest per request tells). Requests already running finish on the
+generation they started on, so a search never sees half a write.
 """
 from __future__ import annotations
 
-import os
 import re
 import threading
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence
 
 from indexes.errors import InputError
 
@@ -47,32 +46,11 @@ class Served:
 
         self.name, self.path = name, Path(path)
         self._index = open_index(self.path)  # a bad folder fails at start-up, in one line
-        self._stamp = self._stat()
-        self._lock = threading.Lock()
         self.write_lock = threading.Lock()   # one write at a time from this server
-        self.used: set = set()               # retrievers searched so far (warmed again after a reopen)
-
-    def _stat(self) -> Optional[Tuple[int, int, int]]:
-        try:
-            st = os.stat(self.path / "manifest.json")
-        except OSError:  # the folder is being swapped: keep what we have
-            return None
-        return st.st_ino, st.st_mtime_ns, st.st_size
 
     def index(self):
-        """The current Index. A live-index reader (``Index.refresh``) moves to the newest
-        generation by itself on each search; an older one is reopened when the manifest changed."""
-        follow = getattr(self._index, "follow", None)
-        if follow is not None:
-            follow()  # one stat when nothing changed; a newest generation that stays unreadable is an error
-            return self._index
-        stamp = self._stat()
-        if stamp is not None and stamp != self._stamp:
-            with self._lock:
-                if stamp != self._stamp:
-                    from retrieval.index import open_index
-
-                    self._index, self._stamp = open_index(self.path), stamp
+        """The Index, moved to the folder's newest generation if a writer made one."""
+        self._index.follow()  # one stat when nothing changed; a newest generation that stays unreadable is an error
         return self._index
 
     def warm(self) -> None:
