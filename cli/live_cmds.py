@@ -1,4 +1,4 @@
-"""`retr update`, `retr delete`, `retr compact`, `retr check`: the live index (retr add is in main.py).
+"""`retr update`, `retr delete`, `retr compact`, `retr check`: the live index (retr add is in index_cmds.py).
 Each change is one new generation of the folder; readers keep searching the one they hold."""
 from __future__ import annotations
 

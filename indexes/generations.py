@@ -20,8 +20,9 @@ Locks (``flock``, released by the kernel when a process dies):
   takes it exclusively (never waiting) to learn that nobody reads N any more.
 
 Anything a dead writer left (an uncommitted generation's folders, temporary
-folders, staging folders beside the index) is found by :func:`leftovers` and
-removed by the next writer (:func:`clean_leftovers`); ``retr check`` reports it.
+folders, staging folders beside the index) is found by :func:`inner_leftovers` and
+:func:`sibling_leftovers` and removed by the next writer
+(:func:`retrieval.writer.clean_leftovers`); ``retr check`` reports it.
 A test-only environment variable, ``RETR_TEST_PAUSE=<point>``, stops a writer
 at a named point (:func:`pause`) so that tests can kill it there.
 """

@@ -44,7 +44,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 from indexes.errors import InputError, RetrError
 from retrieval.progress import progress
 
-KINDS = ("local", "ray")
+EXECUTORS = ("local", "ray")  # the kinds of executor
 RAY_PIN = "ray[data]==2.60.0"
 INSTALL_HINT = f"pip install 'retr[ray]' (or: pip install '{RAY_PIN}')"
 NOT_INSTALLED = f"--executor ray needs Ray, which is not installed: {INSTALL_HINT}"
@@ -84,8 +84,8 @@ class Executor:
     on_block: Optional[Callable[[dict], None]] = field(default=None, repr=False, compare=False)
 
     def validate(self) -> "Executor":
-        if self.kind not in KINDS:
-            raise InputError(f"unknown executor {self.kind!r} (choose from: {', '.join(KINDS)})")
+        if self.kind not in EXECUTORS:
+            raise InputError(f"unknown executor {self.kind!r} (choose from: {', '.join(EXECUTORS)})")
         if self.kind == "local":
             given = [n for n, v in (("--ray-address", self.address), ("--workers", self.workers),
                                     ("--cpus-per-worker", self.cpus_per_worker),

@@ -664,5 +664,5 @@ def _check_k(k: int) -> None:
 
 
 def open_index(path: Union[str, Path], auto_refresh: bool = True) -> Index:
-    """Open an index folder built by ``retr index`` / :func:`build_index`."""
+    """Open an index folder built by ``retr index`` / :func:`retrieval.writer.build_index`."""
     return Index.open(path, auto_refresh=auto_refresh)
