@@ -1,4 +1,4 @@
-"""Cached first-stage runs for the defaults benchmark (bench_defaults.py).
+"""Cached first-stage runs for the defaults benchmark (bench_defaults_fusion.py, bench_defaults_pruning.py).
 
 Each collection's BM25 and dense (MiniLM, mean pooling) top-1000 for every
 judged query (all splits) is computed once from the benchmark index and kept

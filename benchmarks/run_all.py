@@ -15,7 +15,9 @@ HERE = Path(__file__).resolve().parent
 SCRIPTS = {"bm25": ["bench_bm25.py"], "eval": ["bench_eval.py", "all"], "hybrid": ["bench_hybrid.py"],
            "dense": ["bench_dense.py"], "ditto_heads": ["bench_ditto_heads.py"],
            "dense_speed": ["bench_dense_speed.py"], "sts": ["bench_sts.py"],
-           "dimsel": ["bench_dimsel.py"], "deepct": ["bench_deepct.py"], "defaults": ["bench_defaults.py"],
+           "dimsel": ["bench_dimsel.py"], "deepct": ["bench_deepct.py"],
+           "defaults_fusion": ["bench_defaults_fusion.py"], "defaults_pruning": ["bench_defaults_pruning.py"],
+           "defaults_deepct": ["bench_defaults_deepct.py"],
            "quality": ["bench_quality.py", "--expensive-on", "cranfield"], "scale": ["bench_scale.py"]}
 
 

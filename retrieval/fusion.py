@@ -34,7 +34,7 @@ list has no confidence (another kind, or dimension selection) is fused unweighte
 
 DEFAULT_FUSION, the fusion of a bare ``a+b`` on a folder that was never tuned,
 is chosen without training queries by a leave-one-collection-out protocol
-(benchmarks/bench_defaults.py; numbers in benchmarks/results/defaults.md):
+(benchmarks/bench_defaults_fusion.py; numbers in benchmarks/results/defaults.md):
 chosen on three of SciFact, NFCorpus, Cranfield and Vaswani, each with its test
 queries and shifted variants (passages as queries, misspelled queries, passages
 behind unrelated text), scored on the fourth. Every fold chose confidence-weighted

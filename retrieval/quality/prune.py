@@ -161,8 +161,8 @@ def prune_keep_set(corpus, prune: float, quality: Optional[str] = None, empty: s
     keep = select_keep(docids, scores, p)
     if by_default:
         record["default"] = ("chosen without training queries, leave one collection out over SciFact, NFCorpus, "
-                             "Cranfield, Vaswani (benchmarks/bench_defaults.py): +0.002 nDCG@10 over random "
-                             "at 30% pruned on average, not on every collection")
+                             "Cranfield, Vaswani (benchmarks/bench_defaults_pruning.py): +0.002 nDCG@10 over "
+                             "random at 30% pruned on average, not on every collection")
     record.update({"share": p, "considered": len(docids),
                    "threshold": float(np.min(scores[[i for i, d in enumerate(docids) if d in keep]]))
                    if keep else None})

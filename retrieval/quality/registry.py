@@ -7,7 +7,7 @@ from retrieval.quality.estimators import (DeepCTWeight, DenseNorm, Estimator, Le
                                           QualityError, RandomQuality, StopwordShare)
 
 #: Estimator used when ``--prune`` is given without ``--quality``. Chosen without training queries by
-#: leave-one-collection-out over the estimators retr has (benchmarks/bench_defaults.py,
+#: leave-one-collection-out over the estimators retr has (benchmarks/bench_defaults_pruning.py,
 #: benchmarks/results/defaults.md): held out, each fold chose ``length``, which pruned 30% on average
 #: +0.002 nDCG@10 better than random (bm25, dense, hybrid), where the shipped SciFact head
 #: (``learned``) was 0.026 worse out of domain. No estimator tried beat random on every
