@@ -68,9 +68,10 @@ def index_cmd(corpus, index_dir, k1, b, dense_model, deepct_model, deepct_mode, 
                            batch_size=batch_size)
     if quality is not None and prune is None:
         raise click.UsageError("--quality needs --prune P")
-    idx = index_corpus(corpus, index_dir, dense=spec, deepct=dspec, prune=prune, quality=quality, k1=k1, b=b,
-                       threads=threads, overwrite=overwrite, empty=empty, store_docvectors=docvectors, quiet=quiet,
-                       executor=executor)
+    with params.flags({"dense": "--dense", "deepct": "--deepct", "prune": "--prune"}):
+        idx = index_corpus(corpus, index_dir, dense=spec, deepct=dspec, prune=prune, quality=quality, k1=k1, b=b,
+                           threads=threads, overwrite=overwrite, empty=empty, store_docvectors=docvectors,
+                           quiet=quiet, executor=executor)
     if not quiet:
         pr = idx.manifest.get("pruning")
         if pr:

@@ -2,9 +2,13 @@
 and shows the range in ``--help``."""
 from __future__ import annotations
 
+import contextlib
 import math
+from typing import Iterator, Mapping
 
 import click
+
+from indexes.errors import ParameterError
 
 FLOAT32_MAX = 3.4028234663852886e38  # Lucene takes BM25's k1 and b as Java floats
 
@@ -32,6 +36,21 @@ nice_option = click.option("--nice", "nice", type=click.IntRange(0, 19), default
                            help="Run at this lower CPU priority (Unix nice), so that searches of the folder keep "
                                 "their speed while it changes; 0 for full speed.")
 
+
+#: what the library calls an Executor's settings -> the flags of executor_options
+EXECUTOR_FLAGS = {"kind=ray": "--executor ray", "executor=ray": "--executor ray", "address": "--ray-address",
+                  "workers": "--workers", "cpus_per_worker": "--cpus-per-worker",
+                  "gpus_per_worker": "--gpus-per-worker", "block_size": "--block-size"}
+
+
+@contextlib.contextmanager
+def flags(names: Mapping[str, str]) -> Iterator[None]:
+    """Inside, a library error that names parameters (``ParameterError``) names the command's
+    flags instead (``names``: parameter -> flag); the library never speaks of flags itself."""
+    try:
+        yield
+    except ParameterError as e:
+        raise e.renamed(names) from None
 
 
 def executor_options(f):
@@ -69,7 +88,8 @@ def executor_options(f):
         kw["executor"] = Executor(executor_kind, address=ray_address, workers=workers,
                                   cpus_per_worker=cpus_per_worker, gpus_per_worker=gpus_per_worker or 0.0,
                                   block_size=block_size)
-        return f(*args, **kw)
+        with flags(EXECUTOR_FLAGS):
+            return f(*args, **kw)
 
     for o in reversed(opts):
         wrapper = o(wrapper)

@@ -62,10 +62,11 @@ def search_cmd(text, index_dir, queries, output, fmt, qrels, split, retriever, f
         raise click.UsageError("--qrels and --split are alternatives; give one")
     idx = open_index(index_dir)
     pipeline = idx.pipeline(retriever, fusion)
-    if deepct_mode or deepct_scale:
-        idx.configure(str(pipeline), mode=deepct_mode, scale=deepct_scale)
-    if k1 is not None or b is not None:
-        idx.configure(str(pipeline), k1=k1, b=b)
+    with params.flags({"k1": "--k1", "b": "--b", "mode": "--deepct-mode", "scale": "--deepct-scale"}):
+        if deepct_mode or deepct_scale:
+            idx.configure(str(pipeline), mode=deepct_mode, scale=deepct_scale)
+        if k1 is not None or b is not None:
+            idx.configure(str(pipeline), k1=k1, b=b)
     spec = str(pipeline)
     from cli.dimsel_cmds import dimsel_options
 

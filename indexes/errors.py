@@ -4,6 +4,9 @@ They live in the lowest layer so that every package above can raise them.
 """
 from __future__ import annotations
 
+import string
+from typing import Mapping
+
 
 class RetrError(Exception):
     """Base class for every error retr reports to a user."""
@@ -19,6 +22,41 @@ class InputError(RetrError):
         super().__init__(where + message)
         self.path = path
         self.line = line
+
+
+class ParameterError(InputError):
+    """Bad input that names parameters of a library call. ``template`` puts each parameter's name
+    in braces and ``values`` fill its other fields (``ParameterError("{workers} must be at least 1,
+    got {got}", got=0)``): the message calls the parameters by their names, and :meth:`renamed`
+    calls them otherwise, as the CLI does with its flags (``--workers``)."""
+
+    def __init__(self, template: str, **values):
+        self.template, self.values = template, values
+        super().__init__(template.format_map(_Fields(values)))
+
+    def renamed(self, names: Mapping[str, str]) -> "ParameterError":
+        """The same error with the parameters in ``names`` called by their names there."""
+        out = ""
+        for literal, field, spec, conv in string.Formatter().parse(self.template):
+            out += literal.replace("{", "{{").replace("}", "}}")
+            if field is not None:
+                if field in names and field not in self.values:
+                    out += names[field].replace("{", "{{").replace("}", "}}")
+                else:
+                    out += "{" + field + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "") + "}"
+        return ParameterError(out, **self.values)
+
+    def __reduce__(self):
+        return _parameter_error, (self.template, self.values)
+
+
+def _parameter_error(template: str, values: dict) -> ParameterError:
+    return ParameterError(template, **values)
+
+
+class _Fields(dict):
+    def __missing__(self, key: str) -> str:  # a parameter: its own name
+        return key
 
 
 class IndexFormatError(RetrError):

@@ -18,6 +18,7 @@ import pickle
 import signal
 import sys
 
+from indexes.errors import ParameterError
 from retrieval.executors import READ_CPUS, _read_frame, _write_frame, read_range
 
 
@@ -63,12 +64,13 @@ class UserError(Exception):
 
 
 def plan(cluster: dict, workers, cpus, gpus: float, blocks: int) -> dict:
-    """Actors and their reservations on this cluster; raises UserError for a pool that
-    cannot run (more than the cluster has, or every CPU reserved: ray-project/ray#44687)."""
+    """Actors and their reservations on this cluster; raises UserError (ParameterError where it names
+    a setting) for a pool that cannot run (more than the cluster has, or every CPU reserved:
+    ray-project/ray#44687)."""
     total_cpu, total_gpu = cluster["cpus"], cluster["gpus"]
     if gpus > 0:
         if total_gpu < gpus:
-            raise UserError(f"--gpus-per-worker {gpus:g} but the cluster has {total_gpu:g} GPUs")
+            raise ParameterError(f"{{gpus_per_worker}} {gpus:g} but the cluster has {total_gpu:g} GPUs")
         w = int(workers or max(1, int(total_gpu // gpus)))
         if w * gpus > total_gpu + 1e-9:
             raise UserError(f"{w} workers x {gpus:g} GPUs is more than the cluster's {total_gpu:g} GPUs")
@@ -76,11 +78,11 @@ def plan(cluster: dict, workers, cpus, gpus: float, blocks: int) -> dict:
         w = int(workers or max(1, int((total_cpu - READ_CPUS) // cpus) if cpus else max(1, int(total_cpu))))
     c = float(cpus) if cpus else max(0.05, min(1.0, int((total_cpu - 2 * READ_CPUS) / w * 20) / 20))
     if c > cluster["max_node_cpus"] + 1e-9:
-        raise UserError(f"--cpus-per-worker {c:g} is more than any node has ({cluster['max_node_cpus']:g})")
+        raise ParameterError(f"{{cpus_per_worker}} {c:g} is more than any node has ({cluster['max_node_cpus']:g})")
     if w * c + READ_CPUS > total_cpu + 1e-9:
-        raise UserError(f"{w} workers x {c:g} CPUs leaves less than {READ_CPUS} of the cluster's {total_cpu:g} CPUs "
-                        f"for reading documents, and the job would hang (ray-project/ray#44687); give fewer "
-                        f"--workers or a fractional --cpus-per-worker")
+        raise ParameterError(f"{w} workers x {c:g} CPUs leaves less than {READ_CPUS} of the cluster's {total_cpu:g} "
+                             f"CPUs for reading documents, and the job would hang (ray-project/ray#44687); give "
+                             f"fewer {{workers}} or a fractional {{cpus_per_worker}}")
     w = max(1, min(w, blocks))
     return {"workers": w, "cpus_per_worker": c, "gpus_per_worker": gpus, "threads": max(1, int(c))}
 
@@ -91,6 +93,15 @@ def _cluster(ray) -> dict:
     return {"cpus": float(res.get("CPU", 0)), "gpus": float(res.get("GPU", 0)), "nodes": len(nodes),
             "max_node_cpus": max([float(n["Resources"].get("CPU", 0)) for n in nodes] or [0.0]),
             "node_id": ray.get_runtime_context().get_node_id()}
+
+
+def _error(e: BaseException, message: str, user: bool = True) -> dict:
+    """An ``error`` frame; one for a ParameterError carries its template, so that the parent can
+    name the parameters as its caller does (the CLI's flags)."""
+    frame = {"op": "error", "user": user, "message": message}
+    if isinstance(e, ParameterError):
+        frame.update(template=e.template, values=e.values)
+    return frame
 
 
 def _one_line(e: BaseException) -> tuple:
@@ -149,9 +160,10 @@ def main() -> int:
         import ray
         import ray.data  # noqa: F401
     except ImportError:  # the parent only looked for the package; importing it is the real test
-        from retrieval.executors import NOT_INSTALLED
+        from retrieval.executors import INSTALL_HINT, NOT_INSTALLED
 
-        _write_frame(out, {"op": "error", "user": True, "message": NOT_INSTALLED})
+        e = ParameterError(NOT_INSTALLED, hint=INSTALL_HINT)
+        _write_frame(out, _error(e, str(e)))
         return 2
     logging.getLogger("ray").setLevel(logging.WARNING)
     logging.getLogger("ray.data").setLevel(logging.WARNING)
@@ -168,7 +180,7 @@ def main() -> int:
         cluster["plan"] = plan(cluster, hello["workers"], hello["cpus"], hello["gpus"], 1 << 30)  # fail early
     except Exception as e:  # noqa: BLE001 - any failure to connect is reported as one line
         msg, _user = _one_line(e)
-        _write_frame(out, {"op": "error", "user": True, "message": msg})
+        _write_frame(out, _error(e, msg))
         try:
             if ray.is_initialized():
                 ray.shutdown()
@@ -186,8 +198,8 @@ def main() -> int:
                 return 0
             try:
                 run_job(ray, req, cluster, out)
-            except UserError as e:
-                _write_frame(out, {"op": "error", "user": True, "message": str(e)})
+            except (UserError, ParameterError) as e:
+                _write_frame(out, _error(e, str(e)))
             except Exception as e:  # noqa: BLE001 - a failed job is one line for the parent
                 msg, user = _one_line(e)
                 _write_frame(out, {"op": "error", "user": user, "message": f"Ray job failed: {msg}"})

@@ -41,13 +41,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
-from indexes.errors import InputError, RetrError
+from indexes.errors import InputError, ParameterError, RetrError
 from retrieval.progress import progress
 
 EXECUTORS = ("local", "ray")  # the kinds of executor
 RAY_PIN = "ray[data]==2.60.0"
 INSTALL_HINT = f"pip install 'retr[ray]' (or: pip install '{RAY_PIN}')"
-NOT_INSTALLED = f"--executor ray needs Ray, which is not installed: {INSTALL_HINT}"
+NOT_INSTALLED = "{kind=ray} needs Ray, which is not installed: {hint}"  # a ParameterError's template
 #: CPUs each read task reserves; an actor pool must leave at least this much free (ray-project/ray#44687)
 READ_CPUS = 0.25
 
@@ -87,21 +87,21 @@ class Executor:
         if self.kind not in EXECUTORS:
             raise InputError(f"unknown executor {self.kind!r} (choose from: {', '.join(EXECUTORS)})")
         if self.kind == "local":
-            given = [n for n, v in (("--ray-address", self.address), ("--workers", self.workers),
-                                    ("--cpus-per-worker", self.cpus_per_worker),
-                                    ("--gpus-per-worker", self.gpus_per_worker or None)) if v is not None]
+            given = [n for n, v in (("address", self.address), ("workers", self.workers),
+                                    ("cpus_per_worker", self.cpus_per_worker),
+                                    ("gpus_per_worker", self.gpus_per_worker or None)) if v is not None]
             if given:
-                raise InputError(f"{', '.join(given)} only apply with --executor ray")
+                raise ParameterError(", ".join("{%s}" % n for n in given) + " only apply with {kind=ray}")
         if self.workers is not None and int(self.workers) < 1:
-            raise InputError(f"--workers must be at least 1, got {self.workers}")
+            raise ParameterError("{workers} must be at least 1, got {got}", got=self.workers)
         if self.cpus_per_worker is not None and not float(self.cpus_per_worker) > 0:
-            raise InputError(f"--cpus-per-worker must be positive, got {self.cpus_per_worker}")
+            raise ParameterError("{cpus_per_worker} must be positive, got {got}", got=self.cpus_per_worker)
         if float(self.gpus_per_worker or 0) < 0:
-            raise InputError(f"--gpus-per-worker must not be negative, got {self.gpus_per_worker}")
+            raise ParameterError("{gpus_per_worker} must not be negative, got {got}", got=self.gpus_per_worker)
         if self.block_size is not None and int(self.block_size) < 1:
-            raise InputError(f"--block-size must be at least 1, got {self.block_size}")
+            raise ParameterError("{block_size} must be at least 1, got {got}", got=self.block_size)
         if self.address is not None and not str(self.address).strip():
-            raise InputError("--ray-address is empty (give auto or HOST:PORT)")
+            raise ParameterError("{address} is empty (give auto or HOST:PORT)")
         if self.kind == "ray":
             check_ray()
         return self
@@ -123,7 +123,7 @@ def check_ray() -> None:
     spec = importlib.util.find_spec("ray")
     locs = list(spec.submodule_search_locations or []) if spec is not None else []
     if not any((Path(p) / "data" / "__init__.py").is_file() for p in locs):
-        raise InputError(NOT_INSTALLED)
+        raise ParameterError(NOT_INSTALLED, hint=INSTALL_HINT)
 
 
 # ------------------------------------------------------------------------------------- stages
@@ -367,8 +367,10 @@ class RaySession:
             raise ExecutorError(self._died(f"{what}: the Ray driver" if what else "the Ray driver"))
         frame = got["frame"]
         if frame.get("op") == "error":
-            raise (InputError if frame.get("user") else ExecutorError)(
-                (f"{what}: " if what else "") + frame["message"])
+            head = f"{what}: " if what else ""
+            if "template" in frame:  # names parameters, which the caller may call otherwise (cli.params.flags)
+                raise ParameterError(head.replace("{", "{{").replace("}", "}}") + frame["template"], **frame["values"])
+            raise (InputError if frame.get("user") else ExecutorError)(head + frame["message"])
         if frame.get("op") != op:
             raise ExecutorError(f"unexpected message from the Ray driver: {frame.get('op')!r}")
         return frame

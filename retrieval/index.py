@@ -24,7 +24,7 @@ from indexes import generations as gens
 from indexes import manifest as mf
 from indexes.bulk import no_gc
 from indexes.docstore import DocStore
-from indexes.errors import IndexFormatError, InputError
+from indexes.errors import IndexFormatError, InputError, ParameterError
 from retrieval.filters import Allowed, MetadataTable, parse_filter
 from retrieval.fusion import Pipeline, fuse, list_confidences, parse_pipeline
 from retrieval.kinds import kind_of
@@ -367,10 +367,11 @@ class Index:
         for key in given:
             takers = [n for n in p.retrievers if key in getattr(self.retriever(n), "options", ())]
             if not takers:
-                what = {"k1": "--k1/--b", "b": "--k1/--b", "mode": "--deepct-mode/--deepct-scale",
-                        "scale": "--deepct-mode/--deepct-scale"}.get(key, key)
+                what = {"k1": "{k1}/{b}", "b": "{k1}/{b}", "mode": "{mode}/{scale}",
+                        "scale": "{mode}/{scale}"}.get(key, "{_key}")  # parameters the CLI names by its flags
                 who = "BM25" if key in ("k1", "b") else "DeepCT"
-                raise InputError(f"{what} apply to {who} retrievers, and {p} has none")
+                raise ParameterError(what + " apply to {_who} retrievers, and {_p} has none", _key=key, _who=who,
+                                     _p=str(p))
             done += [n for n in takers if n not in done]
         for n in done:
             r = self.retriever(n)

@@ -32,7 +32,7 @@ from typing import AbstractSet, Callable, Iterable, Iterator, List, Optional, Se
 from indexes import generations as gens
 from indexes import manifest as mf
 from indexes.docstore import DocStore, DocStoreWriter, LiveStore, migrate, schema
-from indexes.errors import InputError
+from indexes.errors import InputError, ParameterError
 from retrieval.bm25 import BM25Spec
 from retrieval.collections import check_lengths, check_metadata, count_lines, read_corpus
 from retrieval.dense.subindex import DenseSpec
@@ -177,7 +177,7 @@ def index_corpus(corpus: Union[str, Path], index_dir: Union[str, Path], *, dense
         from retrieval.quality.prune import check_share
         check_share(prune)
     if isinstance(executor, Executor) and executor.kind == "ray" and dense is None and deepct is None and prune is None:
-        raise InputError("--executor ray runs the model stages (--dense, --deepct, --prune); this build has none")
+        raise ParameterError("{executor=ray} runs the model stages ({dense}, {deepct}, {prune}); this build has none")
     existing = (index_dir / "manifest.json").exists()
     adding = existing and prune is None and (dense is not None or deepct is not None)
     if existing and not adding and not overwrite:

@@ -30,7 +30,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from indexes import manifest as mf
 from indexes.atomic import atomic_path
-from indexes.errors import InputError, RetrError
+from indexes.errors import InputError, ParameterError, RetrError
 from indexes.lucene import LuceneIndex, build_lucene
 from retrieval.kinds import BuildContext, SubIndexKind
 from retrieval.progress import progress
@@ -480,8 +480,8 @@ class DeepCTRetriever:
 
         check_bm25(k1, b)
         if (k1 is not None or b is not None) and (mode or self.mode) != "bm25":
-            raise InputError("--k1/--b apply to the DeepCT sub-index only in bm25 mode (its default mode is "
-                             f"{self.mode!r})")
+            raise ParameterError("{k1}/{b} apply to the DeepCT sub-index only in bm25 mode (its default mode is "
+                                 "{_mode!r})", _mode=self.mode)
         self.mode, self.scale, self.query = mode or self.mode, scale or self.scale, query or self.query
         self.k1 = self.k1 if k1 is None else float(k1)
         self.b = self.b if b is None else float(b)

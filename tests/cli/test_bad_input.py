@@ -142,6 +142,23 @@ def test_index_options_out_of_range_leave_no_folder(tiny, tmp_path, args, needle
     assert listing(tmp_path) == []
 
 
+def test_the_library_names_its_parameters_and_the_cli_its_flags(tiny, tmp_path):
+    """A library error says ``workers``, ``mode/scale``; the same error from `retr` says the flags."""
+    import retrieval
+    from retrieval.executors import Executor
+
+    with pytest.raises(retrieval.InputError, match=r"^address, workers only apply with kind=ray$"):
+        Executor("local", address="auto", workers=2).validate()
+    with pytest.raises(retrieval.InputError, match=r"^mode/scale apply to DeepCT retrievers, and bm25 has none$"):
+        retrieval.open_index(tiny / "IDX").configure("bm25", mode="impact")
+    one_error(run_retr("search", "--index", tiny / "IDX", "aspirin", "--deepct-mode", "impact"),
+              "error: --deepct-mode/--deepct-scale apply to DeepCT retrievers, and bm25 has none")
+    one_error(run_retr("index", "--corpus", tiny / "corpus.jsonl", "--index", tmp_path / "NEW", "--dense",
+                       "--ray-address", "auto", "--workers", "2"),
+              "error: --ray-address, --workers only apply with --executor ray")
+    assert listing(tmp_path) == []
+
+
 def test_ranges_are_shown_in_help():
     out = run_retr("search", "--help").stdout
     for shown in ("x>=0", "0<=x<=1", "0<x<=1", "1<=x<=256"):

@@ -291,9 +291,10 @@ def test_bad_executor_options_fail_with_one_line_and_leave_nothing(tmp_path, sma
     line = _one_error_line(run_retr(*base, "--executor", "ray", "--ray-address", ray_address, "--workers", "2",
                                     "--cpus-per-worker", "1"))
     assert "leaves less than" in line and "44687" in line
+    assert "give fewer --workers or a fractional --cpus-per-worker" in line  # the library's names, as flags
     line = _one_error_line(run_retr(*base, "--executor", "ray", "--ray-address", ray_address,
                                     "--gpus-per-worker", "1"))
-    assert "GPUs" in line
+    assert "GPUs" in line and "--gpus-per-worker 1 " in line
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == []
 
 
