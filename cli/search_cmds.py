@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from cli import params
+from indexes import folder
 from indexes.errors import InputError
 
 
@@ -156,4 +157,5 @@ def tune_cmd(index_dir, queries, qrels, retriever, metric, depth, threads, dry_r
     click.echo(f"best {rep['spec']}  {metric} {rep['value']:.4f} on {rep['queries']} training queries "
                f"(single: {singles})")
     if not dry_run:
-        click.echo(f"stored as the default for {rep['spec'].split(':')[0]} in {index_dir}/manifest.json", err=True)
+        click.echo(f"stored as the default for {rep['spec'].split(':')[0]} in {folder.manifest_path(index_dir)} "
+                   f"(a new generation: open readers take it when they move on)", err=True)

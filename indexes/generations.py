@@ -33,20 +33,15 @@ import ctypes
 import errno
 import fcntl
 import os
-import re
 import shutil
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple
+from typing import Callable, Dict, Iterator, Optional, Set
 
 LOCK = ".lock"
 READERS = ".readers"
-GEN_DIR = re.compile(r"^(?P<base>.+)\.g(?P<gen>\d+)$")
-# temporary names retr itself creates inside a folder (and nothing else matches them)
-_TEMP = (re.compile(r"^retr-lucene-"), re.compile(r"^\..+\.new-"), re.compile(r"^\..+\.tmp-\d+$"),
-         re.compile(r"^\.manifest\.json\.tmp-\d+$"), re.compile(r"^docs\.g\d+\.sqlite(?:-wal|-shm|-journal)?$"))
 
 
 # ------------------------------------------------------------------------------ test pause points
@@ -294,12 +289,6 @@ def link_tree(src: Path, dst: Path) -> int:
     return copied
 
 
-def gen_path(path: str, generation: int) -> str:
-    """The folder name of sub-index folder ``path`` in ``generation`` (``bm25`` -> ``bm25.g3``)."""
-    m = GEN_DIR.match(path)
-    return f"{m.group('base') if m else path}.g{int(generation)}"
-
-
 # ------------------------------------------------------------------------------ atomic exchange
 _RENAME_EXCHANGE = 2
 try:
@@ -324,48 +313,6 @@ def exchange(a: Path, b: Path) -> bool:
 
 
 # ------------------------------------------------------------------------------ leftovers
-_SIBLING = re.compile(r"^(?:(?P<name>.+)\.tmp-(?P<pid>\d+)|\.(?P<name2>.+)\.old-(?P<pid2>\d+))$")
-
-
-def sibling_leftovers(folder: Path) -> List[Tuple[Path, int]]:
-    """Staging folders of dead processes beside ``folder`` (``INDEX.tmp-<pid>`` of a build,
-    ``.INDEX.old-<pid>`` of a swap), as ``(path, pid)``."""
-    folder = Path(folder)
-    out = []
-    parent = folder.parent
-    if not parent.is_dir():
-        return out
-    for p in parent.iterdir():
-        m = _SIBLING.match(p.name)
-        if not m:
-            continue
-        name, pid = (m.group("name"), m.group("pid")) if m.group("name") else (m.group("name2"), m.group("pid2"))
-        if name != folder.name:
-            continue
-        if not pid_alive(int(pid)):
-            out.append((p, int(pid)))
-    return out
-
-
-def inner_leftovers(folder: Path, manifest: dict) -> List[Path]:
-    """Entries inside ``folder`` that only a writer that did not finish can have left: folders of
-    an uncommitted generation and retr's temporary names. Only meaningful while no writer runs."""
-    keep = {"manifest.json", LOCK, READERS}
-    ds = (manifest.get("docstore") or {}).get("path", "docs.sqlite")
-    keep |= {ds, ds + "-wal", ds + "-shm", ds + "-journal"}
-    for e in manifest.get("subindexes", {}).values():
-        keep.add(str(e.get("path", "")).split("/")[0])
-    for r in manifest.get("retired", []):
-        keep.add(str(r.get("path", "")).split("/")[0])
-    out = []
-    for p in Path(folder).iterdir():
-        if p.name in keep:
-            continue
-        if GEN_DIR.match(p.name) or any(t.match(p.name) for t in _TEMP):
-            out.append(p)
-    return out
-
-
 def remove(p: Path) -> None:
     if p.is_dir() and not p.is_symlink():
         shutil.rmtree(p, ignore_errors=True)
@@ -383,55 +330,3 @@ def size_of(p: Path) -> int:
             with contextlib.suppress(OSError):
                 total += os.lstat(os.path.join(root, f)).st_size
     return total
-
-
-def collect(folder: Path, manifest: dict) -> List[str]:
-    """Remove the retired folders of ``manifest`` that no reader holds; returns the paths
-    removed. Call with the writer lock held."""
-    current = int(manifest.get("generation", 0))
-    held = held_generations(folder, current)
-    gone = []
-    for r in manifest.get("retired", []):
-        lo, hi = int(r.get("from", 0)), int(r.get("to", current - 1))
-        if any(lo <= g <= hi for g in held):
-            continue
-        p = Path(folder) / r["path"]
-        if p.exists():
-            remove(p)
-        for extra in ("-wal", "-shm", "-journal"):  # a retired document store's SQLite companions
-            remove(Path(f"{p}{extra}"))
-        gone.append(r["path"])
-    return gone
-
-
-def try_collect(folder: Path | str) -> bool:
-    """Remove the retired folders nobody holds now, if no writer is busy (never waits); for a
-    reader that has just let an old generation go. Returns whether it could look."""
-    from indexes import manifest as mf
-    from indexes.errors import RetrError
-
-    folder = Path(folder)
-    slot = _held.get(os.path.realpath(folder))
-    if slot is not None and slot[2] > 0:  # this process is writing the folder: it collects at its switch
-        return False
-    try:
-        fd = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
-    except OSError:  # read-only: nobody can change it, nothing to collect
-        return False
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        try:
-            collect(folder, mf.read_manifest(folder))
-        except (OSError, RetrError):
-            return False
-        return True
-    finally:
-        os.close(fd)
-
-
-def oldest_held(folder: Path, current: int) -> int:
-    held = held_generations(folder, current)
-    return min(held) if held else current

@@ -13,12 +13,16 @@ committed jar is current.
 """
 from __future__ import annotations
 
+import glob
 import hashlib
+import importlib.util
+import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import zipfile
+from functools import lru_cache
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -30,6 +34,21 @@ JAVAC_ENTRY = "retr/lucene/javac.version"
 RELEASE = "17"
 # Fixed entry times make the jar a function of its contents (zip's epoch: 1980-01-01).
 _EPOCH = (1980, 1, 1, 0, 0, 0)
+
+
+@lru_cache(maxsize=1)
+def anserini_jar() -> str:
+    """The Anserini fat jar Pyserini ships (Lucene and Anserini's classes)."""
+    from indexes.errors import RetrError
+
+    spec = importlib.util.find_spec("pyserini")
+    if spec is None or not spec.submodule_search_locations:
+        raise RetrError("pyserini is not installed; it ships the Anserini jar that Lucene indexes need")
+    root = spec.submodule_search_locations[0]
+    jars = sorted(glob.glob(os.path.join(root, "resources", "jars", "anserini-*-fatjar.jar")))
+    if not jars:
+        raise RetrError(f"no Anserini fat jar under {root}/resources/jars")
+    return jars[-1]
 
 
 def jar_path() -> str:
@@ -86,12 +105,11 @@ def jar_javac_version(jar: Path = JAR) -> Optional[str]:
 
 def compile_classes(out_dir: Path, javac_cmd: Optional[str] = None) -> Dict[str, bytes]:
     """Compile the sources into ``out_dir``; returns {entry name: class bytes}."""
-    from indexes import jvm
 
     cmd = javac_cmd or javac()
     if cmd is None:
         raise RuntimeError("no javac on PATH (Debian: apt-get install openjdk-17-jdk-headless)")
-    subprocess.run([cmd, "--release", RELEASE, "-encoding", "UTF-8", "-nowarn", "-cp", jvm.anserini_jar(),
+    subprocess.run([cmd, "--release", RELEASE, "-encoding", "UTF-8", "-nowarn", "-cp", anserini_jar(),
                     "-d", str(out_dir)] + [str(p) for p in sources()], check=True)
     return {p.relative_to(out_dir).as_posix(): p.read_bytes() for p in sorted(out_dir.rglob("*.class"))}
 

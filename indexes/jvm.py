@@ -8,8 +8,6 @@ one JVM can exist per process; this module is the one place that starts it.
 """
 from __future__ import annotations
 
-import glob
-import importlib.util
 import os
 import threading
 from functools import lru_cache
@@ -21,16 +19,7 @@ _lock = threading.Lock()
 _started = False
 
 
-@lru_cache(maxsize=1)
-def anserini_jar() -> str:
-    spec = importlib.util.find_spec("pyserini")
-    if spec is None or not spec.submodule_search_locations:
-        raise RetrError("pyserini is not installed; it ships the Anserini jar that Lucene indexes need")
-    root = spec.submodule_search_locations[0]
-    jars = sorted(glob.glob(os.path.join(root, "resources", "jars", "anserini-*-fatjar.jar")))
-    if not jars:
-        raise RetrError(f"no Anserini fat jar under {root}/resources/jars")
-    return jars[-1]
+anserini_jar = helperjar.anserini_jar  # (where the jars are is helperjar's)
 
 
 @lru_cache(maxsize=1)

@@ -1,12 +1,9 @@
-"""The index folder's manifest and the atomic-build helpers.
+"""The index folder's manifest: its JSON, read (validated: it is untrusted input) and written.
 
-An index folder holds ``manifest.json`` plus one folder per named sub-index.
-Readers trust only what the manifest lists. The manifest is always written to
-a temporary file and moved into place with ``os.replace``; a new index folder
-is built under ``<target>.tmp-<pid>`` and swapped into place at the end (one
-``renameat2(RENAME_EXCHANGE)`` when it replaces a folder), so a killed or failed
-build never leaves a folder that looks valid. Changes of an existing folder
-make generations (:mod:`indexes.generations`).
+An index folder holds ``manifest.json`` plus one folder per named sub-index. Readers trust only
+what the manifest lists. It is always written to a temporary file and moved into place with
+``os.replace``. Everything else about the folder (builds, generations, commits, file names) is
+:mod:`indexes.folder`'s; this module imports none of it.
 
 Format 2 adds ``"generation"`` and ``"retired"`` (folders of older generations
 still held by readers) and a document store with generation columns; format 1
@@ -20,10 +17,9 @@ import json
 import os
 import platform
 import re
-import shutil
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Dict, Iterator
+from typing import Any, Dict
 
 from indexes.atomic import atomic_write
 from indexes.errors import IndexFormatError, InputError
@@ -188,139 +184,6 @@ def _check_paths(m: Dict[str, Any], folder: Path, path: Path) -> None:
         lo, hi = r.get("from", 0), r.get("to", max(g - 1, 0))
         if not (_count(lo) and _count(hi) and lo <= hi and (hi < g or g == 0)):
             raise bad(f"retired folder {rel!r} has generations {lo!r}..{hi!r} (the current one is {g})")
-
-
-_staging_now: set = set()   # staging folders this process is filling (an inner build uses them as they are)
-
-
-def what_is(path: Path | str) -> str:
-    """``missing``, ``empty`` (an empty folder), ``index`` (a folder with a retr manifest),
-    ``file`` (not a folder), or ``other`` (a folder of something else)."""
-    path = Path(path)
-    if not path.exists() and not path.is_symlink():
-        return "missing"
-    if not path.is_dir() or path.is_symlink():
-        return "file"
-    try:
-        m = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
-        if isinstance(m, dict) and m.get("format") == FORMAT:
-            return "index"
-    except (OSError, ValueError, UnicodeDecodeError):
-        pass
-    return "empty" if not any(path.iterdir()) else "other"
-
-
-def next_build_generation(target: Path | str) -> int:
-    """The generation a new build of ``target`` starts at: after the one it replaces, so that
-    readers of the old folder see the switch and no row of its store reads as one of theirs."""
-    try:
-        return int(read_manifest(target).get("generation", 0)) + 1 if what_is(target) == "index" else 0
-    except (IndexFormatError, InputError, ValueError, TypeError):
-        return 0
-
-
-@contextlib.contextmanager
-def _staged(tmp: Path, final: Path) -> Iterator[Path]:
-    """Work in ``tmp`` (fresh); on success swap it in as ``final`` (one atomic exchange
-    when ``final`` exists, under its writer lock; the old folder is then removed); on
-    failure remove it."""
-    from indexes import generations as gens
-
-    try:
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir()
-    except OSError as e:
-        raise InputError(f"cannot write the new index beside it ({e.strerror})", final) from None
-    _staging_now.add(str(tmp))
-    try:
-        try:
-            yield tmp
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        gens.pause("index:before-swap")
-        try:
-            _swap_in(tmp, final)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-    finally:
-        _staging_now.discard(str(tmp))
-
-
-def _swap_in(tmp: Path, final: Path) -> None:
-    from indexes import generations as gens
-
-    kind = what_is(final)
-    if kind == "missing":
-        try:
-            os.rename(tmp, final)
-        except OSError as e:  # another process created it meanwhile
-            raise InputError(f"appeared while this build ran ({e.strerror}); nothing was replaced", final) from None
-        return
-    if kind not in ("index", "empty"):
-        raise InputError(_not_ours(kind), final)
-    lock = gens.writer_lock(final) if kind == "index" else contextlib.nullcontext()
-    with lock:  # no change of the old folder is cut off half-way
-        if gens.exchange(tmp, final):
-            shutil.rmtree(tmp, ignore_errors=True)  # tmp is now the old folder
-            return
-        old = final.with_name(f".{final.name}.old-{os.getpid()}")
-        os.replace(final, old)
-        os.replace(tmp, final)
-        shutil.rmtree(old, ignore_errors=True)
-
-
-def _not_ours(kind: str) -> str:
-    if kind == "file":
-        return "is a file, not an index folder; refusing to replace it (remove it or choose another --index)"
-    return ("is a folder that is not a retr index (it has no retr manifest.json); refusing to replace it "
-            "(remove it or choose another --index)")
-
-
-@contextlib.contextmanager
-def atomic_folder(target: Path | str, overwrite: bool = False) -> Iterator[Path]:
-    """Yield a temporary, empty folder that
-    replaces ``target`` only if the block succeeds. ``target`` may be missing, an
-    empty folder, or (with ``overwrite``) a retr index; anything else is refused.
-    Staging folders of dead processes beside ``target`` are removed first."""
-    from indexes import generations as gens
-
-    target = Path(target)
-    if str(target) in _staging_now:  # an inner build of our own staging folder
-        yield target
-        return
-    kind = what_is(target)
-    if kind in ("file", "other"):
-        raise InputError(_not_ours(kind), target)
-    if kind == "index" and not overwrite:
-        raise InputError("already exists (pass --overwrite to replace it, or add to it)", target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    for p, _pid in gens.sibling_leftovers(target):
-        gens.remove(p)
-    with _staged(target.with_name(f"{target.name}.tmp-{os.getpid()}"), target) as tmp:
-        yield tmp
-
-
-@contextlib.contextmanager
-def locked(folder: Path | str) -> Iterator[None]:
-    """The writer lock of an index folder (for read-modify-write of its manifest); re-entrant
-    in one thread, so a writer that holds it may call code that takes it again."""
-    from indexes import generations as gens
-
-    with gens.writer_lock(folder):
-        yield
-
-
-def add_subindex_entry(folder: Path | str, name: str, entry: Dict[str, Any]) -> Dict[str, Any]:
-    """Record a built sub-index: re-read the manifest under the folder lock, so
-    two processes adding different sub-indexes do not lose each other's entry."""
-    with locked(folder):
-        m = read_manifest(folder)
-        m["subindexes"] = dict(m.get("subindexes", {}), **{name: entry})
-        write_manifest(folder, m)
-    return m
 
 
 def folder_size(path: Path | str) -> int:

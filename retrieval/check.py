@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Union
 
+from indexes import folder as owner
 from indexes import generations as gens
 from indexes import manifest as mf
 from indexes.errors import RetrError
-from retrieval.index import Index, docstore_path
+from retrieval.index import Index
 from retrieval.kinds import kind_of
 
 
@@ -65,7 +66,7 @@ def check_index(path: Union[str, Path], full: bool = False, sample: int = 1000, 
 def _check_open(idx: Index, rep: Report, full: bool, sample: int, seed: int) -> None:
     m = idx.manifest
     rep.generation = idx.generation
-    store = docstore_path(idx.path, m)
+    store = owner.docstore_path(idx.path, m)
     if not store.is_file():
         rep.problems.append(f"document store {store.name} is missing")
         return
@@ -135,7 +136,7 @@ def _one_line(e: Exception) -> str:
 
 def _check_leftovers(path: Path, rep: Report, strict: bool) -> None:
     out = rep.problems if strict else rep.notes
-    for p, pid in gens.sibling_leftovers(path):
+    for p, pid in owner.sibling_leftovers(path):
         out.append(f"leftover of dead process {pid}: {p} ({gens.size_of(p) / 1e6:.1f} MB); the next write or "
                    f"build of {path.name} removes it")
     busy = gens.writer_busy(path)
@@ -146,9 +147,9 @@ def _check_leftovers(path: Path, rep: Report, strict: bool) -> None:
         m = mf.read_manifest(path)
     except RetrError:
         return
-    for p in gens.inner_leftovers(path, m):
+    for p in owner.inner_leftovers(path, m):
         out.append(f"leftover of a dead writer: {p} ({gens.size_of(p) / 1e6:.1f} MB); the next write removes it")
-    store = docstore_path(path, m)
+    store = owner.docstore_path(path, m)
     if store.is_file():
         g = int(m.get("generation", 0))
         con = sqlite3.connect(f"file:{store}?mode=ro", uri=True)

@@ -21,17 +21,17 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from indexes import generations as gens
+from indexes import folder
 from indexes import manifest as mf
 from indexes.bulk import no_gc
 from indexes.docstore import DocStore
 from indexes.errors import IndexFormatError, InputError, ParameterError
-from retrieval.filters import Allowed, MetadataTable, parse_filter
+from retrieval.filters import Allowed, MetadataTable, first_allowed, parse_filter
 from retrieval.fusion import Pipeline, fuse, list_confidences, parse_pipeline
 from retrieval.kinds import kind_of
 from retrieval.progress import progress
 from retrieval.types import Document, Hit, Query
 
-DOCSTORE = "docs.sqlite"
 DEPTH = 100  # candidates each fused retriever returns, at least (more when k is larger)
 FOLLOW_GRACE = 2.0  # seconds a reader answers from its generation while the newest one cannot be opened
 DEEPEN_SHARE = 0.25  # filters allowing this share of the documents or more read the ranking deeper instead
@@ -44,14 +44,12 @@ def _tick(timings: Optional[Dict[str, float]], stage: str, t0: float) -> None:
 
 def _stat_key(path: Path) -> Optional[Tuple[int, int, int, int]]:
     try:
-        st = os.stat(path / mf.MANIFEST)
+        st = os.stat(folder.manifest_path(path))
     except FileNotFoundError:
         return None
     return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
 
 
-def docstore_path(path: Path, manifest: dict) -> Path:
-    return Path(path) / ((manifest.get("docstore") or {}).get("path") or DOCSTORE)
 
 
 class _Generation:
@@ -70,13 +68,12 @@ class _Generation:
         self.previous: Dict[str, object] = {}   # retrievers of the generation before, for kind.reopen
         self.users = 0
         self.retired = False
-        self.retired_by_newer = False  # a newer generation replaced it (refresh), so writers may collect it
         self.lock = threading.Lock()
 
     @property
     def docstore(self) -> DocStore:
         if self._docstore is None:
-            self._docstore = DocStore(docstore_path(self.path, self.manifest), generation=self.number)
+            self._docstore = DocStore(folder.docstore_path(self.path, self.manifest), generation=self.number)
         return self._docstore
 
     @property
@@ -120,14 +117,13 @@ class _Generation:
                 elif new_entry is not None and new_entry.get("kind") == old.manifest["subindexes"][name].get("kind"):
                     self.previous[name] = r
             if (old._docstore is not None and old.number == self.number
-                    and docstore_path(old.path, old.manifest) == docstore_path(self.path, self.manifest)):
+                    and folder.docstore_path(old.path, old.manifest) == folder.docstore_path(self.path, self.manifest)):
                 self._docstore, old._docstore = old._docstore, None
                 self._metadata = old._metadata
 
-    def release(self, collect: bool = False) -> None:
-        """Close what only this generation uses and let writers remove its files; with ``collect``
-        (an older generation than the folder's current one) remove them now, in the background,
-        if no writer is busy and no other reader holds them."""
+    def release(self) -> None:
+        """Close what only this generation uses and let writers remove its files (the next writer
+        does: readers delete nothing, as Lucene's readers delete nothing)."""
         with self.lock:
             for r in list(self.retrievers.values()):
                 if hasattr(r, "close"):
@@ -140,8 +136,6 @@ class _Generation:
                 self._docstore.close()
                 self._docstore = None
             self.drop_lock()
-        if collect and self.retired_by_newer:
-            threading.Thread(target=gens.try_collect, args=(self.path,), name="retr-collect", daemon=True).start()
 
     def drop_lock(self) -> None:
         fd, self._fd = self._fd, None
@@ -177,7 +171,7 @@ def _open_generation(path: Path) -> _Generation:
                     raise IndexFormatError(f"{path}: sub-index {name!r} is listed in the manifest but missing "
                                            f"on disk")
             try:
-                DocStore(docstore_path(path, m)).check()
+                DocStore(folder.docstore_path(path, m)).check()
             except BaseException:
                 gen.drop_lock()
                 raise
@@ -243,10 +237,9 @@ class Index:
             self._gen = new
             with old.lock:
                 old.retired = True
-                old.retired_by_newer = new.number != old.number
                 idle = old.users == 0
             if idle:
-                old.release(collect=True)
+                old.release()
             return True
 
     def follow(self) -> bool:
@@ -285,7 +278,7 @@ class Index:
             g.users -= 1
             done = g.retired and g.users == 0
         if done:
-            g.release(collect=True)
+            g.release()
 
     def close(self) -> None:
         with self._lock:
@@ -293,10 +286,9 @@ class Index:
         if g is not None:
             with g.lock:
                 g.retired = True
-                g.retired_by_newer = _stat_key(self.path) != g.key
                 idle = g.users == 0
             if idle:
-                g.release(collect=True)
+                g.release()
 
     def __enter__(self) -> "Index":
         return self
@@ -309,9 +301,6 @@ class Index:
     def manifest(self) -> dict:
         return self._current().manifest
 
-    @manifest.setter
-    def manifest(self, value: dict) -> None:  # after a manifest-only change of the same generation
-        self._current().manifest = value
 
     @property
     def retrievers(self) -> List[str]:
@@ -332,7 +321,7 @@ class Index:
                                        "config": e.get("config", {}), "model": e.get("model"),
                                        "built_at": e.get("built_at"),
                                        "deleted_pending": int(e.get("deleted_pending", 0))}
-        store = docstore_path(self.path, m)
+        store = folder.docstore_path(self.path, m)
         out["docstore_bytes"] = sum(p.stat().st_size for p in (store, Path(f"{store}-wal")) if p.exists())
         return out
 
@@ -474,13 +463,8 @@ class Index:
             return []
         native = getattr(r, "search_filtered", None)
         if native is None or n >= DEEPEN_SHARE * total:
-            depth = total if native is None else min(total, max(k + 10, -(-2 * k * total // n)))
-            while True:
-                ranked = r.search(query, depth)
-                hits = [x for x in ranked if x[0] in allowed.set]
-                if len(hits) >= k or len(ranked) < depth or depth >= total:
-                    return hits[:k]
-                depth = min(total, depth * 4)
+            return first_allowed(lambda depth: [r.search(query, depth)], k, allowed, total,
+                                 depth=total if native is None else None)[0]
         return native(query, k, allowed)
 
     def batch_search(self, queries: Sequence[Union[Query, str]], k: int = 10, retriever: str = "bm25",

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+from indexes import folder
 from indexes import manifest as mf
 from indexes.errors import InputError
 from retrieval.fusion import DEFAULT_FUSION, Fusion, Pipeline, fuse, list_confidences
@@ -77,11 +78,9 @@ def tune(index, queries: Sequence[Query], qrels: Dict[str, Dict[str, int]], retr
               "depth": depth, "tuned_at": mf.now(), "seconds": round(time.perf_counter() - t0, 1),
               "top": [{"fusion": str(grid[i]), metric: scores[i]}
                       for i in sorted(range(len(grid)), key=lambda i: -scores[i])[:10]]}
-    if save:
-        with mf.locked(index.path):
-            m = mf.read_manifest(index.path)
-            m.setdefault("pipelines", {})[p.base] = report
-            mf.write_manifest(index.path, m)
-        index.manifest = mf.read_manifest(index.path)
+    if save:  # a generation of its own: readers holding the current one keep its default until they move on
+        folder.commit_manifest(index.path, lambda ch: ch.new.setdefault("pipelines", {}).__setitem__(p.base, report),
+                              based_on=index.manifest)
+        index.refresh()
     return report
 

@@ -21,7 +21,6 @@ delete, compact, entries, ...); this module holds no per-kind logic. Reading is
 from __future__ import annotations
 
 import contextlib
-import copy
 import hashlib
 import re
 import sys
@@ -31,13 +30,14 @@ from typing import AbstractSet, Callable, Iterable, Iterator, List, Optional, Se
 
 from indexes import generations as gens
 from indexes import manifest as mf
-from indexes.docstore import DocStore, DocStoreWriter, LiveStore, migrate, schema
+from indexes import folder
+from indexes.docstore import DocStoreWriter
 from indexes.errors import InputError, ParameterError
 from retrieval.bm25 import BM25Spec
 from retrieval.collections import check_lengths, check_metadata, count_lines, read_corpus
 from retrieval.dense.subindex import DenseSpec
 from retrieval.executors import Executor, open_executor
-from retrieval.index import DOCSTORE, Index, docstore_path
+from retrieval.index import Index
 from retrieval.kinds import BuildContext, SubIndexKind, get_kind, kind_of
 from retrieval.progress import progress
 from retrieval.types import Document
@@ -78,7 +78,7 @@ def build_index(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[s
     """
     index_dir = Path(index_dir)
     BM25Spec(k1, b, store_docvectors).validate()
-    gen = mf.next_build_generation(index_dir) if generation is None else int(generation)
+    gen = folder.next_build_generation(index_dir) if generation is None else int(generation)
     if dense is not None:
         dense.validate()  # fail on a bad option before reading the corpus
     source = str(corpus) if isinstance(corpus, (str, Path)) else "<python iterable>"
@@ -87,8 +87,8 @@ def build_index(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[s
     docs = (read_corpus(corpus, empty=empty, skipped=skipped) if isinstance(corpus, (str, Path))
             else _checked(corpus))
     t0 = time.perf_counter()
-    with mf.atomic_folder(index_dir, overwrite=overwrite) as tmp:
-        store = DocStoreWriter(tmp / DOCSTORE, generation=gen)
+    with folder.atomic_folder(index_dir, overwrite=overwrite) as tmp:
+        store = DocStoreWriter(tmp / folder.DOCSTORE, generation=gen)
         h = hashlib.sha256()
         kept = keep if keep is None or callable(keep) else (lambda d, ids=keep: d.docid in ids)
         dropped = [0]
@@ -114,7 +114,7 @@ def build_index(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[s
                 if kept is None or kept(doc):
                     store.add(doc.docid, doc.title, doc.text, doc.metadata or None)
 
-        ctx = BuildContext(tmp / DOCSTORE, "", _cache_base(index_dir), quiet=quiet, threads=threads,
+        ctx = BuildContext(tmp / folder.DOCSTORE, "", _cache_base(index_dir), quiet=quiet, threads=threads,
                            stream=stream(), meanwhile=fill_store if from_file else None, generation=gen)
         try:
             bm25 = get_kind("bm25").build(tmp / "bm25", "bm25", ctx, BM25Spec(k1, b, store_docvectors))
@@ -128,18 +128,18 @@ def build_index(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[s
         m = mf.new_manifest({"threads": threads, "empty": empty}, generation=gen)
         m["corpus"] = {"source": source, "doc_count": n_docs, "fingerprint": "sha256:" + h.hexdigest(),
                        "skipped_empty": len(skipped)}
-        m["docstore"] = {"path": DOCSTORE, "doc_count": n_docs, "schema": 2}
+        m["docstore"] = {"path": folder.DOCSTORE, "doc_count": n_docs, "schema": 2}
         if keep is not None or pruning is not None:
             m["pruning"] = {**(pruning or {}), "dropped": dropped[0], "kept": n_docs}
         m["subindexes"]["bm25"] = dict(bm25, build_seconds=round(time.perf_counter() - t0, 3), generation=gen)
         if dense is not None:
             with open_executor(executor) as ex:
-                ctx = BuildContext(tmp / DOCSTORE, m["corpus"]["fingerprint"], _cache_base(index_dir), quiet=quiet,
+                ctx = BuildContext(tmp / folder.DOCSTORE, m["corpus"]["fingerprint"], _cache_base(index_dir), quiet=quiet,
                                    threads=threads, precomputed=dense_vectors, generation=gen, executor=ex)
                 m["subindexes"]["dense"] = dict(get_kind("dense").build(tmp / "dense", "dense", ctx, dense),
                                                 generation=gen)
         gens.pause("index:built")
-        mf.write_manifest(tmp, m)
+        folder.write_built(tmp, m)
     return Index.open(index_dir)
 
 
@@ -178,7 +178,7 @@ def index_corpus(corpus: Union[str, Path], index_dir: Union[str, Path], *, dense
         check_share(prune)
     if isinstance(executor, Executor) and executor.kind == "ray" and dense is None and deepct is None and prune is None:
         raise ParameterError("{executor=ray} runs the model stages ({dense}, {deepct}, {prune}); this build has none")
-    existing = (index_dir / "manifest.json").exists()
+    existing = folder.manifest_path(index_dir).exists()
     adding = existing and prune is None and (dense is not None or deepct is not None)
     if existing and not adding and not overwrite:
         hint = "pass --overwrite to rebuild it" + (" pruned" if prune is not None else
@@ -197,8 +197,8 @@ def index_corpus(corpus: Union[str, Path], index_dir: Union[str, Path], *, dense
                 idx = add_deepct(idx, deepct, overwrite=overwrite, quiet=quiet, executor=ex)
         return idx
     kw = dict(k1=k1, b=b, threads=threads, overwrite=True, store_docvectors=store_docvectors, empty=empty,
-              dense=dense, quiet=quiet, generation=mf.next_build_generation(index_dir))
-    with mf.atomic_folder(index_dir, overwrite=overwrite) as stage, open_executor(executor) as ex:
+              dense=dense, quiet=quiet, generation=folder.next_build_generation(index_dir))
+    with folder.atomic_folder(index_dir, overwrite=overwrite) as stage, open_executor(executor) as ex:
         if prune is not None:
             idx = build_pruned_index(corpus, stage, prune, quality, executor=ex, **kw)
         else:
@@ -241,7 +241,7 @@ def add_subindex(index: Index, kind: str, spec, name: Optional[str] = None, over
         if name in ch.old["subindexes"] and not overwrite:
             raise InputError(f"index already has a {name!r} sub-index (pass --overwrite to rebuild it)", ch.path)
         rel = ch.fresh_folder(name)
-        entry = k.build(ch.path / rel, rel, ch.context(executor=ex), spec)
+        entry = k.build(ch.path / rel, rel, _context(ch, executor=ex), spec)
         for n, e in k.entries(name, entry).items():
             if n in ch.old["subindexes"]:
                 ch.retire(ch.old["subindexes"][n])
@@ -310,164 +310,22 @@ def _path_of(index) -> Path:
     return Path(index.path if hasattr(index, "path") else index)
 
 
-class _Change:
-    """One change of a folder in progress: generation ``gen`` (the current one + 1). Folders it
-    makes are removed again if it fails; :meth:`commit` switches the manifest to it."""
-
-    def __init__(self, path: Path, manifest: dict, store: LiveStore, store_rel: str, quiet: bool, threads: int):
-        self.path, self.old, self.quiet, self.threads = path, manifest, quiet, threads
-        self.base = int(manifest.get("generation", 0))
-        self.gen = self.base + 1
-        self.new = copy.deepcopy(manifest)
-        self.new["generation"] = self.gen
-        self.new["format_version"] = mf.FORMAT_VERSION
-        self.new.setdefault("retired", [])
-        self.store, self.store_rel = store, store_rel
-        self.made: List[Path] = []
-        self.committed = False
-
-    # -- folders
-    def fresh_folder(self, name: str) -> str:
-        """A folder name for a sub-index built in this generation."""
-        used = {str(e.get("path")) for e in self.old["subindexes"].values()}
-        used |= {str(r.get("path")) for r in self.old.get("retired", [])}
-        rel = name if name not in used and not (self.path / name).exists() else gens.gen_path(name, self.gen)
-        self.made.append(self.path / rel)
-        (self.path / rel).mkdir()
-        return rel
-
-    def retire(self, entry: dict) -> None:
-        """The folder of ``entry`` is no longer the current generation's (kept while read)."""
-        rel = entry["path"]
-        if not any(r["path"] == rel for r in self.new["retired"]):
-            self.new["retired"].append({"path": rel, "from": int(entry.get("generation", 0)), "to": self.base})
-
-    def stage(self, name: str) -> Path:
-        """The sub-index ``name`` of the new generation: a hard-link copy of the current folder,
-        which the kind then changes (aliases share their target's new folder)."""
-        entry = self.new["subindexes"][name]
-        old_rel = entry["path"]
-        rel = gens.gen_path(old_rel, self.gen)
-        dst = self.path / rel
-        self.made.append(dst)
-        gens.link_tree(self.path / old_rel, dst)
-        self.retire(entry)
-        moved = _moved(entry, old_rel, rel)
-        entry.clear()
-        entry.update(moved, generation=self.gen)
-        for e in self.new["subindexes"].values():
-            if e.get("alias_of") == name:
-                e.update(_moved(e, old_rel, rel), generation=self.gen)
-        return dst
-
-    def context(self, **kw) -> BuildContext:
-        return BuildContext(self.path / self.store_rel, self.old.get("corpus", {}).get("fingerprint", ""),
-                            _cache_base(self.path), quiet=self.quiet, threads=self.threads, generation=self.gen, **kw)
-
-    # -- the switch
-    def commit(self) -> None:
-        m = self.new
-        live = {str(e.get("path")) for e in m["subindexes"].values()} | {self.store_rel}
-        m["retired"] = [r for r in m["retired"] if r["path"] not in live and (self.path / r["path"]).exists()]
-        gens.pause("write:before-switch")
-        mf.write_manifest(self.path, m)
-        self.committed = True
-        gens.pause("write:after-switch")
-        self.collect()
-
-    def collect(self) -> None:
-        """Remove the folders of generations nobody reads and the rows nobody can see."""
-        m = mf.read_manifest(self.path)
-        gens.collect(self.path, m)
-        if schema(self.path / self.store_rel) == 2:
-            self.store.purge(gens.oldest_held(self.path, int(m.get("generation", 0))))
-
-    def rollback(self) -> None:
-        if self.store is not None:
-            self.store.rollback_after(self.base)
-        for p in self.made:
-            gens.remove(p)
-
-
-def _moved(entry: dict, old: str, new: str) -> dict:
-    """``entry`` with its folder and every path inside it (a selector's folder, ...) moved from
-    ``old`` to ``new``: the values of ``path`` keys, and strings that start with ``old/``."""
-    def walk(v, key=None):
-        if isinstance(v, dict):
-            return {k: walk(x, k) for k, x in v.items()}
-        if isinstance(v, list):
-            return [walk(x) for x in v]
-        if isinstance(v, str) and ((key == "path" and v == old) or v.startswith(old + "/")):
-            return new + v[len(old):]
-        return v
-    return walk(entry)
-
-
-def clean_leftovers(path: Path, manifest: dict) -> List[str]:
-    """Remove what dead writers left in and beside ``path`` (call with the writer lock held):
-    folders of generations that never got their manifest, retr's temporary folders, staging
-    folders of dead builds, and document-store rows of uncommitted generations. Returns
-    what was removed."""
-    done = []
-    for p in gens.inner_leftovers(path, manifest):
-        gens.remove(p)
-        done.append(str(p))
-    for p, _pid in gens.sibling_leftovers(path):
-        gens.remove(p)
-        done.append(str(p))
-    store = docstore_path(path, manifest)
-    if store.exists() and schema(store) == 2:
-        ls = LiveStore(store)
-        try:
-            n = ls.rollback_after(int(manifest.get("generation", 0)))
-        finally:
-            ls.close()
-        if n:
-            done.append(f"{n} document-store rows of an uncommitted generation")
-    return done
-
-
 @contextlib.contextmanager
-def _changing(index, quiet: bool = False, threads: int = 2) -> Iterator[_Change]:
-    """Hold the folder's writer lock, clean leftovers, and yield the next generation's change
-    (format 1 folders get a schema-2 document store in it: one copy of the store, once)."""
+def _changing(index, quiet: bool = False, threads: int = 2) -> Iterator[folder.Change]:
+    """The next generation's change of ``index``'s folder (:func:`indexes.folder.changing`), with
+    the writer's settings for the kinds' contexts (``quiet``, ``threads``)."""
     path = _path_of(index)
     on_wait = None if quiet else (lambda pid: _notice(f"retr: waiting for another writer of {path}"
                                                        + (f" (pid {pid})" if pid and pid > 0 else "")))
-    with gens.writer_lock(path, on_wait):
-        m = mf.read_manifest(path)
-        DocStore(docstore_path(path, m)).check()  # a missing, empty or damaged store: one line, nothing made
-        clean_leftovers(path, m)
-        gens.collect(path, m)
-        store_rel = str((m.get("docstore") or {}).get("path") or DOCSTORE)
-        migrated = None
-        if schema(path / store_rel) == 1:
-            gen = int(m.get("generation", 0)) + 1
-            new_rel = f"docs.g{gen}.sqlite"
-            migrated = path / new_rel
-            migrate(path / store_rel, migrated, int(m.get("generation", 0)))
-            old_rel, store_rel = store_rel, new_rel
-        try:
-            store = LiveStore(path / store_rel)
-        except BaseException:
-            if migrated is not None:
-                gens.remove(migrated)
-            raise
-        ch = _Change(path, m, store, store_rel, quiet, threads)
-        if migrated is not None:
-            ch.made += [migrated, Path(f"{migrated}-wal"), Path(f"{migrated}-shm")]
-            ch.new["docstore"] = dict(m.get("docstore") or {}, path=store_rel, schema=2)
-            ch.new["retired"].append({"path": old_rel, "from": 0, "to": ch.base})
-            ch.new["migrated"] = {"from_format": int(m.get("format_version", 1)), "at": mf.now(),
-                                  "generation": ch.gen}
-        try:
-            yield ch
-        except BaseException:
-            if not ch.committed:
-                ch.rollback()
-            raise
-        finally:
-            store.close()
+    with folder.changing(path, on_wait) as ch:
+        ch.quiet, ch.threads = quiet, threads
+        yield ch
+
+
+def _context(ch: folder.Change, **kw) -> BuildContext:
+    """What a kind needs to change its sub-index in ``ch``'s generation."""
+    return BuildContext(ch.store_path, ch.old.get("corpus", {}).get("fingerprint", ""), _cache_base(ch.path),
+                        quiet=ch.quiet, threads=ch.threads, generation=ch.gen, **kw)
 
 
 def _read_docs(corpus, empty: str) -> List[Document]:
@@ -481,7 +339,7 @@ def _source(corpus) -> str:
     return str(corpus) if isinstance(corpus, (str, Path)) else "<python iterable>"
 
 
-def _apply(ch: _Change, removed: Sequence[str], added: Sequence[Document], op: str, source: str,
+def _apply(ch: folder.Change, removed: Sequence[str], added: Sequence[Document], op: str, source: str,
            t0: float, extra: Optional[dict] = None, executor=None) -> None:
     """Change every sub-index (and the store) of ``ch``'s new generation by the same documents
     (their model stages on ``executor``, an opened runner)."""
@@ -494,7 +352,7 @@ def _apply(ch: _Change, removed: Sequence[str], added: Sequence[Document], op: s
                          f"build a new one instead", ch.path)
     ch.store.change(ch.gen, removed, added)
     gens.pause("write:after-docstore")
-    ctx = ch.context(executor=executor)
+    ctx = _context(ch, executor=executor)
     physical = [name for name, e in m["subindexes"].items() if not e.get("alias_of")]
     for name in progress(physical, desc=f"{op}: updating sub-indexes", unit="sub-index", quiet=ch.quiet):
         folder = ch.stage(name)
@@ -538,7 +396,7 @@ def _apply(ch: _Change, removed: Sequence[str], added: Sequence[Document], op: s
     ch.commit()
 
 
-def _committed(ch: _Change, report: Optional[dict]) -> None:
+def _committed(ch: folder.Change, report: Optional[dict]) -> None:
     """What a caller's ``report`` learns of a commit: the generation it made and its document count
     (readers of that generation see exactly that many)."""
     if report is not None:
@@ -565,7 +423,7 @@ def _pruned(pruning: Optional[dict], docs: List[Document], quiet: bool, path: Pa
         raise InputError(str(e), path) from None
 
 
-def _pruning_record(ch: _Change, read: int, kept: int) -> None:
+def _pruning_record(ch: folder.Change, read: int, kept: int) -> None:
     pruning = ch.old.get("pruning")
     if pruning:
         ch.new["pruning"] = dict(pruning, considered=int(pruning.get("considered", 0)) + read,
@@ -697,7 +555,7 @@ def compact(index, quiet: bool = False, report: Optional[dict] = None) -> Index:
             if report is not None:
                 report.update(seconds=round(time.perf_counter() - t0, 2))
             return Index.open(path)
-        ctx = ch.context()
+        ctx = _context(ch)
         for name in progress(todo, desc="compacting", unit="sub-index", quiet=quiet):
             folder = ch.stage(name)
             e = kind_of(ch.new["subindexes"][name]).compact(folder, ch.new["subindexes"][name], ctx)

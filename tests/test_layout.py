@@ -143,3 +143,60 @@ def test_every_registered_kind_loads_and_follows_the_protocol():
         assert isinstance(k, SubIndexKind) and k.name == name
         for method in ("build", "retriever", "count"):
             assert getattr(type(k), method) is not getattr(SubIndexKind, method), (name, method)
+
+
+#: the folder's owner (indexes/folder.py), with the JSON of its manifest (indexes/manifest.py) and the
+#: lock files of the generations it is built on (indexes/generations.py: ``.lock``, ``.readers``)
+_OWNER = {"indexes/folder.py", "indexes/manifest.py", "indexes/generations.py"}
+_NAMES = ("manifest.json", "docs.sqlite", "docs.g")
+
+
+def _product_files():
+    for pkg in ("retrieval", "indexes", "cli"):
+        yield from sorted((ROOT / pkg).rglob("*.py"))
+
+
+def _strings(path: Path):
+    """The string constants of a module's code (its docstrings and comments left out)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docs = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                docs.add(id(first.value))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            yield node.value
+
+
+def test_only_the_folder_owner_spells_the_folder_s_file_names():
+    """manifest.json, docs.sqlite and the generations' store names are indexes/folder.py's to know; the rest
+    ask it (folder.docstore_path, folder.manifest_path, ...). Messages that name a file for a person are
+    written from those functions too."""
+    for p in _product_files():
+        rel = p.relative_to(ROOT).as_posix()
+        if rel in _OWNER:
+            continue
+        bad = [s for s in _strings(p) if any(n in s for n in _NAMES)]
+        assert not bad, (rel, bad)
+
+
+def test_only_the_folder_owner_writes_a_manifest():
+    """Every manifest change is a commit of indexes/folder.py (a build's, a change's, a manifest-only one)."""
+    for p in _product_files():
+        rel = p.relative_to(ROOT).as_posix()
+        if rel in _OWNER:
+            continue
+        bad = sorted(i for i in _imports(p) if i.endswith(".write_manifest"))
+        text = p.read_text(encoding="utf-8")
+        assert not bad and "write_manifest(" not in text, rel
+
+
+def test_no_module_of_indexes_imports_another_in_a_loop_and_manifest_is_plain_json():
+    g = _graph("indexes")
+    assert not {i for i in g["indexes.manifest"] if i.startswith("indexes.") and i not in
+                ("indexes.errors", "indexes.atomic")}, g["indexes.manifest"]
+    for a, deps in g.items():
+        for b in deps:
+            assert a not in g.get(b, set()), (a, b)

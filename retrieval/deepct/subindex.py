@@ -359,10 +359,17 @@ def with_alias(name: str, entry: dict) -> Dict[str, dict]:
 
 def _record(path: Path, name: str, entry: dict, tune_fusion: bool, quiet: bool):
     """Write ``name`` and its DeepCT-Query alias into the manifest, then tune the fusion."""
+    from indexes import folder as owner
     from retrieval.index import Index
 
-    for n, e in with_alias(name, entry).items():
-        mf.add_subindex_entry(path, n, e)
+    def record(ch):
+        if ch.old["subindexes"].get(name, {}).get("path") != entry["path"]:
+            raise InputError(f"sub-index {name!r} changed (another writer) while it was being tuned; run it again",
+                             path)
+        for n, e in with_alias(name, entry).items():
+            ch.new["subindexes"][n] = e
+
+    owner.commit_manifest(path, record)  # a generation of its own: readers of the current one keep it
     idx = Index.open(path)
     if tune_fusion and "bm25" in idx.retrievers:
         tune_default_fusion(idx, name, quiet=quiet)

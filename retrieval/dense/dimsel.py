@@ -39,6 +39,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -510,6 +511,7 @@ def train_selector(index, queries, qrels, output: Optional[Union[str, Path]] = N
     Query) and ``qrels`` (path or dict), save it (default: INDEX/<retriever>/dimsel/) and record it in
     the manifest entry of the sub-index under ``"dimsel"``."""
     from eval import read_qrels
+    from indexes import folder as owner
     from indexes import manifest as mf
     from retrieval.collections import read_queries
 
@@ -529,18 +531,23 @@ def train_selector(index, queries, qrels, output: Optional[Union[str, Path]] = N
     sel.config["training"]["seconds"] = round(time.perf_counter() - t0, 2)
     sel.config["retriever"] = retriever
     sel.config["index_model_sha256"] = (dense.entry.get("model") or {}).get("sha256")
-    folder = Path(output) if output else selector_folder(dense)
-    sel.save(folder)
-    if record and hasattr(index, "path") and output is None:
-        with mf.locked(index.path):
-            m = mf.read_manifest(index.path)
-            entry = m["subindexes"][retriever]
-            entry["dimsel"] = {"path": f"{entry['path']}/{SELECTOR_DIR}", "trained_at": mf.now(),
-                               "dim": sel.dim, "alpha": sel.config["alpha"], "threshold": sel.config["threshold"],
-                               "model": sel.config["model"], "training": {k: v for k, v in sel.config["training"].items()
-                                                                          if k != "history"}}
-            mf.write_manifest(index.path, m)
-        index.manifest = mf.read_manifest(index.path)
+    if not (record and hasattr(index, "path") and output is None):
+        sel.save(Path(output) if output else selector_folder(dense))
+        return sel
+
+    def record_it(ch):
+        # generation N+1 gets its own copy of the dense folder (hard links) with the selector in it,
+        # so readers of N keep N's folder (and its old selector, if any) as it was
+        dst = ch.stage(retriever)
+        shutil.rmtree(dst / SELECTOR_DIR, ignore_errors=True)  # links only: N's files stay
+        sel.save(dst / SELECTOR_DIR)
+        entry = ch.new["subindexes"][retriever]
+        entry["dimsel"] = {"path": f"{entry['path']}/{SELECTOR_DIR}", "trained_at": mf.now(),
+                           "dim": sel.dim, "alpha": sel.config["alpha"], "threshold": sel.config["threshold"],
+                           "model": sel.config["model"], "training": {k: v for k, v in sel.config["training"].items()
+                                                                      if k != "history"}}
+    owner.commit_manifest(index.path, record_it, based_on=index.manifest)
+    index.refresh()
     return sel
 
 

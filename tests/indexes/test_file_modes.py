@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from indexes import atomic
-from indexes import generations as gens
+from indexes import folder
+
 from tests.conftest import ROOT
 
 TEXTS = ["aspirin lowers the risk of colorectal cancer", "vitamin D deficiency and bone density",
@@ -49,7 +50,7 @@ def test_atomic_write_gives_the_umask_mode_and_replaces_in_one_step(tmp_path, um
         f.write("new\n")
         (tmp, ) = [p for p in tmp_path.iterdir() if p != target]
         # the temporary name is one retr's leftover clean-up recognises, and the target is untouched
-        assert gens.inner_leftovers(tmp_path, {}) == [tmp] and target.read_text() == "old\n"
+        assert folder.inner_leftovers(tmp_path, {}) == [tmp] and target.read_text() == "old\n"
     assert target.read_text() == "new\n" and mode(target) == 0o666 & ~mask
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f.json"]
     atomic.write_bytes(tmp_path / "b.bin", b"\x00\x01")

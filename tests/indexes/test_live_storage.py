@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+from indexes import folder
 from indexes import generations as gens
 from indexes.docstore import DocStore, DocStoreWriter, LiveStore, migrate, schema
 from indexes.faiss_index import FaissIndex
@@ -108,7 +109,7 @@ def test_link_tree_shares_files_and_leaves_the_lucene_lock_behind(tmp_path):
     dst = tmp_path / "a.g1"
     assert os.stat(dst / "seg.bin").st_ino == os.stat(src / "seg.bin").st_ino
     assert (dst / "sub" / "w.json").exists() and not (dst / "write.lock").exists()
-    assert gens.gen_path("a.g1", 7) == "a.g7" and gens.gen_path("deepct", 2) == "deepct.g2"
+    assert folder.gen_path("a.g1", 7) == "a.g7" and folder.gen_path("deepct", 2) == "deepct.g2"
 
 
 def test_the_writer_lock_is_reentrant_here_and_exclusive_across_processes(tmp_path):
@@ -131,6 +132,6 @@ def test_reader_locks_tell_the_collector_which_generations_are_held(tmp_path):
     assert gens.held_generations(tmp_path, 4) == {1, 3}
     assert sorted(p.name for p in (tmp_path / gens.READERS).iterdir()) == ["1", "3"]  # 2's file collected
     os.close(fd1)
-    assert gens.held_generations(tmp_path, 4) == {3} and gens.oldest_held(tmp_path, 4) == 3
+    assert gens.held_generations(tmp_path, 4) == {3} and folder.oldest_held(tmp_path, 4) == 3
     os.close(fd3)
-    assert gens.oldest_held(tmp_path, 4) == 4
+    assert folder.oldest_held(tmp_path, 4) == 4

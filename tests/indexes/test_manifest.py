@@ -2,6 +2,7 @@ import json
 
 import pytest
 
+from indexes import folder
 from indexes import manifest as mf
 from indexes.docstore import DocStore, DocStoreWriter
 from indexes.errors import IndexFormatError, InputError
@@ -10,7 +11,7 @@ from indexes.errors import IndexFormatError, InputError
 def test_atomic_folder_leaves_nothing_on_failure(tmp_path):
     target = tmp_path / "idx"
     with pytest.raises(RuntimeError):
-        with mf.atomic_folder(target) as tmp:
+        with folder.atomic_folder(target) as tmp:
             (tmp / "half-written").write_text("x")
             raise RuntimeError("killed")
     assert list(tmp_path.iterdir()) == []
@@ -18,28 +19,28 @@ def test_atomic_folder_leaves_nothing_on_failure(tmp_path):
 
 def test_atomic_folder_replaces_only_a_retr_index_and_only_with_overwrite(tmp_path):
     target = tmp_path / "idx"
-    with mf.atomic_folder(target) as tmp:
+    with folder.atomic_folder(target) as tmp:
         mf.write_manifest(tmp, mf.new_manifest({}))
         (tmp / "a").write_text("1")
     with pytest.raises(InputError, match="already exists"):
-        with mf.atomic_folder(target):
+        with folder.atomic_folder(target):
             pass
-    with mf.atomic_folder(target, overwrite=True) as tmp:
+    with folder.atomic_folder(target, overwrite=True) as tmp:
         (tmp / "b").write_text("2")
     assert sorted(p.name for p in target.iterdir()) == ["b"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
     # the replaced folder is not an index any more: even --overwrite refuses to touch it, or a file
     with pytest.raises(InputError, match="not a retr index"):
-        with mf.atomic_folder(target, overwrite=True):
+        with folder.atomic_folder(target, overwrite=True):
             pass
     assert (target / "b").read_text() == "2"
     (tmp_path / "f").write_text("mine")
     with pytest.raises(InputError, match="is a file"):
-        with mf.atomic_folder(tmp_path / "f", overwrite=True):
+        with folder.atomic_folder(tmp_path / "f", overwrite=True):
             pass
     assert (tmp_path / "f").read_text() == "mine"
     (tmp_path / "empty").mkdir()  # an empty folder may receive a build
-    with mf.atomic_folder(tmp_path / "empty") as tmp:
+    with folder.atomic_folder(tmp_path / "empty") as tmp:
         (tmp / "c").write_text("3")
     assert sorted(p.name for p in (tmp_path / "empty").iterdir()) == ["c"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "f", "idx"]

@@ -183,7 +183,7 @@ def test_cli_train_and_search(dense_index, small_corpus, tmp_path, retr):
                  "--hidden", "16", "--dev-share", "0", "--alpha", "0.5")
     assert r.returncode == 0, r.stderr
     entry = json.loads((idx / "manifest.json").read_text())["subindexes"]["dense"]["dimsel"]
-    cfg = json.loads((idx / "dense" / "dimsel" / "selector.json").read_text())
+    cfg = json.loads((idx / entry["path"] / "selector.json").read_text())
     assert entry["dim"] == cfg["dim"] == 384 and cfg["alpha"] == 0.5 and cfg["model"]["epochs"] == 3
     runs = {}
     for mode in (None, "none", "learned"):
