@@ -31,7 +31,7 @@ from typing import Iterator, List, Optional, Tuple
 
 from indexes.errors import InputError
 from indexes.lucene import MAX_CONTENTS_CHARS, MAX_DOCID_BYTES
-from retrieval.types import Document, Query, finite_number
+from retrieval.types import Document, Query, contents, finite_number
 
 _ID_KEYS = ("_id", "id", "docid", "doc_id")
 _SPACE = re.compile(r"\s")
@@ -114,7 +114,7 @@ def check_lengths(docid: str, title: str, text: str, path: Optional[Path] = None
     if len(docid.encode("utf-8")) > MAX_DOCID_BYTES:
         raise InputError(f"document id of {len(docid.encode('utf-8')):,} bytes is longer than Lucene's limit "
                          f"of {MAX_DOCID_BYTES:,} (UTF-8)", path, n)
-    chars = _utf16_length(f"{title} {text}" if title else text)
+    chars = _utf16_length(contents(title, text))
     if chars > MAX_CONTENTS_CHARS:
         raise InputError(f"document {docid[:80]!r} is {chars:,} characters long, over the {MAX_CONTENTS_CHARS:,} "
                          f"that Lucene's indexer reads (title and text together); split or shorten it", path, n)

@@ -43,6 +43,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 
 from indexes.errors import InputError, ParameterError, RetrError
 from retrieval.progress import progress
+from retrieval.types import contents
 
 EXECUTORS = ("local", "ray")  # the kinds of executor
 RAY_PIN = "ray[data]==2.60.0"
@@ -158,7 +159,7 @@ class StoreSource:
         from indexes.docstore import DocStore
 
         for docid, title, text, _meta in DocStore(self.path).iter_docs():
-            yield docid, (f"{title} {text}" if title else text)
+            yield docid, contents(title, text)
 
     def __len__(self) -> int:
         from indexes.docstore import DocStore
@@ -177,7 +178,7 @@ def read_range(path: Union[str, Path], lo: int, hi: int) -> Tuple[List[str], Lis
     from indexes.docstore import DocStore
 
     rows = DocStore(path).range_docs(lo, hi)
-    return [r[0] for r in rows], [f"{r[1]} {r[2]}" if r[1] else r[2] for r in rows]
+    return [r[0] for r in rows], [contents(r[1], r[2]) for r in rows]
 
 
 def spool(docs: Iterable[Tuple[str, str]], folder: Path) -> StoreSource:

@@ -25,12 +25,12 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from indexes.errors import InputError
-from retrieval.types import finite_number
+from retrieval.types import Scored, finite_number
 
 DOCID = "docid"
 RANGE_OPS = ("gt", "gte", "lt", "lte")
@@ -163,6 +163,24 @@ class Allowed:
                 if v is None:
                     v = self.cache[key] = build()
         return v
+
+
+def first_allowed(search: Callable[[int], Sequence[Scored]], k: int, allowed: Allowed, total: int,
+                  depth: Optional[int] = None) -> List[Scored]:
+    """The first ``k`` documents of ``allowed`` in each ranking that ``search(depth)`` returns (one
+    ranking per query), exactly, by reading the unfiltered rankings deep enough: to ``depth``
+    (default: about ``2k / share``, the share of the ``total`` documents that ``allowed`` holds),
+    then four times deeper until each ranking holds ``k`` of them, the rankings end, or the depth
+    reaches ``total``. The one deepening loop of filtered search (the reader's, and dense's over a
+    changed live index)."""
+    if depth is None:
+        depth = min(total, max(k + 10, -(-2 * k * total // max(1, len(allowed)))))
+    while True:
+        ranked = search(depth)
+        out = [[x for x in r if x[0] in allowed.set][:k] for r in ranked]
+        if all(len(o) >= k for o in out) or depth >= total or all(len(r) < depth for r in ranked):
+            return out
+        depth = min(total, depth * 4)
 
 
 class _Field:

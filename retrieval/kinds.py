@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from indexes.errors import IndexFormatError, InputError
+from retrieval.types import contents
 
 #: kind name -> "module:attribute" of its :class:`SubIndexKind`
 KINDS: Dict[str, str] = {
@@ -68,8 +69,7 @@ class BuildContext:
             return self.stream
         from indexes.docstore import DocStore
 
-        return ((docid, f"{title} {text}" if title else text)
-                for docid, title, text, _meta in DocStore(self.store_path).iter_docs())
+        return ((docid, contents(title, text)) for docid, title, text, _meta in DocStore(self.store_path).iter_docs())
 
 
 class SubIndexKind:

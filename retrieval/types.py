@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Tuple
+
+Scored = List[Tuple[str, float]]  # a ranking: (docid, score), best first
 
 
 def finite_number(v: Any) -> float:
@@ -24,6 +26,12 @@ def finite_number(v: Any) -> float:
     return f
 
 
+def contents(title: str, text: str) -> str:
+    """A document's title and text as one string: what the sparse and dense encoders see, and
+    what Lucene's length limit counts. The one place that joins them."""
+    return f"{title} {text}" if title else text
+
+
 @dataclass(frozen=True)
 class Document:
     docid: str
@@ -34,7 +42,7 @@ class Document:
     @property
     def contents(self) -> str:
         """Title and text as one string: what the sparse and dense encoders see."""
-        return f"{self.title} {self.text}" if self.title else self.text
+        return contents(self.title, self.text)
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,9 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from indexes import manifest as mf
 from indexes.errors import InputError, RetrError
+from retrieval.filters import first_allowed
 from retrieval.kinds import BuildContext, SubIndexKind
-from retrieval.types import Query
+from retrieval.types import Query, contents
 
 Scored = List[Tuple[str, float]]
 
@@ -46,7 +47,7 @@ def _docs(store_path: Path) -> Iterator[Tuple[str, str]]:
     from indexes.docstore import DocStore
 
     for docid, title, text, _meta in DocStore(store_path).iter_docs():
-        yield docid, (f"{title} {text}" if title else text)
+        yield docid, contents(title, text)
 
 
 # what must agree for vectors made by another component to stand in for this encoder's output
@@ -248,14 +249,8 @@ class DenseRetriever:
             kw = {} if allowed is None else {"allowed": allowed}
             scores, names = self._index.search(vectors, k, **kw)
             return [list(zip(n, map(float, s))) for n, s in zip(names, scores)]
-        total = max(1, int(self._index.ntotal))
-        depth = min(total, max(k + 10, -(-2 * k * total // max(1, len(allowed)))))
-        while True:
-            ranked = self.search_vectors(vectors, depth)
-            out = [[x for x in r if x[0] in allowed.set][:k] for r in ranked]
-            if all(len(o) >= k for o in out) or depth >= total or all(len(r) < depth for r in ranked):
-                return out
-            depth = min(total, depth * 4)
+        return first_allowed(lambda depth: self.search_vectors(vectors, depth), k, allowed,
+                             max(1, int(self._index.ntotal)))
 
     def search(self, text: str, k: int) -> Scored:
         return self.search_vectors(self.encode_queries([text]), k)[0]
