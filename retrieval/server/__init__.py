@@ -9,7 +9,9 @@ Nothing here is imported by ``import retrieval``; it needs the ``serve`` extra
 - :mod:`retrieval.server.guard`: what every transport shares: the admission count
   (``--max-inflight``), the request limits for MCP, the response budget
   (``--max-response-chars``), error messages without server paths;
-- :mod:`retrieval.server.app`: the app: routes, auth, limits, errors, metrics;
+- :mod:`retrieval.server.app`: the app's assembly (lifespan, errors, routes, OpenAPI);
+- :mod:`retrieval.server.gate`: the ASGI gate in front: auth, body limits, 429, metrics;
+- :mod:`retrieval.server.routes`: the endpoints, a function per group of routes;
 - :mod:`retrieval.server.mcp_tools`: the same search / get / list as MCP tools;
 - :mod:`retrieval.server.run`: start-up checks and uvicorn (``retr serve``, ``retr mcp``).
 """

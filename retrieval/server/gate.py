@@ -1,0 +1,128 @@
+"""The pure ASGI gate in front of the app: bearer token, body limits, admission, metrics.
+
+:class:`Gate` answers before any routing: 401 (a missing or wrong bearer token, compared in
+constant time; /healthz needs none), 413/400 (a Content-Length over the limit or unreadable,
+and a body that turns out longer than it said), 429 with ``Retry-After`` once
+``--max-inflight`` requests are running (one count with the MCP tools': see
+:mod:`retrieval.server.guard`), and records every request in the metrics. Its errors have the
+app's one shape, ``{"error": {"status", "message"}}``.
+"""
+from __future__ import annotations
+
+import hmac
+import json
+import time
+from typing import Optional
+
+from retrieval.server import guard as G
+from retrieval.server.metrics import Metrics
+
+EXEMPT = ("/healthz", "/readyz", "/metrics")      # never refused for load
+MAX_BODY = 64 * 1024 * 1024                        # bytes; writes carry whole documents
+MAX_BODY_READ = 2 * 1024 * 1024                    # for everything but document writes
+
+
+class ApiError(Exception):
+    """An HTTP error with its status and message (and headers), answered in the one error shape."""
+
+    def __init__(self, status: int, message: str, headers: Optional[dict] = None):
+        super().__init__(message)
+        self.status, self.message, self.headers = status, message, headers
+
+
+def error_bytes(status: int, message: str) -> bytes:
+    return json.dumps({"error": {"status": status, "message": message}}).encode()
+
+
+def _content_length(headers: dict, limit: int):
+    """``None`` when the header is missing or fine, else the (status, message) to answer."""
+    length = headers.get(b"content-length")
+    if length is None:
+        return None
+    try:
+        n = int(length)
+    except ValueError:
+        n = -1
+    if n < 0 or n > limit:
+        return (413, f"request body over {limit:,} bytes") if n > limit else (400, "bad Content-Length")
+    return None
+
+
+class Gate:
+    """Auth, body limits, admission (429) and metrics, before any routing."""
+
+    def __init__(self, app, token: Optional[str], admission: G.Admission, metrics: Metrics, max_body: int = MAX_BODY):
+        self.app = app
+        self.token = token.encode() if token else None
+        self.admission = admission
+        self.metrics = metrics
+        self.max_body = max_body
+
+    async def _reply(self, send, status: int, message: str, headers=()):
+        body = error_bytes(status, message)
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                                *headers]})
+        await send({"type": "http.response.body", "body": body})
+
+    def _authorized(self, path: str, headers: dict) -> bool:
+        if self.token is None or path == "/healthz":
+            return True
+        got = headers.get(b"authorization", b"")
+        scheme, _, cred = got.partition(b" ")
+        return scheme.lower() == b"bearer" and hmac.compare_digest(cred.strip(), self.token)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        path, method = scope["path"], scope["method"]
+        t0 = time.perf_counter()
+        status = [500]
+
+        async def sending(msg):
+            if msg["type"] == "http.response.start":
+                status[0] = msg["status"]
+            await send(msg)
+
+        def done():
+            route = scope.get("route")
+            endpoint = getattr(route, "path", None) or ("/mcp" if path.startswith("/mcp") else "other")
+            retriever = (scope.get("state") or {}).get("retriever", "")
+            self.metrics.observe(endpoint, method, status[0], retriever, time.perf_counter() - t0)
+
+        headers = dict(scope["headers"])
+        if not self._authorized(path, headers):
+            status[0] = 401
+            await self._reply(sending, 401, "missing or wrong bearer token (send 'Authorization: Bearer <token>')",
+                              [(b"www-authenticate", b'Bearer realm="retr"')])
+            return done()
+        limit = self.max_body if method in ("POST", "PUT") and path.endswith("/documents") else MAX_BODY_READ
+        refused = _content_length(headers, limit)
+        if refused is not None:
+            await self._reply(sending, *refused)
+            return done()
+        # MCP requests are counted by the MCP tools themselves (each tools/call, the same count),
+        # not here: an MCP session also holds long-lived requests that do no work.
+        counted = path not in EXEMPT and not path.startswith("/mcp")
+        if counted:
+            try:
+                self.admission.enter(path)
+            except G.Busy as e:
+                await self._reply(sending, 429, str(e), [(b"retry-after", b"1")])
+                return done()
+        seen = [0]
+
+        async def receiving():
+            msg = await receive()
+            if msg["type"] == "http.request":
+                seen[0] += len(msg.get("body", b""))
+                if seen[0] > limit:
+                    raise ApiError(413, f"request body over {limit:,} bytes")
+            return msg
+
+        try:
+            await self.app(scope, receiving, sending)
+        finally:
+            if counted:
+                self.admission.leave()
+            done()
