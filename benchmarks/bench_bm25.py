@@ -189,6 +189,12 @@ def _speed_corpora(names, synthetic_n, threads):
     return out
 
 
+def bench_searcher(js):
+    """retr.lucene.BenchSearcher over a Java HitSearcher (``LuceneIndex.searcher``): Lucene alone
+    (luceneOnly, luceneOnlyBatch) and the postings of a query's terms, which retr's search never asks."""
+    return jvm.autoclass("retr.lucene.BenchSearcher")(js)
+
+
 def _stats(xs):
     return {"p50_ms": 1e3 * statistics.median(xs), "mean_ms": 1e3 * statistics.fmean(xs)}
 
@@ -197,7 +203,7 @@ def single_speed(sc: SpeedCorpus, ref, old, bm, repeats: int):
     """One query at a time, every system on the same query in turn (the first rotates), so that
     drift in the machine's speed hits all alike; p50 and mean over all queries and repeats."""
     r = sc.idx.retriever("bm25")
-    js = r._index.searcher
+    floor = bench_searcher(r._index.searcher)
     out, identical = {}, {}
     for k in (10, 1000):
         systems = {
@@ -206,7 +212,7 @@ def single_speed(sc: SpeedCorpus, ref, old, bm, repeats: int):
                                                                     old.search(t, k)],
             "Pyserini LuceneSearcher.search": lambda t: [(h.docid, h.score) for h in ref.search(t, k=k)],
             "bm25s": lambda t: bm.pairs([t], k, 1)[0],
-            "Lucene alone (IndexSearcher.search, nothing crosses)": lambda t: js.luceneOnly(t, k),
+            "Lucene alone (IndexSearcher.search, nothing crosses)": lambda t: floor.luceneOnly(t, k),
         }
         names = list(systems)
         times = {n: [] for n in names}
@@ -245,7 +251,7 @@ def batch_speed(sc: SpeedCorpus, ref, bm, threads_list, repeats: int, k: int = 1
     shared machine hits both). Every system returns each query's ranked (docid, score) list except
     the rows marked otherwise."""
     r = sc.idx.retriever("bm25")
-    js = r._index.searcher
+    floor = bench_searcher(r._index.searcher)
     qs = sc.queries
     texts, qids = [q.text for q in qs], [q.qid for q in qs]
     out = {}
@@ -257,7 +263,7 @@ def batch_speed(sc: SpeedCorpus, ref, bm, threads_list, repeats: int, k: int = 1
                 q: [(h.docid, h.score) for h in hs] for q, hs in ref.batch_search(texts, qids, k=k, threads=th).items()},
             "bm25s (tokenize + retrieve + ids)": lambda th=th: bm.pairs(texts, k, th),
             "bm25s arrays only (no per-hit objects)": lambda th=th: bm.arrays(texts, k, th),
-            "Lucene alone (IndexSearcher.search on Java threads)": lambda th=th: js.luceneOnlyBatch(texts, k, th),
+            "Lucene alone (IndexSearcher.search on Java threads)": lambda th=th: floor.luceneOnlyBatch(texts, k, th),
         }
         if th > 1:
             systems["retr, one Java call on Java threads (parallel='java')"] = \
@@ -286,7 +292,8 @@ def path_choice(sc: SpeedCorpus, ks=(10, 100, 1000)):
     js = li.searcher
     default = float(jvm.autoclass("retr.lucene.HitSearcher").DEFAULT_EXHAUSTIVE_SHARE)
     texts = [q.text for q in sc.queries]
-    post = [int(js.postings(t)) for t in texts]
+    counter = bench_searcher(js)
+    post = [int(counter.postings(t)) for t in texts]
     rows = {}
     try:
         for k in ks:

@@ -363,8 +363,9 @@ class LuceneIndex:
 
     @property
     def searcher(self):
-        """The Java ``retr.lucene.HitSearcher`` of the reader searched now (for tools and benchmarks:
-        ``luceneOnly``, ``postings``, ``setExhaustiveShare``)."""
+        """The Java ``retr.lucene.HitSearcher`` of the reader searched now (for tools, tests and
+        benchmarks: ``setExhaustiveShare``; ``retr.lucene.BenchSearcher`` wraps it for the
+        benchmarks' ``luceneOnly``, ``luceneOnlyBatch`` and ``postings``)."""
         return self._snap.js
 
     def set_bm25(self, k1: float, b: float) -> None:

@@ -117,7 +117,7 @@ public final class HitSearcher implements Closeable {
   private final Method weightQuery;
   private final ThreadLocal<Scratch> scratch;
   /** The IndexSearcher with the similarity in use, and what the exhaustive path derives from it. */
-  private volatile Generation generation;
+  private volatile Scoring scoring;
   /** Each query term's per-leaf states and statistics, looked up in the terms dictionary once per reader. */
   private final ConcurrentHashMap<String, TermInfo> terms = new ConcurrentHashMap<>();
   private volatile Analyzer analyzer;
@@ -191,7 +191,7 @@ public final class HitSearcher implements Closeable {
     IndexSearcher next = new IndexSearcher(reader);
     next.setSimilarity(s);
     try {
-      generation = new Generation(next, next.collectionStatistics(CONTENTS));
+      scoring = new Scoring(next, next.collectionStatistics(CONTENTS));
     } catch (IOException e) {
       throw new IllegalStateException(e);
     }
@@ -225,6 +225,16 @@ public final class HitSearcher implements Closeable {
 
   public int maxDoc() {
     return reader.maxDoc();
+  }
+
+  /** The reader searched (for {@link BenchSearcher}). */
+  IndexReader reader() {
+    return reader;
+  }
+
+  /** The IndexSearcher with the similarity in use (for {@link BenchSearcher}). */
+  IndexSearcher indexSearcher() {
+    return scoring.searcher;
   }
 
   /** Text through the analyser into Anserini's bag-of-words query (a term's boost is its count). */
@@ -277,51 +287,6 @@ public final class HitSearcher implements Closeable {
   }
 
   /**
-   * Lucene alone, for the benchmark's floor: the same query through IndexSearcher.search(query, k)
-   * (Lucene's own top k, ties by doc number, no rescoring); returns the hit count, nothing crosses.
-   */
-  public int luceneOnly(String text, int k) throws IOException {
-    return generation.searcher.search(textQuery(text), k).scoreDocs.length;
-  }
-
-  /**
-   * Lucene alone on many queries, for the benchmark's floor: IndexSearcher.search(query, k) for each
-   * text on {@code threads} Java threads; returns the total hit count, nothing crosses.
-   */
-  public long luceneOnlyBatch(String[] texts, int k, int threads) throws InterruptedException {
-    AtomicInteger next = new AtomicInteger();
-    java.util.concurrent.atomic.AtomicLong total = new java.util.concurrent.atomic.AtomicLong();
-    Runnable work = () -> {
-      try {
-        for (int i = next.getAndIncrement(); i < texts.length; i = next.getAndIncrement()) {
-          total.addAndGet(generation.searcher.search(textQuery(texts[i]), k).scoreDocs.length);
-        }
-      } catch (IOException e) {
-        throw new IllegalStateException(e);
-      }
-    };
-    Thread[] pool = new Thread[Math.max(0, Math.min(threads, texts.length) - 1)];
-    for (int i = 0; i < pool.length; i++) {
-      pool[i] = new Thread(work, "retr-floor-" + i);
-      pool[i].setDaemon(true);
-      pool[i].start();
-    }
-    work.run();
-    for (Thread t : pool) t.join();
-    return total.get();
-  }
-
-  /** How many postings the exhaustive path would score for this text (the sum of its terms' document frequencies). */
-  public long postings(String text) throws IOException {
-    List<Clause> cs = clauses(generation.searcher.rewrite(textQuery(text)));
-    long n = 0;
-    if (cs != null) {
-      for (Clause c : cs) n += reader.docFreq(c.term);
-    }
-    return n;
-  }
-
-  /**
    * The query's mass: the most its term scorers can give one document, summed over the query's
    * terms that some document has. Each term is scored by the SimScorer its TermWeight uses, at an
    * unbounded frequency and the shortest length; for BM25 that is the term's boost times its idf,
@@ -329,14 +294,14 @@ public final class HitSearcher implements Closeable {
    * NaN for a query that is not a flat bag of terms.
    */
   public double queryMass(String text) throws IOException {
-    Generation gen = generation;
-    List<Clause> cs = clauses(gen.searcher.rewrite(textQuery(text)));
+    Scoring scoring = this.scoring;
+    List<Clause> cs = clauses(scoring.searcher.rewrite(textQuery(text)));
     if (cs == null) return Double.NaN;
     double mass = 0;
     for (Clause c : cs) {
       TermInfo ti = termInfo(c.term);
       if (ti.df == 0) continue;  // no document has it, so no scorer either
-      mass += gen.scorer(c, ti).score(Float.MAX_VALUE, 1L);
+      mass += scoring.scorer(c, ti).score(Float.MAX_VALUE, 1L);
     }
     return mass;
   }
@@ -362,7 +327,7 @@ public final class HitSearcher implements Closeable {
       return null;
     }
     HitSearcher s = new HitSearcher(r, true);
-    s.setSimilarity(generation.searcher.getSimilarity());
+    s.setSimilarity(scoring.searcher.getSimilarity());
     s.analyzer = analyzer;
     s.exhaustiveShare = exhaustiveShare;
     return s;
@@ -507,7 +472,7 @@ public final class HitSearcher implements Closeable {
     return new Batch(buf.array(), failed.get() == 0 ? null : errors);
   }
 
-  private Query textQuery(String text) throws IOException {
+  Query textQuery(String text) throws IOException {
     return invoke(textQuery, CONTENTS, analyzer, text);
   }
 
@@ -548,12 +513,12 @@ public final class HitSearcher implements Closeable {
       throw new AlreadyClosedException("this index reader was closed");
     }
     try {
-      Generation gen = generation;
-      IndexSearcher s = gen.searcher;
+      Scoring scoring = this.scoring;
+      IndexSearcher s = scoring.searcher;
       if (lucene8) {
         return allowed == null ? hits(s.search(q, k)) : null;
       }
-      Hits h = exhaustive(gen, q, k, allowed);
+      Hits h = exhaustive(scoring, q, k, allowed);
       if (h == null && allowed != null) return null;
       if (h == null) {
         TopDocs td = s.search(q, k, sort, true);
@@ -621,13 +586,17 @@ public final class HitSearcher implements Closeable {
     return ti;
   }
 
-  /** An IndexSearcher with its similarity, the collection statistics and the SimScorers made for it. */
-  private static final class Generation {
+  /**
+   * How the searches score, swapped whole by {@link #setSimilarity}: an IndexSearcher with its
+   * similarity, the collection statistics and the SimScorers made for it (nothing to do with the
+   * index folder's generations: one reader, one commit, whatever the similarity).
+   */
+  private static final class Scoring {
     final IndexSearcher searcher;
     final CollectionStatistics stats;
     final ConcurrentHashMap<Clause, Similarity.SimScorer> scorers = new ConcurrentHashMap<>();
 
-    Generation(IndexSearcher searcher, CollectionStatistics stats) {
+    Scoring(IndexSearcher searcher, CollectionStatistics stats) {
       this.searcher = searcher;
       this.stats = stats;
     }
@@ -645,7 +614,7 @@ public final class HitSearcher implements Closeable {
   }
 
   /** One SHOULD clause of a flat bag-of-words query. */
-  private static final class Clause {
+  static final class Clause {
     final Term term;
     final float boost;
 
@@ -667,7 +636,7 @@ public final class HitSearcher implements Closeable {
   }
 
   /** The clauses of a flat disjunction of (boosted) term queries on "contents"; null for any other shape. */
-  private static List<Clause> clauses(Query q) {
+  static List<Clause> clauses(Query q) {
     List<Clause> out = new ArrayList<>();
     if (q instanceof MatchNoDocsQuery) {
       return out;
@@ -700,9 +669,9 @@ public final class HitSearcher implements Closeable {
    * The exhaustive path (see the class comment), or null where it does not apply (another query
    * shape, norms beyond a byte, a negative score) or Lucene's collector is expected to be faster.
    */
-  private Hits exhaustive(Generation gen, Query q, int k, FixedBitSet allowed) throws IOException {
+  private Hits exhaustive(Scoring scoring, Query q, int k, FixedBitSet allowed) throws IOException {
     if (!normsFit || exhaustiveShare == Double.POSITIVE_INFINITY) return null;
-    IndexSearcher s = gen.searcher;
+    IndexSearcher s = scoring.searcher;
     List<Clause> cs = clauses(s.rewrite(q));
     if (cs == null) return null;
     int m = cs.size();
@@ -714,7 +683,7 @@ public final class HitSearcher implements Closeable {
       Clause c = cs.get(i);
       TermInfo ti = infos[i] = termInfo(c.term);
       if (ti.df == 0) continue;  // no document has the term: TermWeight has no scorer for it either
-      scorers[i] = gen.scorer(c, ti);
+      scorers[i] = scoring.scorer(c, ti);
       postings += ti.df;
     }
     if (allowed == null && k < exhaustiveShare * postings) return null;
