@@ -9,10 +9,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from indexes import manifest as mf
 from indexes.errors import InputError
-from retrieval.kinds import BuildContext, SubIndexKind
-from retrieval.types import Query
-
-Scored = List[Tuple[str, float]]
+from retrieval.kinds import BuildContext, RetrieverBase, SubIndexKind
+from retrieval.types import Query, Scored
 
 
 @dataclass
@@ -36,7 +34,7 @@ def check_bm25(k1: Optional[float], b: Optional[float]) -> None:
         raise InputError(f"b must be a number in [0, 1], got {b!r}")
 
 
-class BM25Retriever:
+class BM25Retriever(RetrieverBase):
     """Lucene BM25 over analysed text (Anserini's default English analyser)."""
 
     kind = "bm25"

@@ -46,11 +46,14 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from indexes.errors import InputError
+from retrieval.types import Scored
 
-Scored = List[Tuple[str, float]]
+if TYPE_CHECKING:
+    from retrieval.kinds import Retriever
+
 METHODS = ("rrf", "combsum", "combmnz", "weighted")
 NORMS = ("minmax", "zscore", "none")
 _SPEC = re.compile(r"^\s*([A-Za-z0-9_\-+]+)\s*(?::\s*([a-z]+)\s*(?:\((.*)\))?\s*)?$")
@@ -221,14 +224,11 @@ def confidence_weights(conf: Mapping[str, Optional[Tuple[str, float]]], fusion: 
     return {n: x / total for n, x in e.items()}
 
 
-def list_confidences(retrievers: Mapping[str, object], texts: Sequence[str],
+def list_confidences(retrievers: Mapping[str, "Retriever"], texts: Sequence[str],
                      lists: Mapping[str, Sequence[Scored]]) -> List[Dict[str, Optional[Tuple[str, float]]]]:
     """Per text, each retriever's ``(kind, value)`` confidence in its list (``lists``: {name: one list
-    per text}), from the retriever's ``confidence`` method; None for a retriever without one."""
-    per = {}
-    for name, r in retrievers.items():
-        fn = getattr(r, "confidence", None)
-        per[name] = fn(texts, lists[name]) if fn is not None else [None] * len(texts)
+    per text}), from the retriever's ``confidence`` method (None for a kind without one)."""
+    per = {name: r.confidence(texts, lists[name]) for name, r in retrievers.items()}
     return [{n: per[n][i] for n in retrievers} for i in range(len(texts))]
 
 

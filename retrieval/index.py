@@ -28,7 +28,7 @@ from indexes.docstore import DocStore
 from indexes.errors import IndexFormatError, InputError, ParameterError
 from retrieval.filters import Allowed, MetadataTable, first_allowed, parse_filter
 from retrieval.fusion import Pipeline, fuse, list_confidences, parse_pipeline
-from retrieval.kinds import kind_of
+from retrieval.kinds import Retriever, kind_of
 from retrieval.progress import progress
 from retrieval.types import Document, Hit, Query
 
@@ -64,8 +64,8 @@ class _Generation:
         self._fd = fd
         self._docstore: Optional[DocStore] = None
         self._metadata: Optional[MetadataTable] = None  # filters' view of the documents (first filter)
-        self.retrievers: Dict[str, object] = {}
-        self.previous: Dict[str, object] = {}   # retrievers of the generation before, for kind.reopen
+        self.retrievers: Dict[str, Retriever] = {}
+        self.previous: Dict[str, Retriever] = {}   # retrievers of the generation before, for kind.reopen
         self.users = 0
         self.retired = False
         self.lock = threading.Lock()
@@ -91,7 +91,7 @@ class _Generation:
             raise InputError(f"index has no {name!r} sub-index (it has: {', '.join(entries) or 'none'})", self.path)
         return entries[name]
 
-    def retriever(self, name: str, options: Optional[dict] = None):
+    def retriever(self, name: str, options: Optional[dict] = None) -> Retriever:
         with self.lock:
             r = self.retrievers.get(name)
             if r is None:
@@ -101,7 +101,7 @@ class _Generation:
                 folder = self.path / entry["path"]
                 r = kind.reopen(old, folder, entry) if old is not None else kind.retriever(folder, entry)
                 if options:
-                    r.configure(**{k: v for k, v in options.items() if k in getattr(r, "options", ())})
+                    r.configure(**{k: v for k, v in options.items() if k in r.options})
                 self.retrievers[name] = r
             return r
 
@@ -126,11 +126,10 @@ class _Generation:
         does: readers delete nothing, as Lucene's readers delete nothing)."""
         with self.lock:
             for r in list(self.retrievers.values()):
-                if hasattr(r, "close"):
-                    try:
-                        r.close()
-                    except Exception:  # pragma: no cover - closing must not fail a search
-                        pass
+                try:
+                    r.close()
+                except Exception:  # pragma: no cover - closing must not fail a search
+                    pass
             self.retrievers.clear()
             if self._docstore is not None:
                 self._docstore.close()
@@ -228,10 +227,10 @@ class Index:
             new = _open_generation(self.path)
             new.inherit(old)
             for name, o in list(self._overrides.items()):
-                rebind = getattr(o, "rebind", None)
-                if name in new.manifest.get("subindexes", {}) and rebind is not None:
-                    new.retrievers[name] = rebind(new.retriever(name, self._options.get(name)))
-                    self._overrides[name] = new.retrievers[name]
+                moved = (o.rebind(new.retriever(name, self._options.get(name)))
+                         if name in new.manifest.get("subindexes", {}) else None)
+                if moved is not None:
+                    new.retrievers[name] = self._overrides[name] = moved
                 else:
                     self._overrides.pop(name)
             self._gen = new
@@ -330,15 +329,18 @@ class Index:
     def docstore(self) -> DocStore:
         return self._current().docstore
 
-    def retriever(self, name: str):
+    def retriever(self, name: str) -> Retriever:
         o = self._overrides.get(name)
         if o is not None:
             return o
         return self._current().retriever(name, self._options.get(name))
 
-    def use_retriever(self, name: str, retriever) -> None:
+    def use_retriever(self, name: str, retriever: Retriever) -> None:
         """Answer sub-index ``name`` through ``retriever`` from now on (dimension selection's
-        ``attach``); one with a ``rebind(new)`` method follows the index to new generations."""
+        ``attach``); one whose ``rebind(new)`` returns a retriever follows the index to new generations."""
+        if not isinstance(retriever, Retriever):
+            raise InputError(f"use_retriever takes a retrieval.kinds.Retriever (a RetrieverBase), not "
+                             f"{type(retriever).__name__}")
         self._current().entry(name)
         with self._lock:
             self._overrides[name] = retriever
@@ -354,7 +356,7 @@ class Index:
         p = self.pipeline(retriever)
         done = []
         for key in given:
-            takers = [n for n in p.retrievers if key in getattr(self.retriever(n), "options", ())]
+            takers = [n for n in p.retrievers if key in self.retriever(n).options]
             if not takers:
                 what = {"k1": "{k1}/{b}", "b": "{k1}/{b}", "mode": "{mode}/{scale}",
                         "scale": "{mode}/{scale}"}.get(key, "{_key}")  # parameters the CLI names by its flags
@@ -451,7 +453,7 @@ class Index:
         _tick(timings, "confidence", t0)
         return out
 
-    def _filtered(self, g: "_Generation", r, query: str, k: int, allowed: Allowed):
+    def _filtered(self, g: "_Generation", r: Retriever, query: str, k: int, allowed: Allowed):
         """Retriever ``r``'s first ``k`` documents among ``allowed``, exactly. A filter that allows
         at least ``DEEPEN_SHARE`` of the collection reads the unfiltered ranking deep enough to
         hold ``k`` of them (about ``2k / share``, deeper until found or the ranking ends): cheaper
@@ -461,11 +463,11 @@ class Index:
         n, total = len(allowed), max(len(g.metadata), 1)
         if not n:
             return []
-        native = getattr(r, "search_filtered", None)
-        if native is None or n >= DEEPEN_SHARE * total:
+        native = r.native_filter
+        if not native or n >= DEEPEN_SHARE * total:
             return first_allowed(lambda depth: [r.search(query, depth)], k, allowed, total,
-                                 depth=total if native is None else None)[0]
-        return native(query, k, allowed)
+                                 depth=None if native else total)[0]
+        return r.search_filtered(query, k, allowed)
 
     def batch_search(self, queries: Sequence[Union[Query, str]], k: int = 10, retriever: str = "bm25",
                      fusion: Optional[str] = None, threads: int = 1, text: bool = False, quiet: bool = True,
@@ -515,7 +517,7 @@ class Index:
                 bar.update(len(chunk))
         return out
 
-    def _pick(self, g: _Generation, name: str, dimsel=None, fused: bool = False):
+    def _pick(self, g: _Generation, name: str, dimsel=None, fused: bool = False) -> Retriever:
         """The retriever for ``name`` in generation ``g``; with ``dimsel`` (a mode name, a dict of
         options or a retrieval.dense.dimsel.DimSel) the dense one searches with masked query vectors.
         In a fused pipeline only the members whose kind takes dimension selection are wrapped."""

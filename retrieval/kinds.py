@@ -9,9 +9,9 @@ A kind answers the same questions whatever it stores:
 - ``delete(folder, entry, docids, ctx)``: remove documents by id; returns the updated entry.
 - ``compact(folder, entry, ctx)``: drop what deletions left behind (Lucene segments with
   deletes expunged, faiss rebuilt without masked rows); returns the updated entry.
-- ``retriever(folder, entry)``: open it for search (``search``, ``batch_search``);
-  ``reopen(old, folder, entry)`` opens another generation, keeping what does not
-  change between generations (a loaded encoder).
+- ``retriever(folder, entry)``: open it for search, a :class:`Retriever` (every kind's
+  derives from :class:`RetrieverBase`); ``reopen(old, folder, entry)`` opens another
+  generation, keeping what does not change between generations (a loaded encoder).
 - ``count(folder, entry)``: live documents per physical index it keeps, for ``retr check``;
   ``ids(folder, entry)`` their ids, ``present(folder, entry, docids)`` which of ``docids``
   each physical index holds.
@@ -33,10 +33,16 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Protocol, Sequence, Tuple,
+                    runtime_checkable)
 
 from indexes.errors import IndexFormatError, InputError
-from retrieval.types import contents
+from retrieval.types import Query, Scored, contents
+
+if TYPE_CHECKING:
+    from retrieval.filters import Allowed
+
+Confidence = Optional[Tuple[str, float]]  # (kind, value) of a list, for confidence-weighted fusion
 
 #: kind name -> "module:attribute" of its :class:`SubIndexKind`
 KINDS: Dict[str, str] = {
@@ -72,6 +78,84 @@ class BuildContext:
         return ((docid, contents(title, text)) for docid, title, text, _meta in DocStore(self.store_path).iter_docs())
 
 
+@runtime_checkable
+class Retriever(Protocol):
+    """What a kind's retriever answers (``SubIndexKind.retriever``); the reader and fusion call
+    these and nothing else. Beyond ``search`` and ``batch_search`` they are capabilities a kind
+    may lack, and :class:`RetrieverBase` (every kind's retriever derives from it) answers them
+    for a kind that does: no options, no filtered search of its own, no confidence, no rebind,
+    nothing to close."""
+
+    kind: str
+    options: Tuple[str, ...]  # what Index.configure may set (configure's keywords)
+
+    def search(self, text: str, k: int) -> Scored: ...
+
+    def batch_search(self, queries: Sequence[Query], k: int, threads: int = 1) -> Dict[str, Scored]: ...
+
+    @property
+    def native_filter(self) -> bool:
+        """Whether :meth:`search_filtered` is its own (a Lucene FILTER clause, a faiss selector);
+        without one the reader filters its full ranking."""
+        ...
+
+    def search_filtered(self, text: str, k: int, allowed: "Allowed") -> Scored:
+        """The first ``k`` documents of ``allowed`` in its ranking, exactly."""
+        ...
+
+    def configure(self, **options: Any) -> Any:
+        """Set search options (keys of ``options``) for later searches."""
+        ...
+
+    def confidence(self, texts: Sequence[str], lists: Sequence[Scored]) -> List[Confidence]:
+        """Per text, its confidence in the list it returned for it (``retrieval.fusion``), or None."""
+        ...
+
+    def rebind(self, new: "Retriever") -> Optional["Retriever"]:
+        """The same retriever over ``new``, another generation's retriever of its sub-index (a
+        wrapper such as dimension selection follows the index so), or None: it does not follow."""
+        ...
+
+    def close(self) -> None:
+        """Release what it holds (a Lucene reader); it is not searched again."""
+        ...
+
+
+class RetrieverBase:
+    """The defaults of :class:`Retriever`'s capabilities; a kind's retriever overrides what it has."""
+
+    kind = ""
+    options: Tuple[str, ...] = ()
+
+    def search(self, text: str, k: int) -> Scored:
+        raise NotImplementedError
+
+    def batch_search(self, queries: Sequence[Query], k: int, threads: int = 1) -> Dict[str, Scored]:
+        raise NotImplementedError
+
+    @property
+    def native_filter(self) -> bool:
+        return type(self).search_filtered is not RetrieverBase.search_filtered
+
+    def search_filtered(self, text: str, k: int, allowed: "Allowed") -> Scored:
+        # none of its own: the reader reads its full ranking and filters it (native_filter is False)
+        raise NotImplementedError
+
+    def configure(self, **options: Any) -> Any:
+        if options:
+            raise InputError(f"{', '.join(options)} do not apply to the {self.kind or type(self).__name__} retriever")
+        return self
+
+    def confidence(self, texts: Sequence[str], lists: Sequence[Scored]) -> List[Confidence]:
+        return [None] * len(texts)
+
+    def rebind(self, new: Retriever) -> Optional[Retriever]:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
 class SubIndexKind:
     """Base class of every kind; a kind overrides what it can do."""
 
@@ -90,10 +174,10 @@ class SubIndexKind:
     def compact(self, folder: Path, entry: dict, ctx: BuildContext) -> dict:
         return entry
 
-    def retriever(self, folder: Path, entry: dict):
+    def retriever(self, folder: Path, entry: dict) -> Retriever:
         raise NotImplementedError
 
-    def reopen(self, old, folder: Path, entry: dict):
+    def reopen(self, old: Retriever, folder: Path, entry: dict) -> Retriever:
         return self.retriever(folder, entry)
 
     def count(self, folder: Path, entry: dict) -> Dict[str, int]:

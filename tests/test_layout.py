@@ -145,6 +145,26 @@ def test_every_registered_kind_loads_and_follows_the_protocol():
             assert getattr(type(k), method) is not getattr(SubIndexKind, method), (name, method)
 
 
+def test_every_retriever_derives_from_the_retriever_base():
+    """The reader and fusion call the Retriever protocol's methods without probing for them, so each
+    kind's retriever (and dimension selection's wrapper) takes RetrieverBase's defaults for what it lacks."""
+    import importlib
+    import inspect
+
+    from retrieval.kinds import KINDS, Retriever, RetrieverBase
+
+    found = []
+    for where in [*KINDS.values(), "retrieval.dense.dimsel:DimSel"]:
+        mod = importlib.import_module(where.split(":")[0])
+        for _name, cls in inspect.getmembers(mod, inspect.isclass):
+            if cls.__module__ == mod.__name__ and hasattr(cls, "batch_search"):
+                found.append(cls.__name__)
+                assert issubclass(cls, RetrieverBase) and isinstance(cls.__new__(cls), Retriever), cls
+                for method in ("search", "batch_search"):
+                    assert getattr(cls, method) is not getattr(RetrieverBase, method), (cls, method)
+    assert sorted(found) == ["BM25Retriever", "DeepCTRetriever", "DenseRetriever", "DimSel"]
+
+
 #: the folder's owner (indexes/folder.py), with the JSON of its manifest (indexes/manifest.py) and the
 #: lock files of the generations it is built on (indexes/generations.py: ``.lock``, ``.readers``)
 _OWNER = {"indexes/folder.py", "indexes/manifest.py", "indexes/generations.py"}

@@ -32,11 +32,10 @@ from indexes import manifest as mf
 from indexes.atomic import atomic_path
 from indexes.errors import InputError, ParameterError, RetrError
 from indexes.lucene import LuceneIndex, build_lucene
-from retrieval.kinds import BuildContext, SubIndexKind
+from retrieval.kinds import BuildContext, RetrieverBase, SubIndexKind
 from retrieval.progress import progress
-from retrieval.types import Query
+from retrieval.types import Query, Scored
 
-Scored = List[Tuple[str, float]]
 MODES = ("impact", "bm25")
 SCALES = ("linear", "sqrt")
 QUERY_MODES = ("plain", "deepct")
@@ -455,7 +454,7 @@ def append_deepct(folder: Path, entry: dict, docs: Sequence[Tuple[str, str]], th
 
 
 # ----------------------------------------------------------------------------------- search
-class DeepCTRetriever:
+class DeepCTRetriever(RetrieverBase):
     """Searches a DeepCT sub-index. ``configure`` switches mode (impact | bm25),
     scale (linear | sqrt), query weighting (plain | deepct) and BM25 k1/b."""
 

@@ -49,12 +49,12 @@ import numpy as np
 
 from indexes.atomic import atomic_path, write_text
 from indexes.errors import InputError
-from retrieval.types import Query
+from retrieval.kinds import RetrieverBase
+from retrieval.types import Query, Scored
 
 MODES = ("none", "prf", "learned", "oracle")
 SELECTOR_DIR = "dimsel"           # beside the faiss files: INDEX/<dense>/dimsel/
 SELECTOR_FILES = ("selector.pt", "selector.json")
-Scored = List[Tuple[str, float]]
 
 
 class DimSelError(InputError):
@@ -562,7 +562,7 @@ def dense_of(index, retriever: str = "dense"):
 
 
 # ----------------------------------------------------------------------------- search wrapper
-class DimSel:
+class DimSel(RetrieverBase):
     """A dense retriever that masks each query vector before searching the same faiss index.
 
     mode: none | prf | learned | oracle. ``alpha`` = share of dimensions kept (learned: default

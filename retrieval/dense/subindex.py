@@ -15,10 +15,8 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 from indexes import manifest as mf
 from indexes.errors import InputError, RetrError
 from retrieval.filters import first_allowed
-from retrieval.kinds import BuildContext, SubIndexKind
-from retrieval.types import Query, contents
-
-Scored = List[Tuple[str, float]]
+from retrieval.kinds import BuildContext, RetrieverBase, SubIndexKind
+from retrieval.types import Query, Scored, contents
 
 
 @dataclass
@@ -213,7 +211,7 @@ def _encode_shards_on(runner, enc, store_path: Path, cache: Path, spec: DenseSpe
     return paths, dict(run.record(), resumed_shards=done)
 
 
-class DenseRetriever:
+class DenseRetriever(RetrieverBase):
     """faiss search over vectors from the dense encoder recorded in the manifest.
     The encoder (torch + transformers) loads on the first query. A folder changed since
     it was built or compacted is searched through :class:`indexes.faiss_live.LiveFaiss`."""

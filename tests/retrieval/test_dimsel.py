@@ -130,6 +130,31 @@ def test_dimsel_none_reproduces_plain_dense_search(dense_index, small_corpus):
     assert direct != {q.qid: plain[q.qid][:10] for q in qs[:5]}
 
 
+def test_an_attached_selection_follows_the_index_to_a_new_generation(dense_index, tmp_path):
+    """Index.refresh rebinds an attached DimSel (RetrieverBase.rebind) to the new generation's dense
+    retriever; an attached plain retriever (rebind None) is dropped for the new generation's own."""
+    import shutil
+
+    from retrieval.writer import add_documents
+
+    path = tmp_path / "IDX"
+    shutil.copytree(dense_index.path, path, ignore=shutil.ignore_patterns(".lock", ".readers"))
+    idx = retrieval.open_index(path)
+    old = idx.retriever("dense")
+    ds.attach(idx, ds.DimSel(old, "none"))
+    before = idx.search("zebrafish regeneration", k=5, retriever="dense", text=False)
+    add_documents(path, [retrieval.Document("new-1", "zebrafish fin regeneration after amputation")], quiet=True)
+    got = idx.search("zebrafish regeneration", k=5, retriever="dense", text=False)
+    now = idx.retriever("dense")
+    assert isinstance(now, ds.DimSel) and now.dense is not old and now.dense.kind == "dense"
+    assert idx.generation == 1 and "new-1" in [h.docid for h in got] and got != before
+    ds.attach(idx, now.dense)  # a plain retriever does not follow: the next generation answers with its own
+    add_documents(path, [retrieval.Document("new-2", "zebrafish heart regeneration")], quiet=True)
+    idx.refresh()
+    assert not isinstance(idx.retriever("dense"), ds.DimSel) and idx.retriever("dense") is not now.dense
+    idx.close()
+
+
 def test_prf_and_oracle_search_with_masked_queries(dense_index, small_corpus):
     qs = read_queries(small_corpus / "queries.jsonl")[:10]
     dense = dense_index.retriever("dense")

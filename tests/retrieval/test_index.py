@@ -68,6 +68,9 @@ def test_bm25_parameters_change_ranking(small_index):
     finally:
         r.configure(k1=0.9, b=0.4)
     assert base != other
+    with pytest.raises(InputError, match="use_retriever takes a retrieval.kinds.Retriever"):
+        small_index.use_retriever("bm25", object())  # the reader calls the protocol; it does not probe
+    assert small_index.search(q, k=5, text=False)[0].score == base[0]
 
 
 def test_python_iterable_corpus_and_errors(tmp_path):
