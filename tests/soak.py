@@ -52,7 +52,7 @@ def version_in(text: Optional[str]) -> Optional[str]:
 
 
 # ------------------------------------------------------------------------------------------ writer
-def writer(index: Path, wid: int, seconds: float, log: Path, seed: int, compact_every: int) -> int:
+def writer(index: Path, wid: int, seconds: float, log: Path, seed: int, compact_every: int, min_ops: int = 0) -> int:
     from retrieval.types import Document
     from retrieval.writer import add_documents, compact, delete_documents, update_documents
 
@@ -62,7 +62,7 @@ def writer(index: Path, wid: int, seconds: float, log: Path, seed: int, compact_
     ops = 0
     deadline = time.monotonic() + seconds
     with open(log, "a", encoding="utf-8") as out:
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline or ops < min_ops:  # (at least min_ops changes on a slow machine)
             ops += 1
             rep: dict = {}
             touched: Dict[str, Optional[str]] = {}
@@ -241,6 +241,7 @@ def main(argv=None) -> int:
     w.add_argument("--log", type=Path, required=True)
     w.add_argument("--seed", type=int, default=0)
     w.add_argument("--compact-every", type=int, default=0)
+    w.add_argument("--min-ops", type=int, default=0, help="changes to make at least, however long they take")
     r = sub.add_parser("reader")
     r.add_argument("--index", type=Path, required=True)
     r.add_argument("--threads", type=int, default=3)
@@ -249,7 +250,7 @@ def main(argv=None) -> int:
     r.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
     if a.role == "writer":
-        return writer(a.index, a.id, a.seconds, a.log, a.seed, a.compact_every)
+        return writer(a.index, a.id, a.seconds, a.log, a.seed, a.compact_every, a.min_ops)
     rd = Reader(a.index, a.threads, a.stop, a.seed)
     print("reader-ready", flush=True)
     a.out.write_text(json.dumps(rd.run()), encoding="utf-8")

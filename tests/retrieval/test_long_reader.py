@@ -31,7 +31,8 @@ def run_soak(tmp_path, seconds: float, writers: int = 2, threads: int = 3):
     assert reader.stdout.readline().strip() == "reader-ready", reader.stderr.read()
     logs = [tmp_path / f"writer{i}.jsonl" for i in range(writers)]
     ws = [subprocess.Popen([*py, "writer", "--index", str(path), "--id", str(i), "--seconds", str(seconds),
-                            "--log", str(logs[i]), "--seed", str(i), "--compact-every", str(5 if i == 0 else 0)],
+                            "--log", str(logs[i]), "--seed", str(i), "--compact-every", str(3 if i == 0 else 0),
+                            "--min-ops", "6"],
                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(writers)]
     for w in ws:
         _, err = w.communicate(timeout=seconds + 300)
