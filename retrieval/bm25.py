@@ -66,7 +66,7 @@ class BM25Retriever(RetrieverBase):
         return {q.qid: res.get(q.qid, []) for q in queries}
 
     def confidence(self, texts: Sequence[str], lists: Sequence[Scored]) -> List[Optional[Tuple[str, float]]]:
-        """Per query, ``("bm25-share", top score / the query's mass)``: the share of the query the best
+        """Per query, ``("share", top score / the query's mass)``: the share of the query the best
         passage matched (0 with no hit or no known term; None where the mass is undefined)."""
         masses = self._index.query_masses(texts)
         out: List[Optional[Tuple[str, float]]] = []
@@ -74,7 +74,7 @@ class BM25Retriever(RetrieverBase):
             if m != m:   # NaN
                 out.append(None)
             else:
-                out.append(("bm25-share", float(hits[0][1]) / m if hits and m > 0 else 0.0))
+                out.append(("share", float(hits[0][1]) / m if hits and m > 0 else 0.0))
         return out
 
     def close(self) -> None:

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from indexes.errors import InputError
@@ -212,12 +212,13 @@ def _normalise(scores: List[float], norm: str) -> List[float]:
 def confidence_weights(conf: Mapping[str, Optional[Tuple[str, float]]], fusion: Fusion
                        ) -> Optional[Dict[str, float]]:
     """Per-list weights (summing to 1) from each list's ``(kind, value)`` confidence, or None when
-    weighting is off or some list has no confidence. Kinds: ``"bm25-share"`` (offset by -centre: BM25
-    shares sit below cosines) and ``"cosine"``."""
+    weighting is off or some list has no confidence. Scales (whatever retriever reports them): ``"share"``,
+    the share of the query the best passage matched (offset by -centre: shares sit below cosines), and
+    ``"cosine"``."""
     if not fusion.confidence or not conf or any(c is None for c in conf.values()):
         return None
-    z = {n: fusion.confidence * (v - (fusion.centre if kind == "bm25-share" else 0.0))
-         for n, (kind, v) in conf.items()}
+    z = {n: fusion.confidence * (v - (fusion.centre if scale == "share" else 0.0))
+         for n, (scale, v) in conf.items()}
     top = max(z.values())
     e = {n: math.exp(x - top) for n, x in z.items()}
     total = sum(e.values())

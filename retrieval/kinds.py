@@ -161,6 +161,7 @@ class SubIndexKind:
 
     name = ""
     dimsel = False  # query-aware dimension selection applies (dense vectors)
+    alias_fields: tuple = ()  # entry fields of this kind that an alias of it (entries()) mirrors after a change
 
     def build(self, folder: Path, name: str, ctx: BuildContext, spec) -> dict:
         raise NotImplementedError

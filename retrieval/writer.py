@@ -366,13 +366,7 @@ def _apply(ch: folder.Change, removed: Sequence[str], added: Sequence[Document],
                                           deleted_pending=int(e.get("deleted_pending", 0)) + len(removed),
                                           added_pending=int(e.get("added_pending", 0)) + len(added),
                                           updated_at=mf.now())
-    for name, e in ch.new["subindexes"].items():  # an alias (deepct-query) mirrors its target's new state
-        t = ch.new["subindexes"].get(e.get("alias_of"))
-        if t is not None:
-            ch.new["subindexes"][name] = dict(e, **{k: t[k] for k in ("variant_bytes", "documents_without_terms",
-                                                                     "doc_count", "deleted_pending", "added_pending",
-                                                                     "updated_at")
-                                                    if k in t})
+    _mirror_aliases(ch, ("doc_count", "deleted_pending", "added_pending", "updated_at"))
     gens.pause("write:after-subindexes")
     h = hashlib.sha256(m["corpus"]["fingerprint"].encode())
     for d in removed:
@@ -394,6 +388,17 @@ def _apply(ch: folder.Change, removed: Sequence[str], added: Sequence[Document],
         ch.new["pruning"] = dict(ch.new["pruning"], kept=n)
     ch.new.pop("pipelines", None)  # tuned on the old collection: retune
     ch.commit()
+
+
+def _mirror_aliases(ch: folder.Change, fields: Sequence[str]) -> None:
+    """An alias entry (DeepCT's ``-query`` view of its folder) takes its target's new state: the
+    change's ``fields`` and the fields its kind names (``SubIndexKind.alias_fields``)."""
+    subs = ch.new["subindexes"]
+    for name, e in subs.items():
+        t = subs.get(e.get("alias_of"))
+        if t is not None:
+            keys = (*kind_of(t).alias_fields, *fields)
+            subs[name] = dict(e, **{k: t[k] for k in keys if k in t})
 
 
 def _committed(ch: folder.Change, report: Optional[dict]) -> None:
@@ -560,12 +565,7 @@ def compact(index, quiet: bool = False, report: Optional[dict] = None) -> Index:
             folder = ch.stage(name)
             e = kind_of(ch.new["subindexes"][name]).compact(folder, ch.new["subindexes"][name], ctx)
             ch.new["subindexes"][name] = dict(e, deleted_pending=0, added_pending=0, compacted_at=mf.now())
-        for name, e in ch.new["subindexes"].items():
-            t = ch.new["subindexes"].get(e.get("alias_of"))
-            if t is not None:
-                ch.new["subindexes"][name] = dict(e, **{k: t[k] for k in ("variant_bytes", "documents_without_terms",
-                                                                         "deleted_pending", "added_pending",
-                                                                         "compacted_at") if k in t})
+        _mirror_aliases(ch, ("deleted_pending", "added_pending", "compacted_at"))
         gens.pause("compact:before-switch")
         corpus = dict(ch.new["corpus"])
         corpus["changes"] = (corpus.get("changes", []) + [

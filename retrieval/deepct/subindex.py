@@ -547,6 +547,7 @@ class DeepCTRetriever(RetrieverBase):
 
 class DeepCTKind(SubIndexKind):
     name = "deepct"
+    alias_fields = ("variant_bytes", "documents_without_terms")  # the -query alias shares these folders
 
     def build(self, folder: Path, name: str, ctx: BuildContext, spec: DeepCTSpec) -> dict:
         return build_deepct(folder, name, ctx.store_path, spec, ctx.fingerprint, quiet=ctx.quiet,

@@ -40,7 +40,7 @@ def test_confidence_weights_by_hand():
     import math
 
     f = Fusion("combmnz", norm="minmax", confidence=4, centre=-0.3)
-    conf = {"a": ("bm25-share", 0.5), "b": ("cosine", 0.6)}
+    conf = {"a": ("share", 0.5), "b": ("cosine", 0.6)}
     w = confidence_weights(conf, f)
     wa = 1 / (1 + math.exp(-4 * (0.5 - 0.6 + 0.3)))
     assert w == pytest.approx({"a": wa, "b": 1 - wa})
@@ -56,7 +56,7 @@ def test_confidence_weights_by_hand():
     plain = [d for d, _, _ in fuse({"a": A, "b": B}, Fusion("combmnz", norm="minmax"))]
     assert [d for d, _, _ in fuse({"a": A, "b": B}, f, {"a": conf["a"], "b": None})] == plain
     # a very sure BM25 list and an unsure dense one: BM25's order wins where the plain fusion's does not
-    sure = {d for d, _, _ in fuse({"a": A, "b": B}, f, {"a": ("bm25-share", 1.0), "b": ("cosine", 0.0)})[:1]}
+    sure = {d for d, _, _ in fuse({"a": A, "b": B}, f, {"a": ("share", 1.0), "b": ("cosine", 0.0)})[:1]}
     assert sure == {"d1"} and plain[0] == "d2"
 
 
