@@ -7,7 +7,7 @@ commit before a refactor and on the one after, then compare:
 
     .venv/bin/python benchmarks/same_runs.py --out work/same/before     # on the old commit
     .venv/bin/python benchmarks/same_runs.py --out work/same/after --model work/same/before/deepct-model
-    .venv/bin/python benchmarks/same_runs.py --compare work/same/before work/same/after
+    .venv/bin/python benchmarks/same_runs.py --compare work/same/before work/same/after --write
 
 The DeepCT model is trained once (1 epoch on SciFact's training qrels, --threads 1, seed 13) and
 passed to the second run, so both search with the same weights. Everything runs through the
@@ -52,14 +52,32 @@ def make(out: Path, model: Path | None) -> dict:
              "--retriever", spec, "--k", "1000", "-o", run, "-q")
         digests[spec] = hashlib.sha256(run.read_bytes()).hexdigest()
     (out / "digests.json").write_text(json.dumps(digests, indent=2) + "\n")
+    head = subprocess.run(["git", "log", "-1", "--format=%h %s"], cwd=ROOT, capture_output=True, text=True).stdout
+    (out / "commit.txt").write_text(head.strip()[:80] + "\n")
     return digests
 
 
-def compare(a: Path, b: Path) -> int:
+def compare(a: Path, b: Path, write: bool = False) -> int:
     da, db = (json.loads((p / "digests.json").read_text()) for p in (a, b))
     bad = [k for k in RUNS if da.get(k) != db.get(k)]
     for k in RUNS:
         print(f"{k:14s} {'identical' if k not in bad else 'DIFFERENT'}  {da.get(k, '-')[:16]}  {db.get(k, '-')[:16]}")
+    if write:
+        from common import machine, md_table, write_results
+
+        commits = {p.name: (p / "commit.txt").read_text().strip() if (p / "commit.txt").exists() else "?"
+                   for p in (a, b)}
+        rows = [[k, "identical" if k not in bad else "DIFFERENT", da.get(k, "-")[:16], db.get(k, "-")[:16]]
+                for k in RUNS]
+        md = "\n".join([
+            "# Same runs before and after a refactor", "",
+            f"`benchmarks/same_runs.py` on {machine()['date']}: SciFact's 300 test queries at k=1000, one folder "
+            "built with --threads 1 by each checkout (BM25, dense MiniLM, DeepCT on SPLADE-tiny trained once), "
+            "TREC files compared by sha256.", "",
+            f"before: {commits[a.name]}; after: {commits[b.name]}", "",
+            md_table(["run", "result", "before sha256", "after sha256"], rows), ""])
+        write_results("same_runs", {"machine": machine(), "commits": commits, "before": da, "after": db,
+                                    "different": bad}, md)
     return 1 if bad else 0
 
 
@@ -68,9 +86,10 @@ def main() -> int:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--model", type=Path, help="an existing DeepCT model folder (the first run's)")
     ap.add_argument("--compare", nargs=2, type=Path, metavar=("BEFORE", "AFTER"))
+    ap.add_argument("--write", action="store_true", help="with --compare: write results/same_runs.{json,md}")
     a = ap.parse_args()
     if a.compare:
-        return compare(*a.compare)
+        return compare(*a.compare, write=a.write)
     if not a.out:
         ap.error("give --out DIR (or --compare BEFORE AFTER)")
     print(json.dumps(make(a.out.resolve(), a.model.resolve() if a.model else None), indent=2))
