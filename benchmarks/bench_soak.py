@@ -26,12 +26,11 @@ import argparse
 import json
 import shutil
 import statistics
-import subprocess
 import sys
 import threading
 import time
 
-from common import ROOT, WORK, machine, md_table, write_results
+from common import WORK, machine, md_table, write_results
 
 import httpx
 
@@ -96,36 +95,27 @@ def main() -> int:
 
     stop = work / "stop"
     out = work / "reader.json"
-    py = [sys.executable, "-m", "tests.soak"]
-    reader = subprocess.Popen([*py, "reader", "--index", str(path), "--threads", "3", "--stop", str(stop),
-                               "--out", str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert reader.stdout.readline().strip() == "reader-ready", reader.stderr.read()
+    reader = soak.start_reader(path, stop, out, threads=3)
     threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(4)]
     threads.append(threading.Thread(target=follower, daemon=True))
     for t in threads:
         t.start()
     logs = [work / f"writer{i}.jsonl" for i in range(a.writers)]
     t0 = time.time()
-    ws = [subprocess.Popen([*py, "writer", "--index", str(path), "--id", str(i), "--seconds", str(a.seconds),
-                            "--log", str(logs[i]), "--seed", str(i), "--compact-every", str(6 if i == 0 else 0)],
-                           cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-           for i in range(a.writers)]
-    for w in ws:
-        _, err = w.communicate()
-        if w.returncode:
-            print(err, file=sys.stderr)
-            return 1
-    wrote = time.time() - t0
-    time.sleep(1.0)  # let both readers see the last commit
-    stop.write_text("")
-    _, err = reader.communicate()
-    stop_clients.set()
-    for t in threads:
-        t.join(60)
-    srv.stop()
-    if reader.returncode:
-        print(err, file=sys.stderr)
-        return 1
+    try:
+        soak.finish(soak.start_writers(path, logs, a.seconds, compact_every=6))
+        wrote = time.time() - t0
+        time.sleep(1.0)  # let both readers see the last commit
+        stop.write_text("")
+        soak.finish([reader])
+    finally:
+        stop.write_text("")
+        if reader.poll() is None:
+            reader.wait(300)
+        stop_clients.set()
+        for t in threads:
+            t.join(60)
+        srv.stop()
     seen = json.loads(out.read_text())
     commits = soak.read_log(logs)
     problems = soak.verify(a.docs, commits, seen)

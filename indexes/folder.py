@@ -9,9 +9,9 @@ selector), is a generation N+1 committed under the writer lock (:func:`changing`
 no generation needs are removed by writers here, never by readers (as Lucene's IndexWriter owns
 every file of its directory and readers are snapshots that delete nothing).
 
-The rest of retr asks this module for paths (:func:`docstore_path`, :func:`subindex_path`)
+The rest of retr asks this module for paths (:func:`docstore_path`, :func:`manifest_path`)
 instead of spelling them. :mod:`indexes.manifest` is the manifest's JSON (read, validate,
-write); :mod:`indexes.generations` the locks, hard-link copies and collection it is built on.
+write); :mod:`indexes.generations` the locks and hard-link copies it is built on.
 """
 from __future__ import annotations
 
@@ -37,10 +37,6 @@ DOCSTORE = "docs.sqlite"
 def docstore_path(folder: Path | str, manifest: dict) -> Path:
     """The document store a manifest names (``docs.sqlite`` unless migrated)."""
     return Path(folder) / ((manifest.get("docstore") or {}).get("path") or DOCSTORE)
-
-
-def subindex_path(folder: Path | str, entry: dict) -> Path:
-    return Path(folder) / entry["path"]
 
 
 def manifest_path(folder: Path | str) -> Path:
@@ -372,10 +368,11 @@ def changing(path: Path | str, on_wait: Optional[Callable[[Optional[int]], None]
     path = Path(path)
     with gens.writer_lock(path, on_wait):
         m = mf.read_manifest(path)
-        DocStore(docstore_path(path, m)).check()  # a missing, empty or damaged store: one line, nothing made
+        store_path = docstore_path(path, m)
+        DocStore(store_path).check()  # a missing, empty or damaged store: one line, nothing made
         clean_leftovers(path, m)
         collect(path, m)
-        store_rel = str((m.get("docstore") or {}).get("path") or DOCSTORE)
+        store_rel = store_path.name  # (one name inside the folder: indexes.manifest checks it)
         migrated = None
         if schema(path / store_rel) == 1:
             new_rel = store_name(int(m.get("generation", 0)) + 1)

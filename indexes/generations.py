@@ -20,9 +20,10 @@ Locks (``flock``, released by the kernel when a process dies):
   takes it exclusively (never waiting) to learn that nobody reads N any more.
 
 Anything a dead writer left (an uncommitted generation's folders, temporary
-folders, staging folders beside the index) is found by :func:`inner_leftovers` and
-:func:`sibling_leftovers` and removed by the next writer
-(:func:`retrieval.writer.clean_leftovers`); ``retr check`` reports it.
+folders, staging folders beside the index) is found by :func:`indexes.folder.inner_leftovers` and
+:func:`indexes.folder.sibling_leftovers` and removed by the next writer
+(:func:`indexes.folder.clean_leftovers`); ``retr check`` reports it. The folder's names and its
+commits are :mod:`indexes.folder`'s; this module holds the mechanisms it is built on.
 A test-only environment variable, ``RETR_TEST_PAUSE=<point>``, stops a writer
 at a named point (:func:`pause`) so that tests can kill it there.
 """

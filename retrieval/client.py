@@ -21,6 +21,12 @@ from retrieval.types import Document, Hit, Query
 MAX_BATCH = 1_000  # queries per request: the server's limit (retrieval.server.schemas.MAX_BATCH, not imported here)
 
 
+def _error(status: int, answer: Any, raw: bytes) -> "ServerError":
+    """The server's one error shape, {"error": {"message"}}, as a ServerError (its raw start otherwise)."""
+    msg = (answer or {}).get("error", {}).get("message") if isinstance(answer, dict) else None
+    return ServerError(status, msg or raw[:200].decode("utf-8", "replace"))
+
+
 class ServerError(RetrError):
     """An error answer from the server (``status``: its HTTP status)."""
 
@@ -60,11 +66,7 @@ class Client:
     def request(self, method: str, path: str, body: Any = None) -> Any:
         """One call to the API; returns the decoded JSON, raises ServerError on an error answer."""
         data = None if body is None else json.dumps(body).encode("utf-8")
-        headers = {"Accept": "application/json"}
-        if data is not None:
-            headers["Content-Type"] = "application/json"
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
+        headers = self._headers("application/json", data is not None)
         for attempt in range(self.retries + 1):
             for fresh in (False, True):
                 conn = self._conn()
@@ -87,9 +89,16 @@ class Client:
         except ValueError:
             out = None
         if resp.status >= 400:
-            msg = (out or {}).get("error", {}).get("message") if isinstance(out, dict) else None
-            raise ServerError(resp.status, msg or raw[:200].decode("utf-8", "replace"))
+            raise _error(resp.status, out, raw)
         return out
+
+    def _headers(self, accept: str, has_body: bool) -> Dict[str, str]:
+        headers = {"Accept": accept}
+        if has_body:
+            headers["Content-Type"] = "application/json"
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        return headers
 
     def _path(self, tail: str = "") -> str:
         return f"/v1/{quote(self.index, safe='')}{tail}"
@@ -155,9 +164,7 @@ class Client:
         """POST ``body`` and yield the JSON lines of the answer as they arrive (a 429 is retried as
         :meth:`request` retries it; an error line ends the stream with ServerError)."""
         data = json.dumps(body).encode("utf-8")
-        headers = {"Accept": "application/x-ndjson", "Content-Type": "application/json"}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
+        headers = self._headers("application/x-ndjson", True)
         for attempt in range(self.retries + 1):
             cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
             conn = cls(self._host, self._port, timeout=self.timeout)  # its own: a stream holds it to the end
@@ -171,15 +178,15 @@ class Client:
                 if resp.status >= 400:
                     raw = resp.read()
                     try:
-                        msg = json.loads(raw)["error"]["message"]
-                    except (ValueError, KeyError, TypeError):
-                        msg = raw[:200].decode("utf-8", "replace")
-                    raise ServerError(resp.status, msg)
+                        out = json.loads(raw)
+                    except ValueError:
+                        out = None
+                    raise _error(resp.status, out, raw)
                 for line in resp:
                     if line.strip():
                         obj = json.loads(line)
                         if "error" in obj:
-                            raise ServerError(int(obj["error"].get("status", 500)), obj["error"].get("message", ""))
+                            raise _error(int(obj["error"].get("status", 500)), obj, line)
                         yield obj
                 return
             except (http.client.HTTPException, ConnectionError, OSError) as e:

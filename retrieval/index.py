@@ -257,8 +257,8 @@ class Index:
             if first is None or first[0] != key:
                 self._failing = first = (key, now)
             if now - first[1] >= FOLLOW_GRACE:
-                raise type(e)(f"{e} (this reader cannot move to the folder's newest generation and has "
-                              f"stopped answering from generation {self._gen.number})") from None
+                raise IndexFormatError(f"{e} (this reader cannot move to the folder's newest generation and has "
+                                       f"stopped answering from generation {self._gen.number})") from None
             return False
         self._failing = None
         return moved
@@ -563,11 +563,14 @@ def _document(row) -> Optional[Document]:
     return None if row is None else Document(row[0], row[2], row[1], row[3] or {})
 
 
-class Snapshot:
-    """One generation of an :class:`Index` (see :meth:`Index.snapshot`)."""
+class _View:
+    """One generation of an Index, seen as an Index (for code that takes one, such as dimension
+    selection), so that a search does not switch generations half-way. It holds nothing itself:
+    whoever made it keeps the generation entered (:class:`Snapshot` does)."""
 
     def __init__(self, index: Index, g: _Generation):
         self._index, self._held = index, g
+        self.path = index.path
 
     @property
     def _g(self) -> _Generation:
@@ -587,11 +590,29 @@ class Snapshot:
     def docstore(self) -> DocStore:
         return self._g.docstore
 
+    @property
+    def retrievers(self) -> List[str]:
+        return list(self.manifest.get("subindexes", {}))
+
     def __len__(self) -> int:
         return int(self._g.manifest["corpus"]["doc_count"])
 
     def get(self, docid: str) -> Optional[Document]:
         return _document(self._g.docstore.get(docid))
+
+    def retriever(self, name: str):
+        return self._index._pick(self._g, name)
+
+    def pipeline(self, retriever: str = "bm25", fusion: Optional[str] = None) -> Pipeline:
+        """:meth:`Index.pipeline` as this generation's manifest has it (its tuned defaults)."""
+        return self._index._pipeline(self.manifest, retriever, fusion)
+
+    def use_retriever(self, name: str, retriever) -> None:
+        self._index.use_retriever(name, retriever)
+
+
+class Snapshot(_View):
+    """One generation of an :class:`Index`, held until closed (see :meth:`Index.snapshot`)."""
 
     def search(self, query: str, k: int = 10, retriever: str = "bm25", fusion: Optional[str] = None,
                text: bool = True, depth: Optional[int] = None, timings: Optional[Dict[str, float]] = None,
@@ -618,31 +639,6 @@ class Snapshot:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-class _View:
-    """One generation of an Index, seen as an Index (for code that takes one, such as
-    dimension selection), so that a search does not switch generations half-way."""
-
-    def __init__(self, index: Index, g: _Generation):
-        self._index, self._g = index, g
-        self.path = index.path
-        self.manifest = g.manifest
-
-    @property
-    def docstore(self) -> DocStore:
-        return self._g.docstore
-
-    @property
-    def retrievers(self) -> List[str]:
-        return list(self.manifest.get("subindexes", {}))
-
-    def retriever(self, name: str):
-        o = self._index._overrides.get(name)
-        return o if o is not None else self._g.retriever(name, self._index._options.get(name))
-
-    def use_retriever(self, name: str, retriever) -> None:
-        self._index.use_retriever(name, retriever)
 
 
 def _check_k(k: int) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import subprocess
 import sys
 import threading
 import time
@@ -187,6 +188,38 @@ class Reader:
         return {"seconds": round(time.monotonic() - t0, 1), "searches": self.searches, "failures": self.failures,
                 "backwards": self.backwards, "counts": {str(g): sorted(set(v)) for g, v in self.counts.items()},
                 "texts": self.texts, "generations_seen": sorted(set(self.generations)), "final": final}
+
+
+# ------------------------------------------------------------------------------------------ processes
+ROOT = Path(__file__).resolve().parents[1]
+_PY = [sys.executable, "-m", "tests.soak"]
+
+
+def start_reader(index: Path, stop: Path, out: Path, threads: int = 3) -> subprocess.Popen:
+    """A reader process, returned once it holds ``index`` open; it writes ``out`` after ``stop`` appears."""
+    p = subprocess.Popen([*_PY, "reader", "--index", str(index), "--threads", str(threads), "--stop", str(stop),
+                          "--out", str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if p.stdout.readline().strip() != "reader-ready":
+        raise RuntimeError(f"the reader did not start: {p.stderr.read()}")
+    return p
+
+
+def start_writers(index: Path, logs, seconds: float, compact_every: int, min_ops: int = 0) -> List[subprocess.Popen]:
+    """One writer process per log file (writer i seeded i; writer 0 also compacts every ``compact_every``
+    changes)."""
+    return [subprocess.Popen([*_PY, "writer", "--index", str(index), "--id", str(i), "--seconds", str(seconds),
+                              "--log", str(log), "--seed", str(i), "--compact-every",
+                              str(compact_every if i == 0 else 0), "--min-ops", str(min_ops)],
+                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for i, log in enumerate(logs)]
+
+
+def finish(procs, timeout: Optional[float] = None) -> None:
+    """Wait for each process; one that failed raises with its stderr."""
+    for p in procs:
+        _, err = p.communicate(timeout=timeout)
+        if p.returncode:
+            raise RuntimeError(f"{' '.join(p.args[3:5])} exited {p.returncode}: {err}")
 
 
 # ------------------------------------------------------------------------------------------ checks

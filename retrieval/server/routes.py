@@ -252,7 +252,7 @@ def _stream(st: Shared, index: str, body: S.BatchSearchRequest, request: Request
     s = st.served(index)
     snap = s.index().snapshot()
     try:
-        p = s.index().pipeline(body.retriever, body.fusion)
+        p = snap.pipeline(body.retriever, body.fusion)
         request.state.retriever = p.base
         qs = _queries(body)
         G.check_planned(1, body.k, body.text, body.text_chars, st.budget)

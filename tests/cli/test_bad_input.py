@@ -174,10 +174,8 @@ def test_output_that_is_a_folder_is_refused_before_searching(tiny, tmp_path):
     assert listing(tmp_path) == ["out"]
 
 
-@pytest.mark.parametrize("damage", ["zero-byte", "missing", "truncated", "garbage"])
-@pytest.mark.parametrize("command", ["info", "search-text", "search-run"])
-def test_damaged_document_store(copy, tiny, tmp_path, damage, command):
-    store = copy / "docs.sqlite"
+def damage_store(store, damage):
+    """Make the folder's document store zero bytes, missing, cut in half, or not a database."""
     if damage == "zero-byte":
         store.write_bytes(b"")
     elif damage == "missing":
@@ -187,6 +185,12 @@ def test_damaged_document_store(copy, tiny, tmp_path, damage, command):
         store.write_bytes(data[: len(data) // 2])
     else:
         store.write_bytes(b"not a database\n" * 100)
+
+
+@pytest.mark.parametrize("damage", ["zero-byte", "missing", "truncated", "garbage"])
+@pytest.mark.parametrize("command", ["info", "search-text", "search-run"])
+def test_damaged_document_store(copy, tiny, tmp_path, damage, command):
+    damage_store(copy / "docs.sqlite", damage)
     before = listing(tmp_path)
     args = {"info": ["info", "--index", copy],
             "search-text": ["search", "--index", copy, "aspirin"],
@@ -301,16 +305,7 @@ def test_a_subindex_name_that_is_not_a_plain_name_is_refused(tiny, tmp_path):
 @pytest.mark.parametrize("damage", ["zero-byte", "missing", "truncated", "garbage"])
 @pytest.mark.parametrize("command", ["add", "update", "delete", "compact"])
 def test_a_change_of_a_folder_with_a_damaged_store_is_one_line_and_makes_nothing(copy, tmp_path, damage, command):
-    store = copy / "docs.sqlite"
-    if damage == "zero-byte":
-        store.write_bytes(b"")
-    elif damage == "missing":
-        store.unlink()
-    elif damage == "truncated":
-        data = store.read_bytes()
-        store.write_bytes(data[: len(data) // 2])
-    else:
-        store.write_bytes(b"not a database\n" * 100)
+    damage_store(copy / "docs.sqlite", damage)
     new = write_jsonl(tmp_path / "new.jsonl", [{"_id": "n1", "text": "a new passage"}])
     before = listing(copy)
     args = {"add": ["add", "--corpus", new], "update": ["update", "--corpus", new], "delete": ["delete", "d1"],

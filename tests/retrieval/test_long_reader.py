@@ -23,23 +23,14 @@ def run_soak(tmp_path, seconds: float, writers: int = 2, threads: int = 3):
     corpus = soak.seed_corpus(tmp_path / "seed.jsonl", SEED_DOCS)
     path = tmp_path / "IDX"
     retrieval.build_index(corpus, path, quiet=True)
-    stop = tmp_path / "stop"
-    out = tmp_path / "reader.json"
-    py = [sys.executable, "-m", "tests.soak"]
-    reader = subprocess.Popen([*py, "reader", "--index", str(path), "--threads", str(threads), "--stop", str(stop),
-                               "--out", str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert reader.stdout.readline().strip() == "reader-ready", reader.stderr.read()
+    stop, out = tmp_path / "stop", tmp_path / "reader.json"
+    reader = soak.start_reader(path, stop, out, threads)
     logs = [tmp_path / f"writer{i}.jsonl" for i in range(writers)]
-    ws = [subprocess.Popen([*py, "writer", "--index", str(path), "--id", str(i), "--seconds", str(seconds),
-                            "--log", str(logs[i]), "--seed", str(i), "--compact-every", str(3 if i == 0 else 0),
-                            "--min-ops", "6"],
-                           cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(writers)]
-    for w in ws:
-        _, err = w.communicate(timeout=seconds + 300)
-        assert w.returncode == 0, err
-    stop.write_text("")
-    _, err = reader.communicate(timeout=300)
-    assert reader.returncode == 0, err
+    try:
+        soak.finish(soak.start_writers(path, logs, seconds, compact_every=3, min_ops=6), timeout=seconds + 300)
+    finally:
+        stop.write_text("")  # the reader stops either way
+    soak.finish([reader], timeout=300)
     return path, soak.read_log(logs), json.loads(out.read_text())
 
 
@@ -98,4 +89,36 @@ def test_the_reader_keeps_its_sqlite_locks_so_writers_never_remove_the_wal_under
     assert idx.get("fresh-4") is not None
     assert len(held) == 50 == len(held.docstore) and held.get("fresh-1") is None  # the snapshot kept its own
     held.close()
+    idx.close()
+
+
+def test_a_reader_that_cannot_open_the_newest_generation_says_so_instead_of_staying_behind(
+        tmp_path, small_index, monkeypatch):
+    """A newer manifest whose generation cannot be opened (here: a sub-index missing on disk) is
+    tolerated for FOLLOW_GRACE seconds, then every search fails naming it; once the folder is whole
+    again the reader moves on."""
+    import shutil
+
+    import retrieval.index as ri
+    from indexes.errors import IndexFormatError
+
+    path = tmp_path / "IDX"
+    shutil.copytree(small_index.path, path)
+    monkeypatch.setattr(ri, "FOLLOW_GRACE", 0.3)
+    idx = retrieval.open_index(path)
+    assert idx.search("cell", k=3, text=False)
+    good = (path / "manifest.json").read_text()
+    m = json.loads(good)
+    m["generation"] = 1
+    m["subindexes"]["bm25"] = dict(m["subindexes"]["bm25"], path="bm25.g1")  # not on disk
+    (path / "manifest.json").write_text(json.dumps(m))
+    assert idx.search("cell", k=3, text=False) and idx.generation == 0  # within the grace: the held generation
+    time.sleep(0.4)
+    try:
+        idx.search("cell", k=3, text=False)
+        raise AssertionError("a reader stuck on an old generation answered in silence")
+    except IndexFormatError as e:
+        assert "missing on disk" in str(e) and "stopped answering from generation 0" in str(e)
+    (path / "manifest.json").write_text(json.dumps(dict(json.loads(good), generation=2)))  # whole again
+    assert idx.search("cell", k=3, text=False) and idx.generation == 2
     idx.close()
