@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import ClassVar, Dict, List, Optional, Sequence, Tuple
 
 from indexes import manifest as mf
 from indexes.errors import InputError
@@ -15,6 +15,7 @@ from retrieval.types import Query, Scored
 
 @dataclass
 class BM25Spec:
+    kind: ClassVar[str] = "bm25"
     k1: float = 0.9
     b: float = 0.4
     store_docvectors: bool = False

@@ -26,7 +26,7 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import ClassVar, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from indexes import manifest as mf
 from indexes.atomic import atomic_path
@@ -52,6 +52,7 @@ WEIGHTS_FILE = "weights.jsonl.gz"
 class DeepCTSpec:
     """How to build a DeepCT sub-index."""
 
+    kind: ClassVar[str] = "deepct"
     model: str                       # folder written by `retr train deepct`
     mode: str = "auto"               # default retrieval mode: impact | bm25 | auto (the better one on the
                                      # model's held-out training queries, else DEFAULT_MODE)
@@ -66,6 +67,7 @@ class DeepCTSpec:
     device: str = "auto"
     threads: Optional[int] = 1
     index_threads: int = 2
+    tune_fusion: bool = True         # then tune bm25+<name>'s default fusion on the same held-out queries
 
     def validate(self) -> "DeepCTSpec":
         if self.mode not in MODES + ("auto",):
@@ -620,9 +622,9 @@ class DeepCTKind(SubIndexKind):
     def entries(self, name: str, entry: dict) -> Dict[str, dict]:
         return with_alias(name, entry)
 
-    def after_add(self, index, name: str, quiet: bool = False, tune_fusion: bool = True):
+    def after_add(self, index, name: str, spec: DeepCTSpec, quiet: bool = False) -> None:
         """Tune ``bm25+<name>`` on the model's held-out training queries, when there are any."""
-        if tune_fusion and "bm25" in index.retrievers:
+        if spec.tune_fusion and "bm25" in index.retrievers:
             tune_default_fusion(index, name, quiet=quiet)
 
 

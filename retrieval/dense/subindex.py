@@ -10,7 +10,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import ClassVar, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from indexes import manifest as mf
 from indexes.errors import InputError, RetrError
@@ -23,6 +23,7 @@ from retrieval.types import Query, Scored, contents
 class DenseSpec:
     """How to build a dense sub-index: encoder, pooling and faiss configuration."""
 
+    kind: ClassVar[str] = "dense"
     model: Optional[str] = None          # None or "minilm": bundled all-MiniLM-L6-v2; or a local HF folder
     pooling: str = "mean"                 # mean | cls | first-last | ditto
     factory: str = "Flat"                 # faiss factory string
