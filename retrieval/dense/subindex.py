@@ -83,10 +83,9 @@ def build_dense(folder: Path, name: str, store_path: Path, spec: DenseSpec, fing
     ``executor`` (an opened runner of :mod:`retrieval.executors`; None: in-process)
     says where the encoder runs; the entry's ``encoded_by`` records it.
     """
-    import numpy as np
-
     from indexes.faiss_index import FaissIndex
     from retrieval.dense.encoder import DenseEncoder
+    from retrieval.executors import runner_of
 
     spec.validate()
     t0 = time.perf_counter()
@@ -94,64 +93,84 @@ def build_dense(folder: Path, name: str, store_path: Path, spec: DenseSpec, fing
                        dtype=spec.dtype, quiet=quiet)
     FaissIndex.create(enc.dim, spec.factory, use_gpu=False)  # reject a bad factory string before encoding
     cfg = enc.config()
-    key = hashlib.sha256(json.dumps([cfg, fingerprint, spec.shard_size], sort_keys=True,
-                                    default=str).encode()).hexdigest()[:16]
-    cache = cache_base.with_name(f"{cache_base.name}-{key}")
+    cache = _shard_cache(cache_base, cfg, fingerprint, spec)
     store_ids = [d for d, _t in _docs(store_path)] if precomputed else []
     reused = _reusable(precomputed, cfg, store_ids) if precomputed else None
     docids: List[str] = store_ids if reused is not None else []  # else filled while encoding
+    runner = runner_of(executor)
+    shards, encoded_by = [], None
+    if reused is None:
+        shards, encoded_by = _encode_store(runner, enc, store_path, cache, spec, docids, quiet)
+    encode_s = time.perf_counter() - t0
+    if not docids:
+        raise InputError("no documents to encode")
+    fi = FaissIndex.build(_vector_batches(reused, shards, docids, enc, spec), factory=spec.factory, dim=enc.dim,
+                          use_gpu=False, quiet=quiet, expected=len(docids))
+    fi.save(folder)
+    (folder / "encoder.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    shutil.rmtree(cache, ignore_errors=True)
+    entry = _dense_entry(name, spec, enc, cfg, fi.ntotal, fi.describe(folder))
+    entry.update(encode_seconds=round(encode_s, 2), build_seconds=round(time.perf_counter() - t0, 2),
+                 vectors_from="quality estimator (pruning pass)" if reused is not None else "encoded",
+                 encoded_by=encoded_by, spec=asdict(spec))
+    return entry
+
+
+def _shard_cache(cache_base: Path, cfg: dict, fingerprint: str, spec: DenseSpec) -> Path:
+    """Where the encoded shards of this encoder and corpus go: ``<cache_base>-<key>``."""
+    key = hashlib.sha256(json.dumps([cfg, fingerprint, spec.shard_size], sort_keys=True,
+                                    default=str).encode()).hexdigest()[:16]
+    return cache_base.with_name(f"{cache_base.name}-{key}")
+
+
+def _encode_store(runner, enc, store_path: Path, cache: Path, spec: DenseSpec, docids: List[str],
+                  quiet: bool):
+    """Encode the store's documents into resumable shards in ``cache``, in this process or on
+    ``runner`` (Ray). Fills ``docids``; returns (shard paths, how they were encoded)."""
+    if runner.kind != "local":
+        return _encode_shards_on(runner, enc, store_path, cache, spec, docids, quiet)
+    import torch
 
     def texts():
         for docid, text in _docs(store_path):
             docids.append(docid)
             yield text
 
-    from retrieval.executors import runner_of
-
-    runner = runner_of(executor)
-    import torch
-
     encoded_by = {"executor": "in-process", "workers": 1, "threads": torch.get_num_threads(),
                   "devices": [str(enc.device)]}
-    if reused is None and runner.kind == "local":
-        shards = enc.encode_to_shards(texts(), cache, shard_size=spec.shard_size, batch_size=spec.batch_size,
-                                      quiet=quiet)
-    elif reused is None:
-        shards, encoded_by = _encode_shards_on(runner, enc, store_path, cache, spec, docids, quiet)
-    encode_s = time.perf_counter() - t0
-    if not docids:
-        raise InputError("no documents to encode")
+    shards = enc.encode_to_shards(texts(), cache, shard_size=spec.shard_size, batch_size=spec.batch_size,
+                                  quiet=quiet)
+    return shards, encoded_by
 
-    def batches():
-        if reused is not None:  # stored precision as if encoded here
-            for s in range(0, len(docids), spec.shard_size):
-                v = np.asarray(reused[s:s + spec.shard_size]).astype(enc.out_dtype).astype(np.float32)
-                yield v, docids[s:s + len(v)]
-            return
-        start = 0
-        for p in shards:
-            v = np.load(p).astype(np.float32, copy=False)
-            yield v, docids[start:start + len(v)]
-            start += len(v)
 
-    fi = FaissIndex.build(batches(), factory=spec.factory, dim=enc.dim, use_gpu=False, quiet=quiet,
-                          expected=len(docids))
-    fi.save(folder)
-    (folder / "encoder.json").write_text(json.dumps(cfg, indent=2) + "\n")
-    shutil.rmtree(cache, ignore_errors=True)
+def _vector_batches(reused, shards, docids: List[str], enc, spec: DenseSpec):
+    """(float32 vectors, their docids) for faiss: from ``reused`` (at the stored precision, as if
+    encoded here) when set, else from the shard files in order."""
+    import numpy as np
+
+    if reused is not None:
+        for s in range(0, len(docids), spec.shard_size):
+            v = np.asarray(reused[s:s + spec.shard_size]).astype(enc.out_dtype).astype(np.float32)
+            yield v, docids[s:s + len(v)]
+        return
+    start = 0
+    for p in shards:
+        v = np.load(p).astype(np.float32, copy=False)
+        yield v, docids[start:start + len(v)]
+        start += len(v)
+
+
+def _dense_entry(name: str, spec: DenseSpec, enc, cfg: dict, doc_count: int, faiss_info: dict) -> dict:
+    """The manifest entry of a dense sub-index, less its timings and provenance."""
     return {
         "kind": "dense", "path": name,
-        "built_at": mf.now(), "doc_count": fi.ntotal,
+        "built_at": mf.now(), "doc_count": doc_count,
         "config": {"factory": spec.factory, "pooling": enc.pooling, "dtype": spec.dtype,
                    "max_length": enc.max_length, "dim": enc.dim, "normalize": enc.normalize,
                    "ditto_layer_head": list(enc.ditto_layer_head) if enc.ditto_layer_head else None,
                    "ditto_states": enc.ditto_states},
         "model": {"path": cfg["model"], "sha256": cfg["model_sha256"], "architecture": cfg.get("architecture")},
-        "encoder": cfg, "faiss": fi.describe(folder),
-        "encode_seconds": round(encode_s, 2), "build_seconds": round(time.perf_counter() - t0, 2),
-        "vectors_from": "quality estimator (pruning pass)" if reused is not None else "encoded",
-        "encoded_by": None if reused is not None else encoded_by,
-        "spec": asdict(spec),
+        "encoder": cfg, "faiss": faiss_info,
     }
 
 
