@@ -133,8 +133,9 @@ def latency(idx, names, qs, n=100):
 
 
 def run_collection(col, threads, rebuild=False, retune=False):
-    from retrieval.deepct.subindex import DeepCTSpec, retune_deepct
-    from retrieval.writer import add_deepct
+    from retrieval.deepct.subindex import DeepCTSpec
+    from retrieval.deepct.tuning import retune_deepct
+    from retrieval.writer import add_subindex
 
     from common import bench_index
 
@@ -161,7 +162,7 @@ def run_collection(col, threads, rebuild=False, retune=False):
         stale = stale or (rebuild and sub in idx.retrievers)
         if sub not in idx.retrievers or stale:  # a retrained model replaces its sub-index
             print(f"[{col.name}] indexing {sub} ...", flush=True)
-            idx = add_deepct(idx, DeepCTSpec(model=str(MODELS / folder), threads=threads), name=sub, quiet=True, overwrite=stale)
+            idx = add_subindex(idx, DeepCTSpec(model=str(MODELS / folder), threads=threads), name=sub, quiet=True, overwrite=stale)
         elif retune and idx.manifest["subindexes"][sub].get("tuning"):  # choose the defaults again, same weights
             print(f"[{col.name}] re-tuning {sub} ...", flush=True)
             idx = retune_deepct(idx, sub)

@@ -76,7 +76,7 @@ def _train(col, folder, qrels_path=None):
 def deepct_part() -> dict:
     import retrieval
     from retrieval.deepct.subindex import DeepCTSpec
-    from retrieval.writer import add_deepct
+    from retrieval.writer import add_subindex
 
     out = {}
     for col in (c for c in COLLECTIONS if c.name in DEEPCT_COLS):
@@ -102,7 +102,7 @@ def deepct_part() -> dict:
         for sub, folder in (("deepct-title", f"{col.name}-tiny-title"), ("deepct-qrels", f"{col.name}-tiny-qrels")):
             if sub not in idx.retrievers:
                 print(f"[{col.name}] indexing {sub} ...", flush=True)
-                idx = add_deepct(idx, DeepCTSpec(model=str(DEEPCT_DIR / folder), threads=2), name=sub, quiet=True)
+                idx = add_subindex(idx, DeepCTSpec(model=str(DEEPCT_DIR / folder), threads=2), name=sub, quiet=True)
         for key, card, sub in (("title", title, "deepct-title"), ("qrels", qmodel, "deepct-qrels")):
             e = idx.manifest["subindexes"][sub]
             res["models"][key] = {"targets": card.get("targets", {}).get("kind"),

@@ -173,7 +173,7 @@ def main():
         if path.exists():
             shutil.rmtree(path)
         t0 = time.perf_counter()
-        retrieval.build_index(base_file, path, dense=spec, quiet=True)
+        retrieval.build_index(base_file, path, subindexes={"dense": spec}, quiet=True)
         out["initial_build_seconds"] = round(time.perf_counter() - t0, 1)
     out["folder_bytes"] = folder_bytes(path)
     print(f"folder {out['folder_bytes'] / 1e6:.1f} MB", flush=True)
@@ -248,7 +248,7 @@ def main():
         shutil.rmtree(fresh_path)
     w0 = io_written()
     t0 = time.perf_counter()
-    fresh = retrieval.build_index(final_file, fresh_path, dense=spec, quiet=True)
+    fresh = retrieval.build_index(final_file, fresh_path, subindexes={"dense": spec}, quiet=True)
     out["rebuild_seconds"] = round(time.perf_counter() - t0, 1)
     out["rebuild_written_bytes"] = io_written() - w0
     out["rebuild_folder_bytes"] = folder_bytes(fresh_path)

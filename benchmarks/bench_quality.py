@@ -156,7 +156,7 @@ def deepct_weight_scores(idx, sub, docs, stat):
     """deepct-mass / deepct-max from the raw term weights the DeepCT sub-index stored when it encoded
     the corpus: the numbers the estimator would compute with the same model (rounded to 1e-5)."""
     import gzip
-    from retrieval.deepct.subindex import WEIGHTS_FILE
+    from retrieval.deepct.weights import WEIGHTS_FILE
     got = {}
     with gzip.open(idx.path / idx.manifest["subindexes"][sub]["path"] / WEIGHTS_FILE, "rt") as fh:
         for line in fh:
@@ -350,10 +350,10 @@ def savings(col, p, estimators):
     for tag in ["unpruned"] + list(estimators):
         t0 = time.perf_counter()
         if tag == "unpruned":
-            idx = build_index(col.corpus, root / tag, empty="skip", dense=DenseSpec(), quiet=True)
+            idx = build_index(col.corpus, root / tag, empty="skip", subindexes={"dense": DenseSpec()}, quiet=True)
         else:
             idx = build_pruned_index(col.corpus, root / tag, prune=p, quality=tag, empty="skip",
-                                     dense=DenseSpec(), quiet=True)
+                                     subindexes={"dense": DenseSpec()}, quiet=True)
         build_s = time.perf_counter() - t0
         lat = {}
         for r in ("bm25", "dense"):

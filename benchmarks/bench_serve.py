@@ -162,7 +162,7 @@ def build(work: Path, quiet=True) -> Path:
     from indexes import jvm
     from indexes.lucene import ShardWriter
     from retrieval.dense.subindex import DenseSpec
-    from retrieval.writer import add_dense
+    from retrieval.writer import add_subindex
 
     idx_dir = work / "sf"
     if (idx_dir / "manifest.json").exists() and (idx_dir / "dense").exists() and (work / "bm25-raw.done").exists():
@@ -188,7 +188,7 @@ def build(work: Path, quiet=True) -> Path:
                     "-collection", "JsonCollection", "-input", str(raw), "-index", str(stored), "-generator",
                     "DefaultLuceneDocumentGenerator", "-threads", "2", "-storePositions", "-storeDocvectors",
                     "-storeRaw"], check=True, capture_output=True, env=dict(os.environ, JAVA_HOME=jvm.java_home()))
-    idx = add_dense(idx, DenseSpec(), quiet=quiet)
+    idx = add_subindex(idx, DenseSpec(), quiet=quiet)
     before = {q: [h.docid for h in idx.search(q, k=10, text=False)] for q in ("aspirin cancer", "vitamin D")}
     shutil.rmtree(idx_dir / "bm25")
     shutil.move(str(stored), str(idx_dir / "bm25"))

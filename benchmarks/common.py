@@ -132,7 +132,7 @@ def bench_index(col: Collection, dense: Sequence[str] = ()):
     by every benchmark): BM25 plus the requested dense sub-indexes, named
     ``dense`` (MiniLM, mean pooling) or ``dense-<pooling>`` (MiniLM)."""
     import retrieval
-    from retrieval.writer import add_dense
+    from retrieval.writer import add_subindex
     from retrieval.dense.subindex import DenseSpec
 
     import fcntl
@@ -150,5 +150,5 @@ def bench_index(col: Collection, dense: Sequence[str] = ()):
             name = "dense" if pooling == "mean" else f"dense-{pooling}"
             if name not in idx.retrievers:
                 print(f"[{col.name}] encoding for {name} ...", flush=True)
-                idx = add_dense(idx, DenseSpec(pooling=pooling), name=name, quiet=True)
+                idx = add_subindex(idx, DenseSpec(pooling=pooling), name=name, quiet=True)
     return idx

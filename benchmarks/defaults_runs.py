@@ -150,14 +150,14 @@ def _variant_index(col, variant: str, indexes: Path | None):
         return _open(col, indexes)
     import retrieval
     from retrieval.dense.subindex import DenseSpec
-    from retrieval.writer import add_dense
+    from retrieval.writer import add_subindex
 
     path = WORK / "defaults-variants" / f"index-{col.name}-{variant}"
     if not (path / "manifest.json").exists():
         print(f"[{col.name}-{variant}] indexing ...", flush=True)
         idx = retrieval.build_index(long_corpus(col, int(variant[4:])), path, empty="skip", overwrite=True,
                                     quiet=True)
-        add_dense(idx, DenseSpec(pooling="mean"), name="dense", quiet=True)
+        add_subindex(idx, DenseSpec(pooling="mean"), name="dense", quiet=True)
     return retrieval.open_index(path)
 
 

@@ -10,38 +10,19 @@ from cli import params
 
 
 # --------------------------------------------------------------------- index
-@click.command("index")
+@click.command("index", cls=params.SectionedCommand)
 @click.option("--corpus", "corpus", required=True, type=click.Path(path_type=Path),
               help="BEIR folder, or a JSONL/TSV file (optionally .gz).")
 @click.option("--index", "index_dir", required=True, type=click.Path(path_type=Path),
               help="Index folder to create, or an existing one to add sub-indexes to.")
-@click.option("--k1", type=params.K1, default=0.9, show_default=True, help="Default BM25 k1 stored in the index.")
-@click.option("--b", type=params.B, default=0.4, show_default=True, help="Default BM25 b stored in the index.")
-@click.option("--dense", "dense_model", is_flag=False, flag_value="minilm", default=None, metavar="[MODEL]",
-              help="Add a dense sub-index: bundled all-MiniLM-L6-v2 by default, or 'splade-tiny', "
-                   "or a local Hugging Face folder.")
-@click.option("--deepct", "deepct_model", type=click.Path(path_type=Path), default=None, metavar="MODEL_DIR",
-              help="Add a DeepCT sub-index (and deepct-query) with a model from `retr train deepct`.")
-@click.option("--deepct-mode", type=click.Choice(["auto", "impact", "bm25"]), default="auto", show_default=True,
-              help="DeepCT default: impact scores, or BM25 over the weights as term frequencies (auto: the "
-                   "better on the model's held-out training queries, else bm25).")
-@click.option("--deepct-scale", type=click.Choice(["auto", "linear", "sqrt"]), default="auto", show_default=True,
-              help="DeepCT weight to integer: round(100 w) or round(100 sqrt w) (auto: chosen like the mode, "
-                   "else linear). Every variant is built; this sets the default.")
-@click.option("--pooling", default="mean", show_default=True, help="Dense pooling: mean, cls, first-last or ditto.")
-@click.option("--faiss", "factory", default="Flat", show_default=True,
-              help="faiss factory string for the dense index (Flat, HNSW32, IVF1024,PQ32, ...).")
-@click.option("--dtype", type=click.Choice(["float32", "float16"]), default="float32", show_default=True,
-              help="Precision of the stored dense vectors.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
-              help="Where the dense encoder runs.")
+              help="Where the models (dense encoder, DeepCT) run.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True,
               help="Encoding batch size (texts per forward pass, in every worker).")
 @click.option("--threads", type=click.IntRange(1, 256), default=2, show_default=True, help="Indexing threads.")
 @click.option("--overwrite", is_flag=True, help="Rebuild: replace the folder (or the named sub-index) on success.")
 @click.option("--empty", type=click.Choice(["error", "skip", "keep"]), default="error", show_default=True,
               help="What a document without text does: fail the build, be skipped, or be indexed.")
-@click.option("--docvectors", is_flag=True, help="Also store Lucene document vectors (for feedback models).")
 @click.option("--prune", type=params.SHARE_CLOSED_OPEN, default=None, metavar="P",
               help="Static pruning: drop the lowest-quality share P before anything is encoded or indexed.")
 @click.option("--quality", default=None, metavar="E|FILE",
@@ -49,29 +30,24 @@ from cli import params
                    "[default: length, chosen without training queries; see benchmarks/results/defaults.md].")
 @params.executor_options
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
-def index_cmd(corpus, index_dir, k1, b, dense_model, deepct_model, deepct_mode, deepct_scale, pooling, factory, dtype, device, batch_size, threads,
-              overwrite, empty, docvectors, prune, quality, quiet, executor):
-    """Build an index folder (document store + Lucene BM25, and optional dense
-    and DeepCT sub-indexes, optionally pruned by passage quality) from a
-    corpus. On an existing folder built from the same corpus, add the
-    requested sub-indexes to it."""
+@params.kind_options("index")
+def index_cmd(corpus, index_dir, device, batch_size, threads, overwrite, empty, prune, quality, quiet, executor,
+              **kind_values):
+    """Build an index folder (document store + Lucene BM25, and the sub-indexes
+    asked for, optionally pruned by passage quality) from a corpus. On an
+    existing folder built from the same corpus, add the requested sub-indexes
+    to it."""
     from retrieval.writer import index_corpus
-    from retrieval.dense.subindex import DenseSpec
 
-    spec = dspec = None
-    if dense_model is not None:
-        spec = DenseSpec(model=None if dense_model == "minilm" else dense_model, pooling=pooling, factory=factory,
-                         dtype=dtype, device=device, batch_size=batch_size)
-    if deepct_model is not None:
-        from retrieval.deepct.subindex import DeepCTSpec
-        dspec = DeepCTSpec(model=str(deepct_model), mode=deepct_mode, scale=deepct_scale, device=device,
-                           batch_size=batch_size)
     if quality is not None and prune is None:
         raise click.UsageError("--quality needs --prune P")
-    with params.flags({"dense": "--dense", "deepct": "--deepct", "prune": "--prune"}):
-        idx = index_corpus(corpus, index_dir, dense=spec, deepct=dspec, prune=prune, quality=quality, k1=k1, b=b,
-                           threads=threads, overwrite=overwrite, empty=empty, store_docvectors=docvectors,
-                           quiet=quiet, executor=executor)
+    names = dict(params.kind_flags(), prune="--prune", quality="--quality", overwrite="--overwrite",
+                 index_dir="--index")
+    shared = dict(kind_values, device=device, batch_size=batch_size, threads=threads)
+    with params.flags(names):
+        specs = {n: s for o in params.each_kind() for n, s in o.specs(shared).items()}
+        idx = index_corpus(corpus, index_dir, subindexes=specs, prune=prune, quality=quality, threads=threads,
+                           overwrite=overwrite, empty=empty, quiet=quiet, executor=executor)
     if not quiet:
         pr = idx.manifest.get("pruning")
         if pr:

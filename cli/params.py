@@ -94,3 +94,73 @@ def executor_options(f):
     for o in reversed(opts):
         wrapper = o(wrapper)
     return wrapper
+
+
+# ------------------------------------------------------------------ the kinds' options
+def kind_options(where: str):
+    """Add the options every registered sub-index kind contributes to a command (``where``:
+    ``"index"`` or ``"search"``: ``KindOptions.index`` / ``.search``), each kind's under its
+    own heading in ``--help`` (with :class:`SectionedCommand`). The command receives their
+    values among its keyword arguments and hands them to :func:`kind_values`' users."""
+    from retrieval.kinds import known, options_of
+
+    def deco(f):
+        sections = []
+        for kind in reversed(known()):  # decorators apply bottom-up: reversed keeps the registry's order
+            o = options_of(kind)
+            before = len(getattr(f, "__click_params__", []))
+            for d in reversed(tuple(getattr(o, where))):
+                f = d(f)
+            names = [p.name for p in f.__click_params__[before:]]
+            taken = {p.name for p in f.__click_params__[:before]}
+            if taken & set(names):  # a programming error of a kind: two kinds declare one option
+                raise RuntimeError(f"kind {kind!r} declares options another kind has: {sorted(taken & set(names))}")
+            sections.insert(0, (o.title, names))
+        f.__retr_sections__ = sections
+        return f
+
+    return deco
+
+
+def kind_flags() -> dict:
+    """Every kind's parameter -> flag names, and ``subindexes`` -> the flags that ask for one."""
+    from retrieval.kinds import known, options_of
+
+    out, asks = {}, []
+    for kind in known():
+        o = options_of(kind)
+        out.update(o.flags)
+        if o.flag:
+            asks.append(o.flag)
+    out["subindexes"] = " / ".join(asks)
+    return out
+
+
+def each_kind():
+    """The registered kinds' :class:`retrieval.kinds.KindOptions`, in registry order."""
+    from retrieval.kinds import known, options_of
+
+    return [options_of(k) for k in known()]
+
+
+class SectionedCommand(click.Command):
+    """A command whose ``--help`` lists the kinds' options (:func:`kind_options`) under their
+    kinds' headings, after the command's own."""
+
+    def format_options(self, ctx, formatter):
+        sections = getattr(self.callback, "__retr_sections__", [])
+        owned = {n for _, names in sections for n in names}
+        params = {p.name: p for p in self.get_params(ctx)}
+
+        def rows(names):  # in the command's order (the order they were declared in)
+            return [r for r in (p.get_help_record(ctx) for n, p in params.items() if n in names) if r]
+
+        general = rows([n for n in params if n not in owned])
+        if general:
+            with formatter.section("Options"):
+                formatter.write_dl(general)
+        for title, names in sections:
+            mine = rows(names)
+            if mine:
+                with formatter.section(f"{title} options"):
+                    formatter.write_dl(mine)

@@ -12,7 +12,7 @@ from indexes.errors import InputError
 
 
 # -------------------------------------------------------------------- search
-@click.command("search")
+@click.command("search", cls=params.SectionedCommand)
 @click.argument("text", required=False)
 @click.option("--index", "index_dir", required=True, type=click.Path(path_type=Path), help="Index folder.")
 @click.option("--queries", type=click.Path(path_type=Path), help="Queries: BEIR JSONL, TSV or TREC topics.")
@@ -34,26 +34,13 @@ from indexes.errors import InputError
               help="Candidates per fused retriever [default: max(k, 100)].")
 @click.option("--k", "k", type=click.IntRange(min=1), default=None,
               help="Hits per query [default: 1000 with --queries, 10 for free text].")
-@click.option("--k1", type=params.K1, default=None, help="Override BM25 k1 for this search.")
-@click.option("--b", type=params.B, default=None, help="Override BM25 b for this search.")
-@click.option("--deepct-mode", type=click.Choice(["impact", "bm25"]), default=None,
-              help="Override the DeepCT sub-index's default mode for this search.")
-@click.option("--deepct-scale", type=click.Choice(["linear", "sqrt"]), default=None,
-              help="Override the DeepCT sub-index's default weight scale for this search.")
 @click.option("--threads", type=click.IntRange(1, 256), default=2, show_default=True, help="Search threads.")
 @click.option("--tag", default=None, callback=lambda ctx, param, v: _no_whitespace(v, param),
               help="Run tag (last TREC column) [default: the pipeline spec].")
-@click.option("--dimsel", type=click.Choice(["none", "prf", "learned", "oracle"]), default=None,
-              help="Query-aware dimension selection on the dense retriever (learned: `retr train dimsel`).")
-@click.option("--alpha", type=params.SHARE_OPEN_CLOSED, default=None,
-              help="Share of dimensions kept [default: 0.5; learned: the selector's].")
-@click.option("--prf-k", type=click.IntRange(min=1), default=None, help="Feedback documents for --dimsel prf [5].")
-@click.option("--adaptive", is_flag=True, help="--dimsel learned: per-query count (cumulative importance).")
-@click.option("--dimsel-qrels", type=click.Path(path_type=Path), default=None,
-              help="Labels for --dimsel oracle (an upper-bound analysis, not a search method).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
-def search_cmd(text, index_dir, queries, output, fmt, qrels, split, retriever, fusion, depth, k, k1, b, deepct_mode,
-               deepct_scale, threads, tag, dimsel, alpha, prf_k, adaptive, dimsel_qrels, quiet):
+@params.kind_options("search")
+def search_cmd(text, index_dir, queries, output, fmt, qrels, split, retriever, fusion, depth, k, threads, tag, quiet,
+               **kind_values):
     """Search an index: free TEXT prints the top hits; --queries FILE writes a run."""
     from retrieval.index import open_index
 
@@ -63,18 +50,14 @@ def search_cmd(text, index_dir, queries, output, fmt, qrels, split, retriever, f
         raise click.UsageError("--qrels and --split are alternatives; give one")
     idx = open_index(index_dir)
     pipeline = idx.pipeline(retriever, fusion)
-    with params.flags({"k1": "--k1", "b": "--b", "mode": "--deepct-mode", "scale": "--deepct-scale"}):
-        if deepct_mode or deepct_scale:
-            idx.configure(str(pipeline), mode=deepct_mode, scale=deepct_scale)
-        if k1 is not None or b is not None:
-            idx.configure(str(pipeline), k1=k1, b=b)
     spec = str(pipeline)
-    from cli.dimsel_cmds import dimsel_options
-
-    dimsel = dimsel_options(dimsel, alpha, prf_k, dimsel_qrels, adaptive)
+    with params.flags(params.kind_flags()):
+        options = {key: v for o in params.each_kind() for key, v in o.configure(kind_values).items()}
+        idx.configure(spec, **options)
+        extra = {key: v for o in params.each_kind() for key, v in o.search_args(kind_values).items()}
 
     if text is not None:
-        hits = idx.search(text, k=k or 10, retriever=spec, depth=depth, dimsel=dimsel)
+        hits = idx.search(text, k=k or 10, retriever=spec, depth=depth, **extra)
         if fmt == "jsonl":
             for h in hits:
                 click.echo(json.dumps(h.to_dict(), ensure_ascii=False))
@@ -102,7 +85,7 @@ def search_cmd(text, index_dir, queries, output, fmt, qrels, split, retriever, f
             raise InputError("no query of the queries file appears in the qrels", qrels)
     fmt = fmt or "trec"
     results = idx.batch_search(qs, k=k or 1000, retriever=spec, threads=threads, depth=depth,
-                               text=(fmt == "jsonl"), quiet=quiet, dimsel=dimsel)
+                               text=(fmt == "jsonl"), quiet=quiet, **extra)
     if output is None:
         if fmt == "trec":
             for qid, hits in results.items():

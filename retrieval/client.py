@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 from urllib.parse import quote, urlsplit
 
 from indexes.errors import InputError, RetrError
+from retrieval.kinds import PRIMARY
 from retrieval.types import Document, Hit, Query
 
 MAX_BATCH = 1_000  # queries per request: the server's limit (retrieval.server.schemas.MAX_BATCH, not imported here)
@@ -132,7 +133,7 @@ class Client:
             body["dimsel"] = {"mode": dimsel} if isinstance(dimsel, str) else dict(dimsel)
         return body
 
-    def search(self, query: str, k: int = 10, retriever: str = "bm25", fusion: Optional[str] = None,
+    def search(self, query: str, k: int = 10, retriever: str = PRIMARY, fusion: Optional[str] = None,
                text: bool = True, depth: Optional[int] = None, timings=None, dimsel=None, filter=None,
                text_chars: Optional[int] = None) -> List[Hit]:
         """As :meth:`retrieval.index.Index.search`, answered by the server (``timings`` is ignored)."""
@@ -141,7 +142,7 @@ class Client:
         out = self.request("POST", self._path("/search"), body)
         return self._hits(out["hits"], "+" in out["retriever"])
 
-    def batch_search(self, queries: Sequence[Union[Query, str]], k: int = 10, retriever: str = "bm25",
+    def batch_search(self, queries: Sequence[Union[Query, str]], k: int = 10, retriever: str = PRIMARY,
                      fusion: Optional[str] = None, threads: int = 1, text: bool = False, quiet: bool = True,
                      depth: Optional[int] = None, batch_size: Optional[int] = None, timings=None, dimsel=None,
                      filter=None, text_chars: Optional[int] = None) -> Dict[str, List[Hit]]:

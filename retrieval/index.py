@@ -28,7 +28,7 @@ from indexes.docstore import DocStore
 from indexes.errors import IndexFormatError, InputError, ParameterError
 from retrieval.filters import Allowed, MetadataTable, first_allowed, parse_filter
 from retrieval.fusion import Pipeline, fuse, list_confidences, parse_pipeline
-from retrieval.kinds import Retriever, kind_of
+from retrieval.kinds import PRIMARY, Retriever, kind_of
 from retrieval.progress import progress
 from retrieval.types import Document, Hit, Query
 
@@ -345,8 +345,8 @@ class Index:
         with self._lock:
             self._overrides[name] = retriever
 
-    def configure(self, retriever: str = "bm25", **options) -> List[str]:
-        """Set search options (``k1``, ``b``; DeepCT's ``mode``, ``scale``, ``query``) on every
+    def configure(self, retriever: str = PRIMARY, **options) -> List[str]:
+        """Set search options (each retriever's ``options``: BM25's ``k1``, ``b``, ...) on every
         member of the pipeline ``retriever`` whose retriever takes them (its ``options``);
         options left None are kept. Returns the names configured; an option that no
         member takes is an error, naming the pipeline. They stay set in later generations."""
@@ -358,11 +358,11 @@ class Index:
         for key in given:
             takers = [n for n in p.retrievers if key in self.retriever(n).options]
             if not takers:
-                what = {"k1": "{k1}/{b}", "b": "{k1}/{b}", "mode": "{mode}/{scale}",
-                        "scale": "{mode}/{scale}"}.get(key, "{_key}")  # parameters the CLI names by its flags
-                who = "BM25" if key in ("k1", "b") else "DeepCT"
-                raise ParameterError(what + " apply to {_who} retrievers, and {_p} has none", _key=key, _who=who,
-                                     _p=str(p))
+                # the option and those there are, as parameters (the CLI names them by its flags)
+                there = sorted({o for n in p.retrievers for o in self.retriever(n).options})
+                takes = ("its retrievers take " + ", ".join("{%s}" % o for o in there)) if there else \
+                    "its retrievers take no options"
+                raise ParameterError("{%s} applies to no retriever of {_p} (%s)" % (key, takes), _p=str(p))
             done += [n for n in takers if n not in done]
         for n in done:
             r = self.retriever(n)
@@ -372,7 +372,7 @@ class Index:
         return done
 
     # -- search --------------------------------------------------------
-    def pipeline(self, retriever: str = "bm25", fusion: Optional[str] = None) -> Pipeline:
+    def pipeline(self, retriever: str = PRIMARY, fusion: Optional[str] = None) -> Pipeline:
         """Parse a retriever spec; a bare ``a+b`` takes the folder's tuned fusion (``retr tune``), else
         ``retrieval.fusion.DEFAULT_FUSION`` (chosen without training queries, benchmarks/results/defaults.md)."""
         return self._pipeline(self.manifest, retriever, fusion)
@@ -402,7 +402,7 @@ class Index:
         flt = parse_filter(filter)
         return None if flt is None else g.metadata.allowed(flt)
 
-    def search(self, query: str, k: int = 10, retriever: str = "bm25", fusion: Optional[str] = None,
+    def search(self, query: str, k: int = 10, retriever: str = PRIMARY, fusion: Optional[str] = None,
                text: bool = True, depth: Optional[int] = None, timings: Optional[Dict[str, float]] = None,
                dimsel=None, filter=None) -> List[Hit]:
         """Top-``k`` hits for one query, with title, text and metadata unless ``text=False``.
@@ -469,7 +469,7 @@ class Index:
                                  depth=None if native else total)[0]
         return r.search_filtered(query, k, allowed)
 
-    def batch_search(self, queries: Sequence[Union[Query, str]], k: int = 10, retriever: str = "bm25",
+    def batch_search(self, queries: Sequence[Union[Query, str]], k: int = 10, retriever: str = PRIMARY,
                      fusion: Optional[str] = None, threads: int = 1, text: bool = False, quiet: bool = True,
                      depth: Optional[int] = None, batch_size: Optional[int] = None,
                      timings: Optional[Dict[str, float]] = None, dimsel=None, filter=None
@@ -603,7 +603,7 @@ class _View:
     def retriever(self, name: str):
         return self._index._pick(self._g, name)
 
-    def pipeline(self, retriever: str = "bm25", fusion: Optional[str] = None) -> Pipeline:
+    def pipeline(self, retriever: str = PRIMARY, fusion: Optional[str] = None) -> Pipeline:
         """:meth:`Index.pipeline` as this generation's manifest has it (its tuned defaults)."""
         return self._index._pipeline(self.manifest, retriever, fusion)
 
@@ -614,13 +614,13 @@ class _View:
 class Snapshot(_View):
     """One generation of an :class:`Index`, held until closed (see :meth:`Index.snapshot`)."""
 
-    def search(self, query: str, k: int = 10, retriever: str = "bm25", fusion: Optional[str] = None,
+    def search(self, query: str, k: int = 10, retriever: str = PRIMARY, fusion: Optional[str] = None,
                text: bool = True, depth: Optional[int] = None, timings: Optional[Dict[str, float]] = None,
                dimsel=None, filter=None) -> List[Hit]:
         """:meth:`Index.search` on this generation."""
         return self._index._search(self._g, query, k, retriever, fusion, text, depth, timings, dimsel, filter)
 
-    def batch_search(self, queries: Sequence[Union[Query, str]], k: int = 10, retriever: str = "bm25",
+    def batch_search(self, queries: Sequence[Union[Query, str]], k: int = 10, retriever: str = PRIMARY,
                      fusion: Optional[str] = None, threads: int = 1, text: bool = False, quiet: bool = True,
                      depth: Optional[int] = None, batch_size: Optional[int] = None,
                      timings: Optional[Dict[str, float]] = None, dimsel=None, filter=None

@@ -24,9 +24,13 @@ generation's folder that starts as a hard-link copy of the current one (see
   a DeepCT-Query alias over the same folder); ``dimsel``: whether query-aware
   dimension selection applies to it, and ``with_dimsel`` to apply it.
 
-Kinds are named by dotted path and imported only when a folder uses them, so
-opening a BM25-only folder loads neither torch nor the DeepCT code, and no
-module is imported just for the side effect of registering something.
+A kind is a package registered by one line of :data:`KINDS`: its ``subindex``
+module holds ``KIND`` (the :class:`SubIndexKind`) and its spec (a dataclass whose
+``kind`` names the kind), its ``cli`` module ``OPTIONS`` (:class:`KindOptions`: the
+options and commands it adds to the command line). Nothing outside the package
+names the kind. Packages are imported only when a folder (or the command line)
+uses them, so opening a BM25-only folder loads neither torch nor the DeepCT code,
+and no module is imported just for the side effect of registering something.
 """
 from __future__ import annotations
 
@@ -44,12 +48,16 @@ if TYPE_CHECKING:
 
 Confidence = Optional[Tuple[str, float]]  # (kind, value) of a list, for confidence-weighted fusion
 
-#: kind name -> "module:attribute" of its :class:`SubIndexKind`
+#: kind name -> its package (``<package>.subindex:KIND``, ``<package>.cli:OPTIONS``)
 KINDS: Dict[str, str] = {
-    "bm25": "retrieval.bm25:KIND",
-    "dense": "retrieval.dense.subindex:KIND",
-    "deepct": "retrieval.deepct.subindex:KIND",
+    "bm25": "retrieval.bm25",
+    "dense": "retrieval.dense",
+    "deepct": "retrieval.deepct",
 }
+
+#: the kind every folder is built with: it indexes the corpus as it streams in (``SubIndexKind.streams``),
+#: its sub-index is named after it, and a search names it when it names nothing else
+PRIMARY = "bm25"
 
 
 @dataclass
@@ -161,7 +169,13 @@ class SubIndexKind:
 
     name = ""
     dimsel = False  # query-aware dimension selection applies (dense vectors)
+    streams = False  # built from the corpus as it is first read (ctx.docs() is that stream), not from the store
+    uses_model = False  # its build runs a model stage (an executor, such as Ray, can run it)
     alias_fields: tuple = ()  # entry fields of this kind that an alias of it (entries()) mirrors after a change
+
+    def default_spec(self):
+        """The spec a build uses when it is given none of this kind (the primary kind's)."""
+        raise InputError(f"a {self.name} sub-index needs a spec")
 
     def build(self, folder: Path, name: str, ctx: BuildContext, spec) -> dict:
         raise NotImplementedError
@@ -193,8 +207,9 @@ class SubIndexKind:
     def entries(self, name: str, entry: dict) -> Dict[str, dict]:
         return {name: entry}
 
-    def after_add(self, index, name: str, quiet: bool = False, **options) -> None:
-        """Runs once the sub-index is listed in the manifest of ``index`` (DeepCT tunes a fusion)."""
+    def after_add(self, index, name: str, spec, quiet: bool = False) -> None:
+        """Runs once the sub-index built from ``spec`` is listed in the manifest of ``index``
+        (DeepCT tunes a fusion)."""
 
     def with_dimsel(self, index, name: str, dimsel):
         # Not this kind's feature: the kind that has it says what the folder lacks.
@@ -205,23 +220,78 @@ class SubIndexKind:
         raise InputError(f"dimension selection does not apply to {name!r} ({self.name})")
 
 
+class KindOptions:
+    """What a kind adds to the command line (its package's ``cli.OPTIONS``). The options are
+    click decorators; the commands that show them hand every value they parsed to the
+    methods below, which take what is theirs (the shared ``device``, ``batch_size`` and
+    ``threads`` too). Errors name parameters; ``flags`` says which flag is which."""
+
+    title = ""                      # heading of its options in --help
+    flag = ""                       # the option of `retr index` that asks for its sub-index ("" : always built)
+    index: Sequence[Callable] = ()  # options of `retr index`
+    search: Sequence[Callable] = ()  # options of `retr search`
+    flags: Dict[str, str] = {}      # parameter -> flag, for ParameterError messages (cli.params.flags)
+
+    def specs(self, values: Dict[str, Any]) -> Dict[str, Any]:
+        """The sub-indexes (name -> spec) that `retr index` was asked for."""
+        return {}
+
+    def configure(self, values: Dict[str, Any]) -> Dict[str, Any]:
+        """``Index.configure`` options from `retr search`'s values (None: keep the default)."""
+        return {}
+
+    def search_args(self, values: Dict[str, Any]) -> Dict[str, Any]:
+        """Further keyword arguments of ``Index.search`` / ``batch_search`` (``dimsel``)."""
+        return {}
+
+    def commands(self) -> Sequence[Tuple[Optional[str], Any]]:
+        """Commands it adds: (group, click command), group None for a top-level one, else the
+        name of a group such as ``train``."""
+        return ()
+
+
 _loaded: Dict[str, SubIndexKind] = {}
+_options: Dict[str, KindOptions] = {}
+
+
+def _package(kind: str) -> str:
+    where = KINDS.get(kind)
+    if where is None:
+        raise IndexFormatError(f"unknown sub-index kind {kind!r} (this retr knows: {', '.join(KINDS)})")
+    return where
 
 
 def get_kind(kind: str) -> SubIndexKind:
     """The kind registered under ``kind``, imported on first use."""
     k = _loaded.get(kind)
     if k is None:
-        where = KINDS.get(kind)
-        if where is None:
-            raise IndexFormatError(f"unknown sub-index kind {kind!r} (this retr knows: {', '.join(KINDS)})")
-        module, attr = where.split(":")
-        k = _loaded[kind] = getattr(importlib.import_module(module), attr)
+        k = _loaded[kind] = importlib.import_module(_package(kind) + ".subindex").KIND
     return k
+
+
+def options_of(kind: str) -> KindOptions:
+    """What the kind registered under ``kind`` adds to the command line."""
+    o = _options.get(kind)
+    if o is None:
+        o = _options[kind] = importlib.import_module(_package(kind) + ".cli").OPTIONS
+    return o
 
 
 def kind_of(entry: dict) -> SubIndexKind:
     return get_kind(entry.get("kind", ""))
+
+
+def kind_of_spec(spec) -> SubIndexKind:
+    """The kind a spec builds (its ``kind`` names it)."""
+    name = getattr(spec, "kind", None)
+    if not isinstance(name, str):
+        raise InputError(f"a sub-index spec names its kind (a {type(spec).__name__} does not)")
+    if name not in KINDS:
+        raise InputError(f"unknown sub-index kind {name!r} (this retr knows: {', '.join(KINDS)})")
+    k = get_kind(name)
+    if hasattr(spec, "validate"):
+        spec.validate()
+    return k
 
 
 def known() -> List[str]:

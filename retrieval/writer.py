@@ -26,19 +26,17 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import AbstractSet, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import AbstractSet, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from indexes import generations as gens
 from indexes import manifest as mf
 from indexes import folder
 from indexes.docstore import DocStoreWriter
 from indexes.errors import InputError, ParameterError
-from retrieval.bm25 import BM25Spec
 from retrieval.collections import check_lengths, check_metadata, count_lines, read_corpus
-from retrieval.dense.subindex import DenseSpec
 from retrieval.executors import Executor, open_executor
 from retrieval.index import Index
-from retrieval.kinds import BuildContext, SubIndexKind, get_kind, kind_of
+from retrieval.kinds import PRIMARY, BuildContext, SubIndexKind, get_kind, kind_of, kind_of_spec
 from retrieval.progress import progress
 from retrieval.types import Document
 
@@ -52,95 +50,133 @@ def _fingerprint_update(h, doc: Document) -> None:
     h.update(b"\x01")
 
 
+_NAME = r"[A-Za-z0-9_][A-Za-z0-9_-]{0,63}"  # a folder name, and searchable by name
+
+
+def _plan(subindexes: Optional[Mapping[str, Any]]) -> Tuple[str, Any, Dict[str, Any]]:
+    """``subindexes`` checked (names, kinds, specs) and split into the one whose kind indexes
+    the corpus as it is first read (the primary kind's default spec when none does) and the rest."""
+    if subindexes is not None and not isinstance(subindexes, Mapping):
+        raise ParameterError("{subindexes} maps sub-index names to specs, not a {_t}", _t=type(subindexes).__name__)
+    streaming, rest = [], {}
+    for name, spec in (subindexes or {}).items():
+        if not isinstance(name, str) or not re.fullmatch(_NAME, name):
+            raise InputError(f"sub-index name {name!r} must be 1-64 letters, digits, '_' or '-'")
+        if kind_of_spec(spec).streams:
+            streaming.append((name, spec))
+        else:
+            rest[name] = spec
+    if len(streaming) > 1:
+        raise InputError("one sub-index indexes the corpus as it is read; this build asks for "
+                         + ", ".join(n for n, _ in streaming))
+    if not streaming:
+        streaming.append((PRIMARY, get_kind(PRIMARY).default_spec()))
+    return streaming[0][0], streaming[0][1], rest
+
+
 def build_index(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[str, Path], *,
-                k1: float = 0.9, b: float = 0.4, threads: int = 2, overwrite: bool = False,
-                store_docvectors: bool = False, empty: str = "error", dense: Optional[DenseSpec] = None,
-                quiet: bool = False, keep: Union[AbstractSet[str], Callable[[Document], bool], None] = None,
-                pruning: Optional[dict] = None, dense_vectors: Optional[dict] = None,
+                subindexes: Optional[Mapping[str, Any]] = None, threads: int = 2, overwrite: bool = False,
+                empty: str = "error", quiet: bool = False,
+                keep: Union[AbstractSet[str], Callable[[Document], bool], None] = None,
+                pruning: Optional[dict] = None, precomputed: Optional[dict] = None,
                 generation: Optional[int] = None, executor=None) -> Index:
-    """Build an index folder with a document store and a Lucene BM25 sub-index.
+    """Build an index folder: a document store and the sub-indexes ``subindexes`` (name -> spec,
+    each spec naming its kind: ``{"dense": DenseSpec()}``). The sub-index that indexes the corpus
+    as it is read (BM25's kind) is built with its default spec unless ``subindexes`` holds one
+    (``{"bm25": BM25Spec(k1=1.2, b=0.75)}``). The folder appears only when every sub-index is built.
 
     ``corpus`` is a path (BEIR folder, JSONL, TSV, .gz) or an iterable of
     :class:`Document`. ``empty`` is the policy for documents without text
-    (``error``, ``skip`` or ``keep``). With ``dense`` a dense sub-index is
-    built too. The folder appears only when every sub-index is built.
+    (``error``, ``skip`` or ``keep``).
 
     ``keep`` (a set of docids or a predicate on :class:`Document`) filters the
     document stream: other documents enter no sub-index and no document store,
     so they are never encoded (static pruning, see :mod:`retrieval.quality`).
     The corpus fingerprint still covers every document. ``pruning`` is recorded
     in the manifest as-is, with the number of documents dropped added.
-    ``dense_vectors`` (see :func:`retrieval.dense.subindex.build_dense`) are vectors
-    already computed for the documents, used when their encoder is ``dense``'s.
+    ``precomputed``: vectors another stage already computed for the documents (the quality
+    estimator's), which a kind uses when they are its encoder's (``BuildContext.precomputed``).
     ``generation``: the folder's first generation (default: 0, or the one after that of
     the folder it replaces). ``executor`` (:class:`retrieval.executors.Executor`, or an
-    opened runner) says where the dense encoder runs; BM25 (Lucene) is always built here.
+    opened runner) says where the kinds' models run; Lucene always runs here.
     """
     index_dir = Path(index_dir)
-    BM25Spec(k1, b, store_docvectors).validate()
+    first, first_spec, rest = _plan(subindexes)  # fails on a bad option before reading the corpus
     gen = folder.next_build_generation(index_dir) if generation is None else int(generation)
-    if dense is not None:
-        dense.validate()  # fail on a bad option before reading the corpus
     source = str(corpus) if isinstance(corpus, (str, Path)) else "<python iterable>"
+    t0 = time.perf_counter()
+    with folder.atomic_folder(index_dir, overwrite=overwrite) as tmp:
+        m = _build_first(corpus, tmp, first, first_spec, empty=empty, keep=keep, pruning=pruning, threads=threads,
+                         quiet=quiet, gen=gen, cache=_cache_base(index_dir), source=source)
+        m["subindexes"][first]["build_seconds"] = round(time.perf_counter() - t0, 3)
+        if rest:
+            with open_executor(executor) as ex:
+                ctx = BuildContext(tmp / folder.DOCSTORE, m["corpus"]["fingerprint"], _cache_base(index_dir),
+                                   quiet=quiet, threads=threads, precomputed=precomputed, generation=gen, executor=ex)
+                for name, spec in rest.items():
+                    k = get_kind(spec.kind)
+                    for n, e in k.entries(name, k.build(tmp / name, name, ctx, spec)).items():
+                        m["subindexes"][n] = dict(e, generation=gen)
+        gens.pause("index:built")
+        folder.write_built(tmp, m)
+        for name, spec in rest.items():
+            get_kind(spec.kind).after_add(Index.open(tmp), name, spec, quiet=quiet)
+    return Index.open(index_dir)
+
+
+def _build_first(corpus, tmp: Path, name: str, spec, *, empty: str, keep, pruning: Optional[dict], threads: int,
+                 quiet: bool, gen: int, cache: Path, source: str) -> dict:
+    """The document store and the sub-index that indexes the corpus as it is read, in ``tmp``;
+    returns the new folder's manifest listing both."""
     total = count_lines(corpus) if isinstance(corpus, (str, Path)) else None
     skipped: List[str] = []
     docs = (read_corpus(corpus, empty=empty, skipped=skipped) if isinstance(corpus, (str, Path))
             else _checked(corpus))
-    t0 = time.perf_counter()
-    with folder.atomic_folder(index_dir, overwrite=overwrite) as tmp:
-        store = DocStoreWriter(tmp / folder.DOCSTORE, generation=gen)
-        h = hashlib.sha256()
-        kept = keep if keep is None or callable(keep) else (lambda d, ids=keep: d.docid in ids)
-        dropped = [0]
+    store = DocStoreWriter(tmp / folder.DOCSTORE, generation=gen)
+    h = hashlib.sha256()
+    kept = keep if keep is None or callable(keep) else (lambda d, ids=keep: d.docid in ids)
+    dropped = [0]
 
-        # A corpus file is read twice: the first pass validates, fingerprints and
-        # writes Anserini's input; the document store is filled by the second
-        # pass while the JVM indexes, so the two overlap. A Python iterable can
-        # be read once only, so it fills the store in the first pass.
-        from_file = isinstance(corpus, (str, Path))
+    # A corpus file is read twice: the first pass validates, fingerprints and
+    # writes Anserini's input; the document store is filled by the second
+    # pass while the JVM indexes, so the two overlap. A Python iterable can
+    # be read once only, so it fills the store in the first pass.
+    from_file = isinstance(corpus, (str, Path))
 
-        def stream():
-            for doc in progress(docs, total=total, desc="reading corpus", unit="doc", quiet=quiet):
-                _fingerprint_update(h, doc)
-                if kept is not None and not kept(doc):
-                    dropped[0] += 1
-                    continue
-                if not from_file:
-                    store.add(doc.docid, doc.title, doc.text, doc.metadata or None)
-                yield doc.docid, doc.contents
+    def stream():
+        for doc in progress(docs, total=total, desc="reading corpus", unit="doc", quiet=quiet):
+            _fingerprint_update(h, doc)
+            if kept is not None and not kept(doc):
+                dropped[0] += 1
+                continue
+            if not from_file:
+                store.add(doc.docid, doc.title, doc.text, doc.metadata or None)
+            yield doc.docid, doc.contents
 
-        def fill_store():
-            for doc in read_corpus(corpus, empty=empty, check_duplicates=False):
-                if kept is None or kept(doc):
-                    store.add(doc.docid, doc.title, doc.text, doc.metadata or None)
+    def fill_store():
+        for doc in read_corpus(corpus, empty=empty, check_duplicates=False):
+            if kept is None or kept(doc):
+                store.add(doc.docid, doc.title, doc.text, doc.metadata or None)
 
-        ctx = BuildContext(tmp / folder.DOCSTORE, "", _cache_base(index_dir), quiet=quiet, threads=threads,
-                           stream=stream(), meanwhile=fill_store if from_file else None, generation=gen)
-        try:
-            bm25 = get_kind("bm25").build(tmp / "bm25", "bm25", ctx, BM25Spec(k1, b, store_docvectors))
-        finally:
-            n_docs = store.close()
-        if n_docs == 0:
-            raise InputError("corpus has no documents", source)
-        if n_docs != int(bm25["doc_count"]):
-            raise InputError(f"the corpus changed while it was being indexed ({bm25['doc_count']} documents "
-                             f"in the first pass, {n_docs} in the second)", source)
-        m = mf.new_manifest({"threads": threads, "empty": empty}, generation=gen)
-        m["corpus"] = {"source": source, "doc_count": n_docs, "fingerprint": "sha256:" + h.hexdigest(),
-                       "skipped_empty": len(skipped)}
-        m["docstore"] = {"path": folder.DOCSTORE, "doc_count": n_docs, "schema": 2}
-        if keep is not None or pruning is not None:
-            m["pruning"] = {**(pruning or {}), "dropped": dropped[0], "kept": n_docs}
-        m["subindexes"]["bm25"] = dict(bm25, build_seconds=round(time.perf_counter() - t0, 3), generation=gen)
-        if dense is not None:
-            with open_executor(executor) as ex:
-                ctx = BuildContext(tmp / folder.DOCSTORE, m["corpus"]["fingerprint"], _cache_base(index_dir), quiet=quiet,
-                                   threads=threads, precomputed=dense_vectors, generation=gen, executor=ex)
-                m["subindexes"]["dense"] = dict(get_kind("dense").build(tmp / "dense", "dense", ctx, dense),
-                                                generation=gen)
-        gens.pause("index:built")
-        folder.write_built(tmp, m)
-    return Index.open(index_dir)
+    ctx = BuildContext(tmp / folder.DOCSTORE, "", cache, quiet=quiet, threads=threads,
+                       stream=stream(), meanwhile=fill_store if from_file else None, generation=gen)
+    try:
+        entry = get_kind(spec.kind).build(tmp / name, name, ctx, spec)
+    finally:
+        n_docs = store.close()
+    if n_docs == 0:
+        raise InputError("corpus has no documents", source)
+    if n_docs != int(entry["doc_count"]):
+        raise InputError(f"the corpus changed while it was being indexed ({entry['doc_count']} documents "
+                         f"in the first pass, {n_docs} in the second)", source)
+    m = mf.new_manifest({"threads": threads, "empty": empty}, generation=gen)
+    m["corpus"] = {"source": source, "doc_count": n_docs, "fingerprint": "sha256:" + h.hexdigest(),
+                   "skipped_empty": len(skipped)}
+    m["docstore"] = {"path": folder.DOCSTORE, "doc_count": n_docs, "schema": 2}
+    if keep is not None or pruning is not None:
+        m["pruning"] = {**(pruning or {}), "dropped": dropped[0], "kept": n_docs}
+    m["subindexes"][name] = dict(entry, generation=gen)
+    return m
 
 
 def _cache_base(index_dir: Path) -> Path:
@@ -148,63 +184,57 @@ def _cache_base(index_dir: Path) -> Path:
     return index_dir.parent / f".{index_dir.name.split('.tmp-')[0]}.encode"
 
 
-def index_corpus(corpus: Union[str, Path], index_dir: Union[str, Path], *, dense: Optional[DenseSpec] = None,
-                 deepct=None, prune: Optional[float] = None, quality: Optional[str] = None,
-                 k1: float = 0.9, b: float = 0.4, threads: int = 2, overwrite: bool = False,
-                 empty: str = "error", store_docvectors: bool = False, quiet: bool = False,
-                 executor=None) -> Index:
+def index_corpus(corpus: Union[str, Path], index_dir: Union[str, Path], *,
+                 subindexes: Optional[Mapping[str, Any]] = None, prune: Optional[float] = None,
+                 quality: Optional[str] = None, threads: int = 2, overwrite: bool = False, empty: str = "error",
+                 quiet: bool = False, executor=None) -> Index:
     """What `retr index` does, as one call.
 
-    - A new folder (or ``overwrite``) gets the document store, BM25 and every
-      requested sub-index (``dense``: a :class:`DenseSpec`; ``deepct``: a
-      ``retrieval.deepct.subindex.DeepCTSpec``), optionally pruned to the top
-      ``1 - prune`` share by the ``quality`` estimator. All of it is built in
-      a staging folder that replaces ``index_dir`` only when everything succeeded.
-    - An existing folder built from the same corpus (same fingerprint) gains
-      the requested sub-indexes; ``overwrite`` then rebuilds those only.
+    - A new folder (or ``overwrite``) gets the document store and the sub-indexes
+      ``subindexes`` (name -> spec, as :func:`build_index`), optionally pruned to the top
+      ``1 - prune`` share by the ``quality`` estimator. All of it is built in a staging
+      folder that replaces ``index_dir`` only when everything succeeded.
+    - An existing folder built from the same corpus (same fingerprint) gains the
+      requested sub-indexes (but the one that indexes the corpus as it is read: the
+      folder has its own); ``overwrite`` then rebuilds those only.
     - ``executor`` (:class:`retrieval.executors.Executor`: ``local`` or ``ray``) runs the
-      model stages (quality scores, dense, DeepCT); one Ray session serves them all.
+      model stages (quality scores, the kinds' models); one Ray session serves them all.
     """
     index_dir = Path(index_dir)
     executor = _executor_spec(executor)
-    if dense is not None:
-        dense.validate()
-    if deepct is not None:
-        deepct.validate()
+    _, _, rest = _plan(subindexes)
     if quality is not None and prune is None:
-        raise InputError("a quality estimator only applies with a pruning share (prune=P, --prune P)")
+        raise ParameterError("{quality} only applies with a pruning share ({prune})")
     if prune is not None:
         from retrieval.quality.prune import check_share
         check_share(prune)
-    if isinstance(executor, Executor) and executor.kind == "ray" and dense is None and deepct is None and prune is None:
-        raise ParameterError("{executor=ray} runs the model stages ({dense}, {deepct}, {prune}); this build has none")
+    modelled = [n for n, s in rest.items() if get_kind(s.kind).uses_model]
+    if isinstance(executor, Executor) and executor.kind == "ray" and not modelled and prune is None:
+        raise ParameterError("{executor=ray} runs the model stages (a sub-index with a model, {prune}); "
+                             "this build has none")
     existing = folder.manifest_path(index_dir).exists()
-    adding = existing and prune is None and (dense is not None or deepct is not None)
+    adding = existing and prune is None and bool(rest)
     if existing and not adding and not overwrite:
-        hint = "pass --overwrite to rebuild it" + (" pruned" if prune is not None else
-                                                     ", or --dense / --deepct to add a sub-index")
-        raise InputError(f"index folder already exists; {hint}", index_dir)
+        hint = " pruned" if prune is not None else ", or ask for a new sub-index ({subindexes}) to add it"
+        raise ParameterError("{_path}: index folder already exists; pass {overwrite} to rebuild it" + hint,
+                             _path=str(index_dir))
     if adding:
         idx = Index.open(index_dir)
         fp, _ = corpus_fingerprint(corpus, empty=idx.manifest.get("config", {}).get("empty", "error"))
         if fp != idx.manifest["corpus"]["fingerprint"]:
-            raise InputError("was built from a different corpus; pass a new --index or rebuild it with --overwrite",
-                             index_dir)
+            raise ParameterError("{_path}: was built from a different corpus; pass a new {index_dir} or rebuild "
+                                 "it with {overwrite}", _path=str(index_dir))
         with open_executor(executor) as ex:
-            if dense is not None:
-                idx = add_dense(idx, dense, overwrite=overwrite, quiet=quiet, executor=ex)
-            if deepct is not None:
-                idx = add_deepct(idx, deepct, overwrite=overwrite, quiet=quiet, executor=ex)
+            for name, spec in rest.items():
+                idx = add_subindex(idx, spec, name, overwrite=overwrite, quiet=quiet, executor=ex)
         return idx
-    kw = dict(k1=k1, b=b, threads=threads, overwrite=True, store_docvectors=store_docvectors, empty=empty,
-              dense=dense, quiet=quiet, generation=folder.next_build_generation(index_dir))
+    kw = dict(subindexes=subindexes, threads=threads, overwrite=True, empty=empty, quiet=quiet,
+              generation=folder.next_build_generation(index_dir))
     with folder.atomic_folder(index_dir, overwrite=overwrite) as stage, open_executor(executor) as ex:
         if prune is not None:
-            idx = build_pruned_index(corpus, stage, prune, quality, executor=ex, **kw)
+            build_pruned_index(corpus, stage, prune, quality, executor=ex, **kw)
         else:
-            idx = build_index(corpus, stage, executor=ex, **kw)
-        if deepct is not None:
-            add_deepct(idx, deepct, quiet=quiet, executor=ex)
+            build_index(corpus, stage, executor=ex, **kw)
     return Index.open(index_dir)
 
 
@@ -227,19 +257,20 @@ def corpus_fingerprint(corpus: Union[str, Path], empty: str = "error") -> Tuple[
     return "sha256:" + h.hexdigest(), n
 
 
-def add_subindex(index: Index, kind: str, spec, name: Optional[str] = None, overwrite: bool = False,
-                 quiet: bool = False, executor=None, **options) -> Index:
-    """Build a sub-index of ``kind`` from the folder's document store and list it, as a new
-    generation: it is built beside the others and becomes visible only when the manifest
-    that lists it is swapped in. ``options`` go to the kind's ``after_add`` step."""
-    k = get_kind(kind)
-    name = name or kind
-    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,63}", name):  # a folder name, and searchable by name
+def add_subindex(index: Index, spec, name: Optional[str] = None, overwrite: bool = False,
+                 quiet: bool = False, executor=None) -> Index:
+    """Build the sub-index ``spec`` describes (its ``kind`` names the kind; ``name`` defaults
+    to the kind's name) from the folder's document store and list it, as a new generation:
+    it is built beside the others and becomes visible only when the manifest that lists it
+    is swapped in. Then the kind's ``after_add`` step runs (DeepCT tunes its fusion)."""
+    k = kind_of_spec(spec)
+    name = name or k.name
+    if not isinstance(name, str) or not re.fullmatch(_NAME, name):
         raise InputError(f"sub-index name {name!r} must be 1-64 letters, digits, '_' or '-'")
-    spec.validate()
     with open_executor(executor) as ex, _changing(index, quiet) as ch:
         if name in ch.old["subindexes"] and not overwrite:
-            raise InputError(f"index already has a {name!r} sub-index (pass --overwrite to rebuild it)", ch.path)
+            raise ParameterError("{_path}: index already has a {_name!r} sub-index (pass {overwrite} to rebuild it)",
+                                 _path=str(ch.path), _name=name)
         rel = ch.fresh_folder(name)
         entry = k.build(ch.path / rel, rel, _context(ch, executor=ex), spec)
         for n, e in k.entries(name, entry).items():
@@ -247,24 +278,8 @@ def add_subindex(index: Index, kind: str, spec, name: Optional[str] = None, over
                 ch.retire(ch.old["subindexes"][n])
             ch.new["subindexes"][n] = dict(e, generation=ch.gen)
         ch.commit()
-    k.after_add(Index.open(ch.path), name, quiet=quiet, **options)
+    k.after_add(Index.open(ch.path), name, spec, quiet=quiet)
     return Index.open(ch.path)
-
-
-def add_dense(index: Index, spec: DenseSpec, name: str = "dense", overwrite: bool = False,
-              quiet: bool = False, executor=None) -> Index:
-    """Add a dense sub-index (:class:`DenseSpec`) to an existing folder."""
-    return add_subindex(index, "dense", spec, name, overwrite=overwrite, quiet=quiet, executor=executor)
-
-
-def add_deepct(index: Index, spec, name: str = "deepct", overwrite: bool = False, quiet: bool = False,
-               tune_fusion: bool = True, executor=None) -> Index:
-    """Add a DeepCT sub-index (``retrieval.deepct.subindex.DeepCTSpec``) to an existing folder.
-    Also records ``<name>-query``: the same sub-index searched with DeepCT-Query. With
-    ``tune_fusion`` the default fusion of ``bm25+<name>`` is tuned on the model's held-out
-    training queries (when the model card names them)."""
-    return add_subindex(index, "deepct", spec, name, overwrite=overwrite, quiet=quiet, executor=executor,
-                        tune_fusion=tune_fusion)
 
 
 def build_pruned_index(corpus, index_dir, prune: float, quality: Optional[str] = None, empty: str = "error",
@@ -277,7 +292,7 @@ def build_pruned_index(corpus, index_dir, prune: float, quality: Optional[str] =
     with open_executor(executor) as ex:
         keep, record = prune_keep_set(corpus, prune, quality, empty=empty, quiet=quiet, vectors=vectors, executor=ex)
         return build_index(corpus, index_dir, empty=empty, quiet=quiet, keep=keep, pruning=record,
-                           dense_vectors=vectors or None, executor=ex, **build_kwargs)
+                           precomputed=vectors or None, executor=ex, **build_kwargs)
 
 
 def _checked(docs: Iterable[Document]) -> Iterable[Document]:

@@ -63,12 +63,12 @@ def small_dense_index(tmp_path_factory, small_corpus):
     """BM25 + MiniLM dense (mean pooling) over the 400 passages; the dense
     sub-index is added to the existing folder, as `retr index --dense` does."""
     import retrieval
-    from retrieval.writer import add_dense
+    from retrieval.writer import add_subindex
     from retrieval.dense.subindex import DenseSpec
 
     path = tmp_path_factory.mktemp("dense") / "IDX"
     idx = retrieval.build_index(small_corpus, path, quiet=True)
-    return add_dense(idx, DenseSpec(), quiet=True)
+    return add_subindex(idx, DenseSpec(), quiet=True)
 
 
 def with_meta(src, dst):
@@ -105,10 +105,10 @@ def meta_dense_index(tmp_path_factory, meta_corpus):
     """BM25 + MiniLM dense over the 400 passages, with metadata."""
     import retrieval
     from retrieval.dense.subindex import DenseSpec
-    from retrieval.writer import add_dense
+    from retrieval.writer import add_subindex
 
     idx = retrieval.build_index(meta_corpus, tmp_path_factory.mktemp("mdidx") / "IDX", quiet=True)
-    return add_dense(idx, DenseSpec(), quiet=True)
+    return add_subindex(idx, DenseSpec(), quiet=True)
 
 
 def run_retr(*args, cwd=None, input=None, timeout=600):

@@ -145,6 +145,83 @@ def test_every_registered_kind_loads_and_follows_the_protocol():
             assert getattr(type(k), method) is not getattr(SubIndexKind, method), (name, method)
 
 
+def test_a_kind_is_a_package_with_its_sub_index_and_its_command_line_options():
+    """One line of kinds.KINDS registers a kind: its package's subindex.KIND and cli.OPTIONS."""
+    from retrieval.kinds import KINDS, KindOptions, get_kind, options_of
+
+    for name, pkg in KINDS.items():
+        assert (ROOT / pkg.replace(".", "/") / "__init__.py").is_file(), pkg
+        assert get_kind(name).name == name
+        o = options_of(name)
+        assert isinstance(o, KindOptions) and o.title, name
+
+
+#: the modules that may name a kind: its package, and the registry
+def _kind_names() -> set:
+    from retrieval.kinds import KINDS
+
+    names = set(KINDS)
+    for name in KINDS:  # and the names of the entries a kind lists (deepct's deepct-query alias)
+        from retrieval.kinds import get_kind
+
+        names |= set(get_kind(name).entries(name, {"config": {}, "path": name}))
+    return names
+
+
+def _outside_kinds():
+    from retrieval.kinds import KINDS
+
+    packages = tuple(pkg.replace(".", "/") + "/" for pkg in KINDS.values())
+    for p in _product_files():
+        rel = p.relative_to(ROOT).as_posix()
+        if not rel.startswith(packages) and rel != "retrieval/kinds.py":
+            yield rel, p
+
+
+def _compared_constants(tree) -> set:
+    """String constants on either side of a comparison (==, !=, in, not in, ...), in collections too."""
+    def consts(node):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return {node.value}
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return set().union(*(consts(e) for e in node.elts)) if node.elts else set()
+        if isinstance(node, ast.Dict):
+            return set().union(*(consts(k) for k in node.keys if k is not None)) if node.keys else set()
+        return set()
+
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            for side in (node.left, *node.comparators):
+                out |= consts(side)
+        elif isinstance(node, ast.match_case) and isinstance(node.pattern, ast.MatchValue):
+            out |= consts(node.pattern.value)
+    return out
+
+
+def test_no_module_outside_a_kind_s_package_compares_anything_to_a_kind_name():
+    names = _kind_names()
+    for rel, p in _outside_kinds():
+        bad = _compared_constants(ast.parse(p.read_text(encoding="utf-8"))) & names
+        assert not bad, (rel, sorted(bad))
+
+
+def test_the_writer_reader_fusion_server_and_cli_spell_no_kind_name():
+    """Not even as a value: they reach a kind through the registry (the primary one as kinds.PRIMARY)."""
+    names = _kind_names()
+    for rel, p in _outside_kinds():
+        if rel in ("retrieval/writer.py", "retrieval/index.py", "retrieval/fusion.py", "retrieval/check.py") \
+                or rel.startswith(("retrieval/server/", "cli/")):
+            bad = set(_strings(p)) & names
+            assert not bad, (rel, sorted(bad))
+
+
+def test_the_compared_constants_scan_finds_a_comparison():
+    # the scan above must see each form it looks for, or it passes for nothing
+    found = _compared_constants(ast.parse("a == 'x'\nb in ('y', 'q')\n'z' != c\nmatch d:\n    case 'w': pass\n"))
+    assert found == {"x", "y", "q", "z", "w"}
+
+
 def test_every_retriever_derives_from_the_retriever_base():
     """The reader and fusion call the Retriever protocol's methods without probing for them, so each
     kind's retriever (and dimension selection's wrapper) takes RetrieverBase's defaults for what it lacks."""
@@ -154,7 +231,7 @@ def test_every_retriever_derives_from_the_retriever_base():
     from retrieval.kinds import KINDS, Retriever, RetrieverBase
 
     found = []
-    for where in [*KINDS.values(), "retrieval.dense.dimsel:DimSel"]:
+    for where in [*(pkg + ".subindex" for pkg in KINDS.values()), "retrieval.dense.dimsel:DimSel"]:
         mod = importlib.import_module(where.split(":")[0])
         for _name, cls in inspect.getmembers(mod, inspect.isclass):
             if cls.__module__ == mod.__name__ and hasattr(cls, "batch_search"):

@@ -17,12 +17,13 @@ from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field
 
 from retrieval.integrations import hit_metadata, run_search
+from retrieval.kinds import PRIMARY
 
 
 class RetrRetriever(BaseRetriever):
     index: Any = Field(description="A retrieval.Index or retrieval.Client")
     k: int = 4
-    retriever: str = "bm25"
+    retriever: str = PRIMARY
     fusion: Optional[str] = None
     filter: Optional[Dict[str, Any]] = None
     with_title: bool = False

@@ -15,10 +15,11 @@ from llama_index.core.retrievers import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from retrieval.integrations import hit_metadata, run_search
+from retrieval.kinds import PRIMARY
 
 
 class RetrRetriever(BaseRetriever):
-    def __init__(self, index: Any, k: int = 4, retriever: str = "bm25", fusion: Optional[str] = None,
+    def __init__(self, index: Any, k: int = 4, retriever: str = PRIMARY, fusion: Optional[str] = None,
                  filter: Optional[Dict[str, Any]] = None, search_kwargs: Optional[Dict[str, Any]] = None, **kwargs):
         super().__init__(**kwargs)
         self.index, self.k, self.retriever, self.fusion = index, k, retriever, fusion

@@ -5,6 +5,8 @@ from typing import Any, Dict, List, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from retrieval.kinds import PRIMARY
+
 MAX_K = 1000
 MAX_DEPTH = 10_000
 MAX_QUERY_CHARS = 10_000
@@ -42,7 +44,7 @@ FILTER_DOC = ("Metadata filter: {\"field\": value} for equality, {\"field\": {\"
 
 class SearchOptions(Strict):
     k: int = Field(10, ge=1, le=MAX_K, description="Hits to return.")
-    retriever: str = Field("bm25", min_length=1, max_length=MAX_SPEC_CHARS,
+    retriever: str = Field(PRIMARY, min_length=1, max_length=MAX_SPEC_CHARS,
                            description="A sub-index (bm25, dense, deepct, ...) or a fused pipeline such as "
                                        "bm25+dense or bm25+dense:rrf(k=60).")
     fusion: Optional[str] = Field(None, max_length=MAX_SPEC_CHARS,

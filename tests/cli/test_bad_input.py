@@ -143,16 +143,16 @@ def test_index_options_out_of_range_leave_no_folder(tiny, tmp_path, args, needle
 
 
 def test_the_library_names_its_parameters_and_the_cli_its_flags(tiny, tmp_path):
-    """A library error says ``workers``, ``mode/scale``; the same error from `retr` says the flags."""
+    """A library error says ``workers``, ``mode``; the same error from `retr` says the flags."""
     import retrieval
     from retrieval.executors import Executor
 
     with pytest.raises(retrieval.InputError, match=r"^address, workers only apply with kind=ray$"):
         Executor("local", address="auto", workers=2).validate()
-    with pytest.raises(retrieval.InputError, match=r"^mode/scale apply to DeepCT retrievers, and bm25 has none$"):
+    with pytest.raises(retrieval.InputError, match=r"^mode applies to no retriever of bm25 \(its retrievers take b, k1\)$"):
         retrieval.open_index(tiny / "IDX").configure("bm25", mode="impact")
     one_error(run_retr("search", "--index", tiny / "IDX", "aspirin", "--deepct-mode", "impact"),
-              "error: --deepct-mode/--deepct-scale apply to DeepCT retrievers, and bm25 has none")
+              "error: --deepct-mode applies to no retriever of bm25 (its retrievers take --b, --k1)")
     one_error(run_retr("index", "--corpus", tiny / "corpus.jsonl", "--index", tmp_path / "NEW", "--dense",
                        "--ray-address", "auto", "--workers", "2"),
               "error: --ray-address, --workers only apply with --executor ray")
@@ -297,7 +297,7 @@ def test_a_subindex_name_that_is_not_a_plain_name_is_refused(tiny, tmp_path):
     path = tmp_path / "IDX"
     shutil.copytree(tiny / "IDX", path)
     with pytest.raises(InputError, match="sub-index name"):
-        add_subindex(retrieval.open_index(path), "dense", DenseSpec(), name="../outside", quiet=True)
+        add_subindex(retrieval.open_index(path), DenseSpec(), name="../outside", quiet=True)
     assert not (tmp_path / "outside").exists()
 
 

@@ -42,12 +42,12 @@ def test_dense_top10_equals_brute_force(dense_index, small_corpus):
 
 
 def test_add_twice_needs_overwrite_and_bad_pooling(dense_index):
-    from retrieval.writer import add_dense
+    from retrieval.writer import add_subindex
 
     with pytest.raises(InputError, match="already has a 'dense'"):
-        add_dense(dense_index, DenseSpec(), quiet=True)
+        add_subindex(dense_index, DenseSpec(), quiet=True)
     with pytest.raises(InputError, match="pooling"):
-        add_dense(dense_index, DenseSpec(pooling="median"), name="d2", quiet=True)
+        add_subindex(dense_index, DenseSpec(pooling="median"), name="d2", quiet=True)
     assert "d2" not in retrieval.open_index(dense_index.path).retrievers
 
 

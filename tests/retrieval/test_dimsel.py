@@ -18,7 +18,7 @@ def dense_index(tmp_path_factory, small_corpus):
 
     docs = list(read_corpus(small_corpus))[:150]
     path = tmp_path_factory.mktemp("dimsel") / "IDX"
-    return retrieval.build_index(docs, path, dense=DenseSpec(), quiet=True)
+    return retrieval.build_index(docs, path, subindexes={"dense": DenseSpec()}, quiet=True)
 
 
 def _synthetic(n=120, dim=16, n_docs=300, seed=0):

@@ -174,7 +174,7 @@ def deepct_index(tmp_path_factory, scifact_dir):
     import retrieval
     from retrieval.deepct.subindex import DeepCTSpec
     from retrieval.deepct.train import TrainConfig, train_deepct
-    from retrieval.writer import add_deepct
+    from retrieval.writer import add_subindex
 
     base = tmp_path_factory.mktemp("dct")
     pairs = [l.split("\t") for l in (scifact_dir / "qrels" / "train.tsv").read_text().splitlines()[1:]][:20]
@@ -192,8 +192,8 @@ def deepct_index(tmp_path_factory, scifact_dir):
     train_deepct(corpus, base / "M", base / "queries.jsonl", base / "qrels.tsv",
                  TrainConfig(base="splade-tiny", epochs=1, lr=1e-3, max_length=64, dev_fraction=0.0), quiet=True)
     idx = retrieval.build_index(corpus, base / "IDX", quiet=True)
-    return add_deepct(idx, DeepCTSpec(model=str(base / "M"), mode="impact", scale="linear", tune=False),
-                      quiet=True, tune_fusion=False)
+    return add_subindex(idx, DeepCTSpec(model=str(base / "M"), mode="impact", scale="linear", tune=False,
+                                        tune_fusion=False), quiet=True)
 
 
 @pytest.mark.parametrize("mode", ["impact", "bm25"])

@@ -4,6 +4,7 @@ import pytest
 
 import retrieval
 from indexes.errors import InputError
+from retrieval.bm25 import BM25Spec
 from retrieval.collections import read_queries
 
 
@@ -95,7 +96,8 @@ def test_python_api_refuses_over_long_passages_and_bad_bm25_before_any_work(tmp_
     with pytest.raises(retrieval.InputError, match="item 2: document 'b' is 20,000,001 characters"):
         retrieval.build_index([Document("a", "hello"), Document("b", "x" * 20_000_001)], tmp_path / "A", quiet=True)
     with pytest.raises(retrieval.InputError, match="k1 must be a finite number"):
-        retrieval.build_index([Document("a", "hello")], tmp_path / "B", k1=-1.0, quiet=True)
+        retrieval.build_index([Document("a", "hello")], tmp_path / "B", subindexes={"bm25": BM25Spec(k1=-1.0)},
+                              quiet=True)
     with pytest.raises(retrieval.InputError, match="b must be a number in"):
         small_index.configure("bm25", b=1.5)
     assert not (tmp_path / "A").exists() and not (tmp_path / "B").exists()

@@ -138,11 +138,11 @@ def test_delete_update_add_then_compact_equals_a_fresh_build(tmp_path, small_cor
     TREC file of a fresh build of the final corpus and dense scores equal it to 1e-5.
     (Dense: SPLADE-tiny's BERT body, mean pooling, faiss Flat: the fastest local encoder.)"""
     from retrieval.dense.subindex import DenseSpec
-    from retrieval.writer import add_dense
+    from retrieval.writer import add_subindex
 
     path = tmp_path / "IDX"
     spec = DenseSpec(model="splade-tiny")
-    retrieval.build_index(small_corpus, path, dense=spec, quiet=True)
+    retrieval.build_index(small_corpus, path, subindexes={"dense": spec}, quiet=True)
     queries = retrieval.read_queries(small_corpus / "queries.jsonl")
     first = retrieval.open_index(path)
     docs, g0 = corpus_now(first), first.generation
@@ -184,7 +184,7 @@ def test_delete_update_add_then_compact_equals_a_fresh_build(tmp_path, small_cor
     final = corpus_now(idx)
     fresh = retrieval.build_index(final, tmp_path / "F", quiet=True)
     assert trec(idx.batch_search(queries, k=100)) == trec(fresh.batch_search(queries, k=100))
-    fresh = add_dense(fresh, spec, quiet=True)
+    fresh = add_subindex(fresh, spec, quiet=True)
     ours = idx.batch_search(queries, k=20, retriever="dense")
     theirs = fresh.batch_search(queries, k=20, retriever="dense")
     for q in queries:

@@ -145,11 +145,11 @@ def test_pruned_dense_build_reuses_the_learned_estimators_vectors(small_corpus, 
     from retrieval.writer import build_index
     from retrieval.dense.subindex import DenseSpec, _reusable
 
-    idx = build_pruned_index(small_corpus, tmp_path / "P", 0.3, "learned", dense=DenseSpec(), quiet=True)
+    idx = build_pruned_index(small_corpus, tmp_path / "P", 0.3, "learned", subindexes={"dense": DenseSpec()}, quiet=True)
     e = idx.manifest["subindexes"]["dense"]
     assert e["vectors_from"].startswith("quality estimator") and e["doc_count"] == len(idx)
     keep = {row[0] for row in idx.docstore.iter_docs()}
-    fresh = build_index(small_corpus, tmp_path / "F", keep=keep, dense=DenseSpec(), quiet=True)
+    fresh = build_index(small_corpus, tmp_path / "F", keep=keep, subindexes={"dense": DenseSpec()}, quiet=True)
     assert fresh.manifest["subindexes"]["dense"]["vectors_from"] == "encoded"
     qs = read_queries(small_corpus / "queries.jsonl")[:20]
     a = idx.batch_search(qs, k=10, retriever="dense")

@@ -98,7 +98,7 @@ def test_dense_on_ray_is_the_in_process_index_even_when_a_worker_is_killed(tmp_p
             killed.append(b["pid"])
 
     ex = Executor("ray", address=ray_address, workers=2, cpus_per_worker=0.5, block_size=25, on_block=on_block)
-    idx = retrieval.index_corpus(small_corpus, tmp_path / "RAY", dense=DenseSpec(), quiet=True,
+    idx = retrieval.index_corpus(small_corpus, tmp_path / "RAY", subindexes={"dense": DenseSpec()}, quiet=True,
                                  executor=ex)
     # blocks it finished before the kill may still arrive; the rest came from a restarted actor
     assert killed and len(set(seen)) >= 3 and seen.index(max(set(seen), key=seen.index)) > 0
@@ -147,14 +147,14 @@ def test_deepct_on_ray_gives_identical_weights_and_runs(tmp_path, small_corpus, 
     in-process encoder over the same blocks, byte for byte, and every DeepCT retriever
     returns the same run. Stemming (the JVM) stays in the driver."""
     from retrieval.deepct.subindex import DeepCTSpec
-    from retrieval.writer import add_deepct
+    from retrieval.writer import add_subindex
 
     out = {}
     for name, ex in (("local", Executor("local", block_size=100)),
                      ("ray", Executor("ray", address=ray_address, workers=2, cpus_per_worker=0.5, block_size=100))):
         shutil.copytree(small_index.path, tmp_path / name)
-        out[name] = add_deepct(retrieval.open_index(tmp_path / name), DeepCTSpec(model=str(deepct_model)),
-                               quiet=True, executor=ex)
+        out[name] = add_subindex(retrieval.open_index(tmp_path / name), DeepCTSpec(model=str(deepct_model)),
+                                 quiet=True, executor=ex)
     a, b = out["local"], out["ray"]
     assert _weights(a.path / "deepct") == _weights(b.path / "deepct")
     ea, eb = a.manifest["subindexes"]["deepct"], b.manifest["subindexes"]["deepct"]
@@ -166,7 +166,7 @@ def test_deepct_on_ray_gives_identical_weights_and_runs(tmp_path, small_corpus, 
         assert ra == rb, r
     # the in-process default (blocks of 2048: one here) scores the same words the same way
     shutil.copytree(small_index.path, tmp_path / "default")
-    c = add_deepct(retrieval.open_index(tmp_path / "default"), DeepCTSpec(model=str(deepct_model)), quiet=True)
+    c = add_subindex(retrieval.open_index(tmp_path / "default"), DeepCTSpec(model=str(deepct_model)), quiet=True)
     wa = [json.loads(l) for l in _weights(a.path / "deepct").splitlines()]
     wc = [json.loads(l) for l in _weights(c.path / "deepct").splitlines()]
     assert [x["id"] for x in wa] == [x["id"] for x in wc]
@@ -180,9 +180,9 @@ def test_pruned_build_on_ray_prunes_the_same_passages(tmp_path, small_corpus, ra
     from retrieval.dense.subindex import DenseSpec
 
     # the learned head named: the default estimator (length) needs no model and scores in the driver
-    a = retrieval.index_corpus(small_corpus, tmp_path / "A", prune=0.3, quality="learned", dense=DenseSpec(),
+    a = retrieval.index_corpus(small_corpus, tmp_path / "A", prune=0.3, quality="learned", subindexes={"dense": DenseSpec()},
                                quiet=True)
-    b = retrieval.index_corpus(small_corpus, tmp_path / "B", prune=0.3, quality="learned", dense=DenseSpec(), quiet=True,
+    b = retrieval.index_corpus(small_corpus, tmp_path / "B", prune=0.3, quality="learned", subindexes={"dense": DenseSpec()}, quiet=True,
                                executor=Executor("ray", address=ray_address, workers=2, cpus_per_worker=0.5,
                                                  block_size=100))
     pa, pb = a.manifest["pruning"], b.manifest["pruning"]
@@ -227,7 +227,7 @@ def test_live_index_changes_on_ray_match_in_process(tmp_path, small_corpus, ray_
     statistics still count deleted rows in whichever Lucene segments were not merged, which
     depends on the build's indexing threads: README, "Deleted documents and BM25".)"""
     from retrieval.check import check_index
-    from retrieval.writer import add_dense, compact, delete_documents, update_documents
+    from retrieval.writer import add_subindex, compact, delete_documents, update_documents
 
     lines = (small_corpus / "corpus.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)[:80]
     (tmp_path / "c.jsonl").write_text("".join(lines), encoding="utf-8")
@@ -242,7 +242,7 @@ def test_live_index_changes_on_ray_match_in_process(tmp_path, small_corpus, ray_
         delete_documents(idx, gone, quiet=True)
         update_documents(tmp_path / name, [retrieval.Document(d["_id"], d["text"], d.get("title", ""))
                                            for d in docs[20:25]], quiet=True)  # same text: old rows stay behind
-        idx = add_dense(retrieval.open_index(tmp_path / name), DenseSpec(), quiet=True, executor=ex)
+        idx = add_subindex(retrieval.open_index(tmp_path / name), DenseSpec(), quiet=True, executor=ex)
         assert len(idx) == 75
         opts = (["--executor", "ray", "--ray-address", ray_address, "--workers", "2", "--cpus-per-worker", "0.5",
                  "--block-size", "16"] if name == "R" else [])
@@ -263,7 +263,7 @@ def test_live_index_changes_on_ray_match_in_process(tmp_path, small_corpus, ray_
     fresh = retrieval.index_corpus([retrieval.Document(d["_id"], next((c["text"] for c in changed
                                                                         if c["_id"] == d["_id"]), d["text"]),
                                                        d.get("title", "")) for d in docs[5:]],
-                                   tmp_path / "F", dense=DenseSpec(), quiet=True)
+                                   tmp_path / "F", subindexes={"dense": DenseSpec()}, quiet=True)
     ids_a, va = _vectors(a.path)
     ids_b, vb = _vectors(b.path)
     assert ids_a == ids_b and np.abs(va - vb).max() <= 1e-5

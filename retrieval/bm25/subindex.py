@@ -84,6 +84,10 @@ class BM25Retriever(RetrieverBase):
 
 class BM25Kind(SubIndexKind):
     name = "bm25"
+    streams = True  # indexed while the corpus is first read
+
+    def default_spec(self) -> BM25Spec:
+        return BM25Spec()
 
     def build(self, folder: Path, name: str, ctx: BuildContext, spec: BM25Spec) -> dict:
         from indexes.lucene import build_lucene

@@ -1,0 +1,8 @@
+"""BM25: Lucene over analysed text, the sub-index every folder starts with.
+
+- ``subindex.py``: :class:`BM25Spec`, the ``bm25`` sub-index kind and its retriever.
+- ``cli.py``: what it adds to the command line (``--k1``, ``--b``, ``--docvectors``).
+"""
+from retrieval.bm25.subindex import BM25Spec, check_bm25
+
+__all__ = ["BM25Spec", "check_bm25"]
