@@ -100,20 +100,43 @@ def run_indexer(input_dir: Path, index_dir: Path, threads: int = 2, impact: bool
     whole input file (a string over Jackson's limit, a term over Lucene's), so the
     index is opened and counted, and a different count raises RetrError."""
     if append:
-        index_dir = Path(index_dir)
-        if not any(index_dir.glob("segments_*")):
-            raise RetrError(f"{index_dir}: no Lucene index to add documents to")
-        before = doc_count(index_dir) if expected is not None else 0
-        with tempfile.TemporaryDirectory(prefix=f".{index_dir.name}.new-", dir=index_dir.parent) as fresh:
-            dt = run_indexer(input_dir, Path(fresh), threads, impact, store_docvectors, quiet, False, meanwhile,
-                             pretokenized, expected)
-            t0 = time.perf_counter()
-            held = merge_into(index_dir, [Path(fresh)])
-        if expected is not None and held != before + expected:
-            raise RetrError(f"{index_dir}: Lucene holds {held:,} documents after adding {expected:,} to "
-                            f"{before:,}")
-        return dt + time.perf_counter() - t0
+        return _index_and_merge(input_dir, Path(index_dir), threads, impact, store_docvectors, quiet, meanwhile,
+                                pretokenized, expected)
     pretokenized = impact if pretokenized is None else pretokenized
+    cmd = _indexer_command(input_dir, index_dir, threads, impact, store_docvectors, pretokenized)
+    t0 = time.perf_counter()
+    returncode, output = _run_logged(cmd, meanwhile)
+    dt = time.perf_counter() - t0
+    _check_indexed(index_dir, returncode, output, expected)
+    if not quiet:
+        for line in output.splitlines():
+            if "Total" in line and "documents indexed" in line:
+                print(line.split(" - ")[-1], flush=True)
+    return dt
+
+
+def _index_and_merge(input_dir: Path, index_dir: Path, threads: int, impact: bool, store_docvectors: bool,
+                     quiet: bool, meanwhile: Optional[Callable[[], None]], pretokenized: Optional[bool],
+                     expected: Optional[int]) -> float:
+    """:func:`run_indexer` with ``append``: index into a fresh index beside ``index_dir``, then
+    merge it in (:func:`merge_into`) and check the count; returns wall seconds."""
+    if not any(index_dir.glob("segments_*")):
+        raise RetrError(f"{index_dir}: no Lucene index to add documents to")
+    before = doc_count(index_dir) if expected is not None else 0
+    with tempfile.TemporaryDirectory(prefix=f".{index_dir.name}.new-", dir=index_dir.parent) as fresh:
+        dt = run_indexer(input_dir, Path(fresh), threads, impact, store_docvectors, quiet, False, meanwhile,
+                         pretokenized, expected)
+        t0 = time.perf_counter()
+        held = merge_into(index_dir, [Path(fresh)])
+    if expected is not None and held != before + expected:
+        raise RetrError(f"{index_dir}: Lucene holds {held:,} documents after adding {expected:,} to "
+                        f"{before:,}")
+    return dt + time.perf_counter() - t0
+
+
+def _indexer_command(input_dir: Path, index_dir: Path, threads: int, impact: bool, store_docvectors: bool,
+                     pretokenized: bool) -> List[str]:
+    """The command line of Anserini's IndexCollection for these settings."""
     cmd = [jvm.java_executable(), f"-Xmx{jvm.java_heap()}", "-cp", jvm.anserini_jar(),
            "io.anserini.index.IndexCollection",
            "-collection", "JsonVectorCollection" if (impact or pretokenized) else "JsonCollection",
@@ -127,8 +150,12 @@ def run_indexer(input_dir: Path, index_dir: Path, threads: int = 2, impact: bool
         cmd += ["-storePositions"]
         if store_docvectors:
             cmd += ["-storeDocvectors"]
+    return cmd
+
+
+def _run_logged(cmd: List[str], meanwhile: Optional[Callable[[], None]]) -> Tuple[int, str]:
+    """Run the indexer's JVM, and ``meanwhile`` here while it runs; returns (exit status, its log)."""
     env = dict(os.environ, JAVA_HOME=jvm.java_home())
-    t0 = time.perf_counter()
     # The log goes to a file, not a pipe: a pipe nobody reads while `meanwhile` runs would block the JVM.
     # The child dies with this process: PR_SET_PDEATHSIG for a kill -9, and kill() here when an
     # exception (KeyboardInterrupt, or SIGTERM, which the CLI turns into one) stops the wait.
@@ -145,8 +172,11 @@ def run_indexer(input_dir: Path, index_dir: Path, threads: int = 2, impact: bool
             proc.wait()
             raise
         log.seek(0)
-        output = log.read()
-    dt = time.perf_counter() - t0
+        return returncode, log.read()
+
+
+def _check_indexed(index_dir: Path, returncode: int, output: str, expected: Optional[int]) -> None:
+    """Raise RetrError unless the indexer succeeded and Lucene holds the ``expected`` documents."""
     if returncode != 0 or not any(Path(index_dir).glob("segments_*")):
         tail = "\n".join(output.strip().splitlines()[-15:])
         raise RetrError(f"Anserini indexing failed (exit {returncode}):\n{tail}")
@@ -155,11 +185,6 @@ def run_indexer(input_dir: Path, index_dir: Path, threads: int = 2, impact: bool
         if held != expected:
             raise RetrError(f"{index_dir}: Lucene holds {held:,} of the {expected:,} documents given to it "
                             f"({_anserini_reason(output)})")
-    if not quiet:
-        for line in output.splitlines():
-            if "Total" in line and "documents indexed" in line:
-                print(line.split(" - ")[-1], flush=True)
-    return dt
 
 
 _JAVA_EXCEPTION = re.compile(r"^(?:Caused by: )?[\w.$]+(?:Exception|Error): (.+)$")
