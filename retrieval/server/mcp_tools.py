@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 from indexes.errors import RetrError
+from retrieval.kinds import PRIMARY
 from retrieval.server import guard as G
 from retrieval.server import schemas as S
 from retrieval.server.registry import Registry
@@ -26,14 +27,21 @@ def build_mcp(registry: Registry, admission: Optional[G.Admission] = None,
               max_response_chars: int = G.MAX_RESPONSE_CHARS):
     """The tools over ``registry``. ``admission``: the count shared with the HTTP API (a new
     one of 64 when not given)."""
-    import anyio.to_thread
     from fastmcp import FastMCP
-    from fastmcp.exceptions import ToolError
-    from fastmcp.server.middleware import Middleware
-    from mcp.shared.exceptions import MCPError
 
     admission = admission or G.Admission(64)
-    budget = max_response_chars
+    mcp = FastMCP("retr", instructions="Search document collections indexed by retr (BM25, dense, DeepCT, fused "
+                                       "pipelines) and read documents by id.", middleware=[_admit(admission)])
+    pick, run = _picker(registry), _runner(registry)
+    _add_search_tool(mcp, pick, run, max_response_chars)
+    _add_reading_tools(mcp, registry, pick, run, max_response_chars)
+    return mcp
+
+
+def _admit(admission: G.Admission):
+    """The middleware by which every tool call takes a place in the shared count first."""
+    from fastmcp.server.middleware import Middleware
+    from mcp.shared.exceptions import MCPError
 
     class Admit(Middleware):
         """Every tool call takes a place in the shared count first: over the limit it is
@@ -49,11 +57,16 @@ def build_mcp(registry: Registry, admission: Optional[G.Admission] = None,
             finally:
                 admission.leave()
 
-    mcp = FastMCP("retr", instructions="Search document collections indexed by retr (BM25, dense, DeepCT, fused "
-                                       "pipelines) and read documents by id.", middleware=[Admit()])
+    return Admit()
 
-    def clean(message: str) -> str:
-        return G.clean_message(message, registry.served.values())
+
+def _clean(registry: Registry, message: str) -> str:
+    return G.clean_message(message, registry.served.values())
+
+
+def _picker(registry: Registry):
+    """``pick(index)``: (name, served folder) of the index a tool call names, or of the only one."""
+    from fastmcp.exceptions import ToolError
 
     def pick(index: Optional[str]):
         names = registry.names()
@@ -64,7 +77,16 @@ def build_mcp(registry: Registry, admission: Optional[G.Admission] = None,
         try:
             return index, registry.get(index)
         except KeyError:
-            raise ToolError(f"no index named {clean(index)[:200]!r} (served: {', '.join(names)})") from None
+            shown = _clean(registry, index)[:200]
+            raise ToolError(f"no index named {shown!r} (served: {', '.join(names)})") from None
+
+    return pick
+
+
+def _runner(registry: Registry):
+    """``await run(fn, *args)``: ``fn`` in a worker thread, its retr errors as tool errors (paths scrubbed)."""
+    import anyio.to_thread
+    from fastmcp.exceptions import ToolError
 
     async def run(fn, *args):
         try:
@@ -72,10 +94,16 @@ def build_mcp(registry: Registry, admission: Optional[G.Admission] = None,
         except G.TooLarge as e:
             raise ToolError(str(e)) from None
         except RetrError as e:
-            raise ToolError(clean(str(e))) from None
+            raise ToolError(_clean(registry, str(e))) from None
+
+    return run
+
+
+def _add_search_tool(mcp, pick, run, budget: int) -> None:
+    from fastmcp.exceptions import ToolError
 
     @mcp.tool(description=SEARCH_DOC)
-    async def search(query: str, index: Optional[str] = None, k: int = 10, retriever: str = "bm25",
+    async def search(query: str, index: Optional[str] = None, k: int = 10, retriever: str = PRIMARY,
                      filter: Optional[Dict[str, Any]] = None, text_chars: Optional[int] = 1000) -> Dict[str, Any]:
         try:
             req = G.validate_search(query=query, k=k, retriever=retriever, filter=filter, text_chars=text_chars)
@@ -95,6 +123,10 @@ def build_mcp(registry: Registry, admission: Optional[G.Admission] = None,
                  "text": h.text if req.text_chars is None else h.text[:req.text_chars], "metadata": h.metadata or {}}
                 for h in hits]}
         return await run(go)
+
+
+def _add_reading_tools(mcp, registry: Registry, pick, run, budget: int) -> None:
+    from fastmcp.exceptions import ToolError
 
     @mcp.tool
     async def get_document(docid: str, index: Optional[str] = None) -> Dict[str, Any]:
@@ -124,5 +156,3 @@ def build_mcp(registry: Registry, admission: Optional[G.Admission] = None,
                             "pipelines": sorted((idx.manifest.get("pipelines") or {}))})
             return out
         return await run(go)
-
-    return mcp
