@@ -56,7 +56,8 @@ def deepct(corpus, queries, qrels, output, base, epochs, lr, batch_size, max_len
                       title_limit=title_limit, device=device, threads=threads)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", QrelsWarning)
-        card = train_deepct(corpus, output, queries, qrels, cfg, overwrite=overwrite, quiet=quiet)
+        with params.flags({"device": "--device"}):
+            card = train_deepct(corpus, output, queries, qrels, cfg, overwrite=overwrite, quiet=quiet)
     for w in caught:
         if issubclass(w.category, QrelsWarning):
             click.echo(f"retr: warning: {w.message}", err=True)

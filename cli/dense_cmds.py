@@ -9,7 +9,10 @@ from pathlib import Path
 
 import click
 
+from cli import params
+
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+STS_FLAGS = {"sts_dir": "--sts-dir", "device": "--device"}
 _MODEL_HELP = "Local Hugging Face model folder, or a bundled model: minilm, splade-tiny  [default: minilm]"
 
 
@@ -50,9 +53,10 @@ def ditto_select(model, max_pairs, sts_dir, text, batch_size, max_length, device
     from retrieval.dense import sts
     from retrieval.dense.pooling import DITTO_STATES
 
-    enc = _encoder(model, "mean", None, device, max_length, quiet)
-    rec = sts.select_ditto_head(enc, max_pairs=max_pairs, text=text, sts_dir=sts_dir, batch_size=batch_size,
-                                store=not no_store, quiet=quiet, states=states or DITTO_STATES)
+    with params.flags(STS_FLAGS):
+        enc = _encoder(model, "mean", None, device, max_length, quiet)
+        rec = sts.select_ditto_head(enc, max_pairs=max_pairs, text=text, sts_dir=sts_dir, batch_size=batch_size,
+                                    store=not no_store, quiet=quiet, states=states or DITTO_STATES)
     if as_json:
         click.echo(json.dumps(rec, indent=2))
         return
@@ -102,8 +106,10 @@ def sts(model, poolings, layer, head, states, sets, text, sts_dir, batch_size, m
         if s not in sts_mod.SETS:
             raise InputError(f"unknown STS set {s!r} (choose from: {', '.join(sts_mod.SETS)})")
     # Building the encoder with Ditto resolves its (layer, head): given, stored, or selected now.
-    enc = _encoder(model, "ditto" if "ditto" in poolings else poolings[0], lh, device, max_length, quiet, states)
-    res = sts_mod.evaluate(enc, poolings, sets=sets, text=text, sts_dir=sts_dir, batch_size=batch_size, quiet=quiet)
+    with params.flags(STS_FLAGS):
+        enc = _encoder(model, "ditto" if "ditto" in poolings else poolings[0], lh, device, max_length, quiet, states)
+        res = sts_mod.evaluate(enc, poolings, sets=sets, text=text, sts_dir=sts_dir, batch_size=batch_size,
+                               quiet=quiet)
     cols = sets + ["avg"]
     click.echo("| pooling | " + " | ".join(cols) + " |")
     click.echo("|---|" + "---:|" * len(cols))

@@ -41,8 +41,9 @@ def update_cmd(index_dir, corpus, threads, empty, quiet, nice, executor):
 
     lower_priority(nice)
     rep: dict = {}
-    idx = update_documents(index_dir, corpus, threads=threads, empty=empty, quiet=quiet, report=rep,
-                           executor=executor)
+    with params.flags({"empty=skip": "--empty skip"}):
+        idx = update_documents(index_dir, corpus, threads=threads, empty=empty, quiet=quiet, report=rep,
+                               executor=executor)
     if not quiet:
         if rep["pruned"]:
             click.echo(f"pruned {rep['pruned']:,} of {rep['read']:,} documents below the folder's quality threshold"

@@ -33,7 +33,8 @@ def score_cmd(corpus, estimator, head, output, empty, batch_size, quiet):
     if head is not None and name != "learned":
         raise click.UsageError("--head applies to --estimator learned only")
     est = get_estimator(name, **({"head": head} if head is not None else {}))
-    docids, scores = score_corpus(corpus, est, empty=empty, batch_size=batch_size, quiet=quiet)
+    with params.flags({"empty=skip": "--empty skip"}):
+        docids, scores = score_corpus(corpus, est, empty=empty, batch_size=batch_size, quiet=quiet)
     write_scores(output, docids, scores)
     if not quiet:
         click.echo(f"wrote {len(docids):,} {name} scores to {output}", err=True)

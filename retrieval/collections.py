@@ -29,7 +29,7 @@ import zlib
 from pathlib import Path
 from typing import Iterator, List, Optional, Tuple
 
-from indexes.errors import InputError
+from indexes.errors import InputError, ParameterError
 from indexes.lucene import MAX_CONTENTS_CHARS, MAX_DOCID_BYTES
 from retrieval.types import Document, Query, contents, finite_number
 
@@ -159,6 +159,13 @@ def _first(obj: dict, keys) -> Optional[object]:
 EMPTY_POLICIES = ("error", "skip", "keep")
 
 
+def _empty_document(docid: str, path: Path, line: int) -> ParameterError:
+    e = ParameterError("{_at}: document {_docid!r} has empty text ({empty=skip} drops such documents)",
+                       _at=f"{path}:{line}", _docid=docid)
+    e.path, e.line = path, line
+    return e
+
+
 def read_corpus(path: Path | str, check_duplicates: bool = True, empty: str = "error",
                 skipped: Optional[List[str]] = None) -> Iterator[Document]:
     """Stream the documents of a corpus (BEIR folder, JSONL or TSV, optionally .gz).
@@ -203,7 +210,7 @@ def read_corpus(path: Path | str, check_duplicates: bool = True, empty: str = "e
             check_lengths(docid, title, text, path, n)
         if not (text.strip() or title.strip()) and empty != "keep":
             if empty == "error":
-                raise InputError(f"document {docid!r} has empty text (--empty skip drops such documents)", path, n)
+                raise _empty_document(docid, path, n)
             if skipped is not None:
                 skipped.append(docid)
             continue

@@ -48,7 +48,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from indexes.errors import InputError
+from indexes.errors import InputError, ParameterError
 from retrieval.types import Scored
 
 if TYPE_CHECKING:
@@ -171,7 +171,7 @@ def _make_fusion(method: str, params: str, retrievers: Sequence[str]) -> Fusion:
 
 
 def parse_pipeline(spec: str, fusion: Optional[str] = None, default: Optional[str] = None) -> Pipeline:
-    """Parse ``--retriever`` (+ optional ``--fusion``). ``default`` is the
+    """Parse a pipeline spec (``Index.search``'s ``retriever``, + optional ``fusion``). ``default`` is the
     fusion used for a bare ``a+b`` (the folder's tuned one); without it, DEFAULT_FUSION."""
     m = _SPEC.match(spec or "")
     if not m:
@@ -181,7 +181,7 @@ def parse_pipeline(spec: str, fusion: Optional[str] = None, default: Optional[st
         raise InputError(f"invalid retriever list {m.group(1)!r}: names joined by '+', each once")
     inline = m.group(2)
     if inline and fusion:
-        raise InputError("give the fusion either inside --retriever (a+b:rrf) or with --fusion, not both")
+        raise ParameterError("give the fusion either inside {retriever} (a+b:rrf) or with {fusion}, not both")
     if len(names) == 1:
         if inline or fusion:
             raise InputError("fusion needs at least two retrievers (e.g. bm25+dense)")

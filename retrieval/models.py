@@ -6,7 +6,7 @@ import importlib.util
 import os
 from pathlib import Path
 
-from indexes.errors import InputError
+from indexes.errors import InputError, ParameterError
 
 #: Short names accepted wherever a model path is expected.
 BUNDLED = ("minilm", "splade-tiny")
@@ -102,7 +102,7 @@ def pick_device(device: str = "auto") -> str:
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise InputError("device 'cuda' requested but torch sees no GPU (use --device cpu or auto)")
+            raise ParameterError("{device} 'cuda' requested but torch sees no GPU (use cpu or auto)")
         return device
     if device != "cpu":
         raise InputError(f"unknown device {device!r} (choose from: auto, cpu, cuda)")

@@ -21,7 +21,7 @@ import numpy as np
 from scipy.stats import spearmanr
 from tqdm import tqdm
 
-from indexes.errors import InputError
+from indexes.errors import InputError, ParameterError
 from retrieval.dense import ditto_store
 from retrieval.dense.pooling import DITTO_STATES, check_ditto_states, ditto_all_heads, get_pooler
 
@@ -33,6 +33,10 @@ TEXTS = ("senteval", "raw")
 
 class STSDataError(InputError):
     """STS data folder or file missing or malformed."""
+
+
+class STSDataNotFound(STSDataError, ParameterError):
+    """No STS data folder where ``sts_dir`` or the defaults point."""
 
 
 def find_sts_dir(sts_dir: str | os.PathLike | None = None) -> Path:
@@ -48,7 +52,7 @@ def find_sts_dir(sts_dir: str | os.PathLike | None = None) -> Path:
         if c and (Path(c) / "stsb" / "dev.tsv").is_file():
             return Path(c)
     where = sts_dir or "$RETR_STS, $RETR_DATA/sts, ../shared/datasets/sts"
-    raise STSDataError(f"STS data not found (looked in {where}); pass --sts-dir")
+    raise STSDataNotFound("STS data not found (looked in {_where}); pass {sts_dir}", _where=str(where))
 
 
 def read_pairs(path: str | os.PathLike) -> tuple[list[str], list[str], np.ndarray]:

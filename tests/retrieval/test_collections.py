@@ -69,8 +69,9 @@ def test_duplicate_query_id(tmp_path):
 def test_empty_document_policy(tmp_path):
     p = tmp_path / "c.jsonl"
     p.write_text('{"_id": "a", "text": "ok"}\n{"_id": "b", "text": ""}\n{"_id": "c", "text": "fine"}\n')
-    with pytest.raises(InputError, match="c.jsonl:2: .*empty text"):
+    with pytest.raises(InputError, match=r"c.jsonl:2: .*empty text \(empty=skip drops") as e:
         list(read_corpus(p))
+    assert (e.value.path, e.value.line) == (p, 2)
     skipped = []
     assert [d.docid for d in read_corpus(p, empty="skip", skipped=skipped)] == ["a", "c"]
     assert skipped == ["b"]

@@ -88,7 +88,7 @@ def test_spec_forms_and_errors():
                      ("a+b:combmnz(confidence=4,centre=3)", r"\[-1, 1\]")]:
         with pytest.raises(InputError, match=msg):
             parse_pipeline(bad)
-    with pytest.raises(InputError, match="not both"):
+    with pytest.raises(InputError, match="inside retriever .* with fusion, not both"):  # the parameters' names
         parse_pipeline("a+b:rrf", "rrf")
 
 
