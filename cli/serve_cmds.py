@@ -5,7 +5,14 @@ from pathlib import Path
 
 import click
 
+from cli import params
+
 MAX_RESPONSE_CHARS = 50_000_000  # retrieval.server.guard.MAX_RESPONSE_CHARS (not imported: the CLI loads lazily)
+
+
+#: retrieval.server.run's parameters -> the flags of retr serve / retr mcp
+SERVE_FLAGS = {"index_specs": "--index", "token_file": "--token-file", "max_inflight": "--max-inflight",
+               "max_response_chars": "--max-response-chars"}
 
 
 def _inflight(f):
@@ -44,8 +51,10 @@ def serve_cmd(indexes, host, port, token_file, writable, max_inflight, max_respo
     """Serve index folders over HTTP (JSON API under /v1, OpenAPI at /docs, MCP at /mcp)."""
     from retrieval.server.run import serve
 
-    serve(indexes, host=host, port=port, token_file=token_file, writable=writable, max_inflight=max_inflight,
-          mcp=not no_mcp, log_level=log_level, max_response_chars=max_response_chars, search_threads=search_threads)
+    with params.flags(SERVE_FLAGS):
+        serve(indexes, host=host, port=port, token_file=token_file, writable=writable, max_inflight=max_inflight,
+              mcp=not no_mcp, log_level=log_level, max_response_chars=max_response_chars,
+              search_threads=search_threads)
 
 
 @click.command("mcp")
@@ -57,4 +66,5 @@ def mcp_cmd(indexes, max_inflight, max_response_chars):
     """Serve index folders as MCP tools (search, get_document, list_indexes) over stdio."""
     from retrieval.server.run import serve_mcp_stdio
 
-    serve_mcp_stdio(indexes, max_inflight=max_inflight, max_response_chars=max_response_chars)
+    with params.flags(SERVE_FLAGS):
+        serve_mcp_stdio(indexes, max_inflight=max_inflight, max_response_chars=max_response_chars)

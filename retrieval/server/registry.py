@@ -13,17 +13,17 @@ import threading
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from indexes.errors import InputError
+from indexes.errors import InputError, ParameterError
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 RESERVED = {"indexes"}  # /v1/indexes lists them
 WARM_QUERY = "warm up the retrievers"
 
 
-def parse_index_specs(specs: Sequence[str]) -> Dict[str, Path]:
+def parse_index_specs(index_specs: Sequence[str]) -> Dict[str, Path]:
     """``NAME=DIR`` or ``DIR`` (named after the folder), each name once."""
     out: Dict[str, Path] = {}
-    for spec in specs:
+    for spec in index_specs:
         name, sep, folder = spec.partition("=")
         if not sep:
             folder, name = spec, Path(spec.rstrip("/")).name
@@ -34,7 +34,7 @@ def parse_index_specs(specs: Sequence[str]) -> Dict[str, Path]:
             raise InputError(f"index name {name!r} given twice")
         out[name] = Path(folder)
     if not out:
-        raise InputError("give at least one --index [NAME=]DIR")
+        raise ParameterError("{index_specs} is empty: give at least one [NAME=]DIR")
     return out
 
 

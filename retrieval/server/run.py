@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from indexes.errors import InputError
+from indexes.errors import InputError, ParameterError
 
 
 def is_loopback(host: str) -> bool:
@@ -35,8 +35,8 @@ def read_token(path: Optional[Path]) -> Optional[str]:
 
 def check(host: str, token: Optional[str]) -> None:
     if not is_loopback(host) and token is None:
-        raise InputError(f"refusing to listen on {host} without a token: only loopback (127.0.0.1, ::1, localhost) "
-                         f"may be served without --token-file")
+        raise ParameterError("refusing to listen on {_host} without a token: only loopback (127.0.0.1, ::1, "
+                             "localhost) may be served without {token_file}", _host=host)
 
 
 def _exit_cleanly(signum, frame):
@@ -54,9 +54,9 @@ def _one_thread_per_request() -> None:
 
 def _check_limits(max_inflight: int, max_response_chars: int) -> None:
     if max_inflight < 1:
-        raise InputError("--max-inflight must be at least 1")
+        raise ParameterError("{max_inflight} must be at least 1, got {got}", got=max_inflight)
     if max_response_chars < 1:
-        raise InputError("--max-response-chars must be at least 1")
+        raise ParameterError("{max_response_chars} must be at least 1, got {got}", got=max_response_chars)
 
 
 def serve(index_specs: Sequence[str], host: str = "127.0.0.1", port: int = 8080, token_file: Optional[Path] = None,

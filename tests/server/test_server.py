@@ -309,6 +309,7 @@ def test_refuses_non_loopback_without_token(meta_index, tmp_path):
         assert r.returncode == 2, r.stderr
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("retr: error: refusing to listen on"), r.stderr
+        assert lines[0].endswith("may be served without --token-file"), r.stderr  # the flag, not token_file
     bad = tmp_path / "tok"
     bad.write_text("short\n")
     r = run_retr("serve", "--index", f"sf={meta_index.path}", "--token-file", bad, timeout=120)
