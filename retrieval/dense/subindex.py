@@ -328,6 +328,7 @@ def _encode_new(entry: dict, docs: Sequence, quiet: bool, executor=None):
 class DenseKind(SubIndexKind):
     name = "dense"
     dimsel = True
+    uses_model = True
 
     def build(self, folder: Path, name: str, ctx: BuildContext, spec: DenseSpec) -> dict:
         return build_dense(folder, name, ctx.store_path, spec, ctx.fingerprint, ctx.cache_base, ctx.quiet,
