@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 

@@ -81,7 +81,7 @@ def deepct(corpus, queries, qrels, output, base, epochs, lr, batch_size, max_len
 def deepct_tune_cmd(index_dir, name, mode, scale, quiet):
     """Choose a DeepCT sub-index's defaults again (mode, weight scale, k1/b, then the
     bm25+NAME fusion) on its model's held-out training queries, without re-encoding."""
-    from retrieval.deepct.subindex import retune_deepct
+    from retrieval.deepct.tuning import retune_deepct
     from retrieval.index import open_index
 
     idx = retune_deepct(open_index(index_dir), name, mode=mode, scale=scale, quiet=quiet)

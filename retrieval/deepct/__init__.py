@@ -5,5 +5,9 @@
 - ``targets.py``: training targets (query term recall from qrels, or titles) and
   the analyzer that maps BERT words onto Anserini's terms.
 - ``train.py``: ``retr train deepct``.
-- ``subindex.py``: the ``deepct`` sub-index kind (build, append, tuning, retriever).
+- ``weights.py``: the stored term weights and the Lucene variants made from them
+  (modes x scales; the Lucene side is ``indexes/impact.py``).
+- ``tuning.py``: choosing mode, scale, k1/b and the ``bm25+deepct`` fusion on the
+  model's held-out training queries (at build time, or again: ``retune_deepct``).
+- ``subindex.py``: the spec, build and additions, the retriever and the ``deepct`` kind.
 """

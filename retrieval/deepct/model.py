@@ -256,15 +256,13 @@ def pad_batch(windows: Sequence[Window], pad_id: int):
 
 # ------------------------------------------------------------------------------- impacts
 def to_impacts(weights: Dict[str, float], scale: str = "linear", factor: float = 100.0) -> Dict[str, int]:
-    """DeepCT-Index: tf = round(w * 100) ("sqrt": round(sqrt(w) * 100)); terms under 1 are dropped."""
+    """DeepCT-Index: tf = round(w * 100) ("sqrt": round(sqrt(w) * 100)); terms under 1 are dropped
+    (:func:`indexes.impact.quantize`)."""
+    from indexes.impact import quantize
+
     if scale not in SCALES:
         raise ValueError(f"unknown impact scale {scale!r} (choose from: {', '.join(SCALES)})")
-    out = {}
-    for t, w in weights.items():
-        v = round((math.sqrt(w) if scale == "sqrt" else w) * factor) if w > 0 else 0
-        if v >= 1:
-            out[t] = int(v)
-    return out
+    return quantize(weights, factor, math.sqrt if scale == "sqrt" else None)
 
 
 # ------------------------------------------------------------------------------- encoder

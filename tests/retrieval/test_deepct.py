@@ -156,12 +156,13 @@ def test_training_lowers_loss_is_deterministic_and_resumes(tmp_path, tiny_beir):
 
 # ------------------------------------------------------------------------------- sub-index
 def test_heavily_weighted_term_is_returned_first(tmp_path):
-    from retrieval.deepct.subindex import DeepCTRetriever, _index_vectors
+    from indexes.impact import index_vectors
+    from retrieval.deepct.subindex import DeepCTRetriever
     from retrieval.types import Query
 
     vecs = {"d1": {"zebra": 5, "cat": 90}, "d2": {"zebra": 80, "dog": 3}, "d3": {"zebra": 30}, "d4": {"cat": 7}}
     for v in ("impact-linear", "bm25-linear"):
-        _index_vectors(vecs.items(), tmp_path / v, impact=v.startswith("impact"), threads=1)
+        index_vectors(vecs.items(), tmp_path / v, impact=v.startswith("impact"), threads=1)
     entry = {"kind": "deepct", "config": {"mode": "impact", "scale": "linear", "k1": 10.0, "b": 0.9}}
     r = DeepCTRetriever(tmp_path, entry)
     hits = r.search("Zebras?", 10)  # analysed like the passages: zebras -> zebra
@@ -223,7 +224,7 @@ def test_index_with_deepct_answers_through_cli_and_api(tmp_path, tiny_beir, mode
     assert r.returncode == 2 and "apply to DeepCT retrievers" in r.stderr
 
     # re-choosing the defaults of the built sub-index (no re-encoding): pinned, then back to auto
-    from retrieval.deepct.subindex import retune_deepct
+    from retrieval.deepct.tuning import retune_deepct
 
     pinned = retune_deepct(idx, mode="impact", scale="sqrt")
     for name in ("deepct", "deepct-query"):
@@ -280,9 +281,9 @@ def test_training_without_any_usable_qrels_fails_clearly(tmp_path, tiny_beir):
 def test_retr_add_grows_the_deepct_sub_index(tmp_path, tiny_beir, model_dir):
     import gzip
 
-    import retrieval
     from retrieval.writer import add_documents
-    from retrieval.deepct.subindex import DeepCTSpec, read_weights
+    from retrieval.deepct.subindex import DeepCTSpec
+    from retrieval.deepct.weights import read_weights
     from retrieval.types import Document
 
     from retrieval.writer import index_corpus
@@ -321,7 +322,8 @@ def test_deepct_delete_update_compact_equal_a_fresh_build(tmp_path, tiny_beir, m
     after compaction every variant's run is the TREC file of a fresh build of the final corpus."""
     import retrieval
     from retrieval.check import check_index
-    from retrieval.deepct.subindex import DeepCTSpec, read_weights
+    from retrieval.deepct.subindex import DeepCTSpec
+    from retrieval.deepct.weights import read_weights
     from retrieval.types import Document
     from retrieval.writer import compact, delete_documents, index_corpus, update_documents
 
