@@ -30,7 +30,7 @@ import torch
 
 from indexes import manifest as mf
 from indexes.atomic import atomic_path
-from indexes.errors import InputError
+from indexes.errors import InputError, ParameterError
 from retrieval.deepct import model as dc
 from retrieval.models import model_hash
 from retrieval.progress import progress
@@ -63,13 +63,15 @@ class TrainConfig:
 
     def validate(self) -> "TrainConfig":
         if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
-            raise InputError("epochs, batch size and learning rate must be positive")
+            raise ParameterError("{epochs}, {batch_size} and {lr} must be positive (got {_e}, {_b}, {_lr})",
+                                 _e=self.epochs, _b=self.batch_size, _lr=self.lr)
         if not 0 <= self.dev_fraction < 1:
-            raise InputError("dev fraction must be in [0, 1)")
+            raise ParameterError("{dev_fraction} must be in [0, 1), got {_got}", _got=self.dev_fraction)
         if self.title not in ("auto", "off", "extra", "only"):
-            raise InputError(f"title supervision must be auto, off, extra or only (got {self.title!r})")
+            raise ParameterError("{title} (title supervision) must be auto, off, extra or only, got {_got!r}",
+                                 _got=self.title)
         if self.max_length < 16:
-            raise InputError("max length must be at least 16")
+            raise ParameterError("{max_length} must be at least 16, got {_got}", _got=self.max_length)
         return self
 
     def key(self) -> str:
@@ -92,10 +94,11 @@ def build_training_data(corpus, queries=None, qrels=None, cfg: TrainConfig = Tra
     from retrieval.deepct.targets import query_term_recall, read_qrels_pairs, split_queries, title_targets
 
     if (queries is None) != (qrels is None):
-        raise InputError("give both queries and qrels, or neither (title weak supervision)")
+        raise ParameterError("give both {queries} and {qrels}, or neither (title weak supervision)")
     cfg = resolve_title(cfg, queries)
     if queries is None and cfg.title == "off":
-        raise InputError("no training data: give --queries and --qrels, or use title weak supervision (--title only)")
+        raise ParameterError("no training data: give {queries} and {qrels}, or use title weak supervision "
+                             "({title} only)")
     docs = {d.docid: d for d in read_corpus(corpus, empty="skip")}
     data = TrainData(info={"corpus": str(Path(corpus).resolve()), "documents": len(docs)})
     if queries is not None and cfg.title != "only":
@@ -122,8 +125,9 @@ def build_training_data(corpus, queries=None, qrels=None, cfg: TrainConfig = Tra
             data.texts[d], data.targets[d] = bodies[d], t
         data.info["title_targets"] = tt.stats
         if queries is None and not data.targets:
-            raise InputError("no qrels given and no passage has both a title and a text, so there is nothing to "
-                             "train DeepCT on: give training queries and qrels (--queries, --qrels)", corpus)
+            raise ParameterError("{_path}: no qrels given and no passage has both a title and a text, so there is "
+                                 "nothing to train DeepCT on: give training queries and qrels ({queries}, {qrels})",
+                                 _path=corpus)
     if not data.targets:
         raise InputError("no training passages: no relevant qrels matched the corpus and no titles were usable")
     data.info["training_passages"] = len(data.targets)
@@ -167,37 +171,66 @@ def train_deepct(corpus, output, queries=None, qrels=None, cfg: Optional[TrainCo
     settings resumes from it. ``stop_after_steps`` stops early (after writing a
     checkpoint) — for tests of resuming.
     """
-    from transformers import get_linear_schedule_with_warmup
-
     from retrieval.models import pick_device
 
     cfg = (cfg or TrainConfig()).validate()
     if (queries is None) != (qrels is None):
-        raise InputError("give both queries and qrels, or neither (title weak supervision)")
+        raise ParameterError("give both {queries} and {qrels}, or neither (title weak supervision)")
     cfg = resolve_title(cfg, queries)   # the card and the checkpoint key record what was resolved
     out = Path(output)
-    if dc.is_deepct_dir(out) and not overwrite:
-        raise InputError("already holds a trained DeepCT model (pass --overwrite to replace it)", out)
-    if out.exists() and not out.is_dir():
-        raise InputError("exists and is not a folder", out)
     ck_dir = out / CHECKPOINT
-    state = None
-    if (ck_dir / "state.pt").is_file():
-        state = torch.load(ck_dir / "state.pt", weights_only=False)
-        if state.get("config_key") != cfg.key():
-            raise InputError(f"holds a checkpoint made with other settings ({ck_dir}); train with the same "
-                             "settings to resume, or remove it", out)
-    if cfg.threads:
-        torch.set_num_threads(int(cfg.threads))
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    random.seed(cfg.seed)
-    torch.manual_seed(cfg.seed)
+    state = _resume_state(out, ck_dir, cfg, overwrite)
+    _seed(cfg)
 
     t_start = time.perf_counter()
     data = build_training_data(corpus, queries, qrels, cfg)
     model, tok, base_path = dc.init_model(cfg.base, cfg.dropout)
     device = pick_device(cfg.device)
     model.to(device)
+    windows = _training_windows(tok, data, cfg)
+    run = _start(model, len(windows), cfg, state)
+    pad = tok.pad_token_id or 0
+    run.t_train = time.perf_counter()
+    model.train()
+    run.running = list(state["running"]) if state is not None else []
+    stopped = _train_epochs(run, windows, pad, device, cfg, ck_dir, stop_after_steps, quiet)
+    train_s = run.elapsed_before + time.perf_counter() - run.t_train
+    if stopped:
+        return {"stopped_at_step": run.step, "total_steps": run.total, "checkpoint": str(ck_dir)}
+    model.eval()
+    card = _card(cfg, data, queries, base_path, run, len(windows), train_s, run.t_train - t_start, device)
+    dc.save_model(model, tok, out, card)
+    shutil.rmtree(ck_dir, ignore_errors=True)
+    return json.loads((out / dc.CARD_FILE).read_text())
+
+
+def _resume_state(out: Path, ck_dir: Path, cfg: TrainConfig, overwrite: bool) -> Optional[dict]:
+    """Check the output folder; the checkpoint's state to resume from, or None."""
+    if dc.is_deepct_dir(out) and not overwrite:
+        raise ParameterError("{_path}: already holds a trained DeepCT model ({overwrite} replaces it)", _path=out)
+    if out.exists() and not out.is_dir():
+        raise InputError("exists and is not a folder", out)
+    if not (ck_dir / "state.pt").is_file():
+        return None
+    state = torch.load(ck_dir / "state.pt", weights_only=False)
+    if state.get("config_key") != cfg.key():
+        raise InputError(f"holds a checkpoint made with other settings ({ck_dir}); train with the same "
+                         "settings to resume, or remove it", out)
+    return state
+
+
+def _seed(cfg: TrainConfig) -> None:
+    """Threads, deterministic algorithms and the seeds of torch's and Python's generators."""
+    if cfg.threads:
+        torch.set_num_threads(int(cfg.threads))
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+
+
+def _training_windows(tok, data: TrainData, cfg: TrainConfig) -> list:
+    """Consecutive model windows of every training passage (at most ``cfg.max_windows`` each)
+    that hold at least one word, with their labels."""
     prep = dc.Preparer(tok, cfg.max_length, stride=None)
     prep.stride = prep.width  # training: consecutive windows, no overlap
     docids = sorted(data.texts)
@@ -208,7 +241,31 @@ def train_deepct(corpus, output, queries=None, qrels=None, cfg: Optional[TrainCo
         windows.extend(ws[:cfg.max_windows] if cfg.max_windows else ws)
     if not windows:
         raise InputError("no training windows (all passages empty after tokenisation)")
-    steps_per_epoch = (len(windows) + cfg.batch_size - 1) // cfg.batch_size
+    return windows
+
+
+@dataclass
+class _Run:
+    """A training run as it goes: the model, its optimiser and schedule, and what a checkpoint keeps."""
+
+    model: torch.nn.Module
+    opt: torch.optim.Optimizer
+    sched: object
+    steps_per_epoch: int
+    total: int
+    step: int = 0
+    epoch_losses: List[float] = field(default_factory=list)
+    running: List[float] = field(default_factory=list)  # losses of the current epoch's steps
+    elapsed_before: float = 0.0  # training seconds of the runs this one resumes
+    t_train: float = 0.0         # when this run's training started (perf_counter)
+
+
+def _start(model, n_windows: int, cfg: TrainConfig, state: Optional[dict]) -> _Run:
+    """AdamW (no weight decay on biases and norms) with linear warmup and decay over every
+    step, restored from ``state`` when resuming (with the generators' states)."""
+    from transformers import get_linear_schedule_with_warmup
+
+    steps_per_epoch = (n_windows + cfg.batch_size - 1) // cfg.batch_size
     total = steps_per_epoch * cfg.epochs
     no_decay = ("bias", "LayerNorm.weight", "norm.weight")
     groups = [{"params": [p for n, p in model.named_parameters() if not any(x in n for x in no_decay)],
@@ -217,59 +274,71 @@ def train_deepct(corpus, output, queries=None, qrels=None, cfg: Optional[TrainCo
                "weight_decay": 0.0}]
     opt = torch.optim.AdamW(groups, lr=cfg.lr)
     sched = get_linear_schedule_with_warmup(opt, int(cfg.warmup * total), total)
-    step, epoch_losses, elapsed_before = 0, [], 0.0
+    run = _Run(model, opt, sched, steps_per_epoch, total)
     if state is not None:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
-        step, epoch_losses, elapsed_before = state["step"], state["epoch_losses"], state["elapsed"]
+        run.step, run.epoch_losses, run.elapsed_before = state["step"], state["epoch_losses"], state["elapsed"]
         torch.set_rng_state(state["torch_rng"])
         random.setstate(state["py_rng"])
-    pad = tok.pad_token_id or 0
-    t_train = time.perf_counter()
-    model.train()
-    running: List[float] = list(state["running"]) if state is not None else []
-    stopped = False
-    with progress(total=total, desc="training DeepCT", unit="step", quiet=quiet) as bar:
-        bar.update(step)
-        for epoch in range(step // steps_per_epoch, cfg.epochs):
+    return run
+
+
+def _train_epochs(run: _Run, windows: list, pad: int, device, cfg: TrainConfig, ck_dir: Path,
+                  stop_after_steps: Optional[int], quiet: bool) -> bool:
+    """Train from ``run.step`` to the last epoch's end, writing checkpoints on the way; True if
+    ``stop_after_steps`` stopped it first."""
+    with progress(total=run.total, desc="training DeepCT", unit="step", quiet=quiet) as bar:
+        bar.update(run.step)
+        for epoch in range(run.step // run.steps_per_epoch, cfg.epochs):
             g = torch.Generator().manual_seed(cfg.seed * 1000 + epoch)
             order = torch.randperm(len(windows), generator=g).tolist()
-            for b in range(step - epoch * steps_per_epoch, steps_per_epoch):
+            for b in range(run.step - epoch * run.steps_per_epoch, run.steps_per_epoch):
                 batch = [windows[i] for i in order[b * cfg.batch_size:(b + 1) * cfg.batch_size]]
-                ids, att, labels, mask = _batch(batch, pad)
-                pred = model(ids.to(device), att.to(device))
-                loss = _loss(pred, labels.to(device), mask.to(device))
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                opt.step()
-                sched.step()
-                step += 1
-                running.append(float(loss.detach()))
+                run.running.append(_step(run, batch, pad, device))
                 bar.update(1)
-                bar.set_postfix(epoch=epoch + 1, loss=f"{sum(running[-20:]) / len(running[-20:]):.4f}")
-                end_of_epoch = b == steps_per_epoch - 1
+                recent = run.running[-20:]
+                bar.set_postfix(epoch=epoch + 1, loss=f"{sum(recent) / len(recent):.4f}")
+                end_of_epoch = b == run.steps_per_epoch - 1
                 if end_of_epoch:
-                    epoch_losses.append(sum(running) / len(running))
-                    running = []
-                stop_now = stop_after_steps is not None and step >= stop_after_steps
-                if end_of_epoch or step % cfg.checkpoint_every == 0 or stop_now:
-                    _save_checkpoint(ck_dir, {
-                        "config_key": cfg.key(), "model": model.state_dict(), "optimizer": opt.state_dict(),
-                        "scheduler": sched.state_dict(), "step": step, "epoch_losses": epoch_losses,
-                        "running": running, "torch_rng": torch.get_rng_state(), "py_rng": random.getstate(),
-                        "elapsed": elapsed_before + time.perf_counter() - t_train})
-                if stop_now and step < total:
-                    stopped = True
-                    break
-            if stopped:
-                break
-    train_s = elapsed_before + time.perf_counter() - t_train
-    if stopped:
-        return {"stopped_at_step": step, "total_steps": total, "checkpoint": str(ck_dir)}
-    model.eval()
-    card = {
+                    run.epoch_losses.append(sum(run.running) / len(run.running))
+                    run.running = []
+                stop_now = stop_after_steps is not None and run.step >= stop_after_steps
+                if end_of_epoch or run.step % cfg.checkpoint_every == 0 or stop_now:
+                    _checkpoint(run, cfg, ck_dir)
+                if stop_now and run.step < run.total:
+                    return True
+    return False
+
+
+def _step(run: _Run, batch, pad: int, device) -> float:
+    """One optimiser step on ``batch`` (gradients clipped to norm 1); returns its loss."""
+    ids, att, labels, mask = _batch(batch, pad)
+    pred = run.model(ids.to(device), att.to(device))
+    loss = _loss(pred, labels.to(device), mask.to(device))
+    run.opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(run.model.parameters(), 1.0)
+    run.opt.step()
+    run.sched.step()
+    run.step += 1
+    return float(loss.detach())
+
+
+def _checkpoint(run: _Run, cfg: TrainConfig, ck_dir: Path) -> None:
+    _save_checkpoint(ck_dir, {
+        "config_key": cfg.key(), "model": run.model.state_dict(), "optimizer": run.opt.state_dict(),
+        "scheduler": run.sched.state_dict(), "step": run.step, "epoch_losses": run.epoch_losses,
+        "running": run.running, "torch_rng": torch.get_rng_state(), "py_rng": random.getstate(),
+        "elapsed": run.elapsed_before + time.perf_counter() - run.t_train})
+
+
+def _card(cfg: TrainConfig, data: TrainData, queries, base_path, run: _Run, n_windows: int, train_s: float,
+          prep_s: float, device) -> dict:
+    """The model card of a finished run (``prep_s``: the seconds before training started)."""
+    model, epoch_losses = run.model, run.epoch_losses
+    return {
         "created_at": mf.now(), "base_model": str(base_path), "base_sha256": model_hash(base_path),
         "architecture": getattr(model.body.config, "model_type", None), "max_length": cfg.max_length,
         "data": {k: v for k, v in data.info.items() if k not in ("query_targets", "title_targets")},
@@ -278,14 +347,11 @@ def train_deepct(corpus, output, queries=None, qrels=None, cfg: Optional[TrainCo
                     + ("title weak supervision (HDCT)" if cfg.title != "off" else ""),
                     "terms": "BERT words -> Anserini DefaultEnglishAnalyzer (Porter, stopwords)",
                     "stats": {k: data.info[k] for k in ("query_targets", "title_targets") if k in data.info}},
-        "training": {"settings": asdict(cfg), "windows": len(windows), "steps": step, "epochs": cfg.epochs,
+        "training": {"settings": asdict(cfg), "windows": n_windows, "steps": run.step, "epochs": cfg.epochs,
                      "epoch_losses": [round(x, 6) for x in epoch_losses],
                      "final_loss": round(epoch_losses[-1], 6) if epoch_losses else None,
                      "seconds": round(train_s, 1),
-                     "seconds_with_data_prep": round(train_s + (t_train - t_start), 1),
+                     "seconds_with_data_prep": round(train_s + prep_s, 1),
                      "device": device, "threads": torch.get_num_threads(),
                      "torch": torch.__version__},
     }
-    dc.save_model(model, tok, out, card)
-    shutil.rmtree(ck_dir, ignore_errors=True)
-    return json.loads((out / dc.CARD_FILE).read_text())
