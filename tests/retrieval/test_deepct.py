@@ -387,3 +387,62 @@ def test_training_without_qrels_uses_titles_and_says_so(tmp_path, tiny_beir):
     err = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(err) == 1 and err[0].startswith("retr: error: ") and "title" in err[0], r.stderr
     assert not (tmp_path / "N").exists() or not any((tmp_path / "N").iterdir())
+
+
+# ------------------------------------------------------------------------- retuning under a reader
+def test_retune_in_another_process_leaves_an_open_reader_on_its_generation(tmp_path, tiny_beir, model_dir):
+    """`retune_deepct` pinning another default, run in another process while readers are open: a
+    reader that does not follow answers byte for byte as before, from the same generation, until it
+    refreshes; then it answers with the new default, exactly the pinned variant with the new k1/b;
+    a reader that follows moves on its next search; `retr check` passes."""
+    import subprocess
+    import sys
+
+    import retrieval
+    from retrieval.check import check_index
+    from tests.conftest import ROOT
+
+    idx_dir = tmp_path / "IDX"
+    r = run_retr("index", "--corpus", tiny_beir, "--index", idx_dir, "--deepct", model_dir, "--quiet")
+    assert r.returncode == 0, r.stderr
+    qs = retrieval.read_queries(tiny_beir / "queries.jsonl")[:6]
+
+    def results(i):
+        return {name: [(q, h.docid, h.rank, repr(h.score)) for q, hs in
+                       i.batch_search(qs, k=10, retriever=name).items() for h in hs]
+                for name in ("deepct", "bm25+deepct")}
+
+    reader = retrieval.open_index(idx_dir, auto_refresh=False)
+    pinned = retrieval.open_index(idx_dir, auto_refresh=False)  # stays on this generation, configured below
+    follower = retrieval.open_index(idx_dir)                     # each search moves to the newest generation
+    before, gen = results(reader), reader.generation
+    assert results(follower) == before and all(before.values())
+    old = reader.manifest["subindexes"]["deepct"]["config"]
+    mode = "impact" if old["mode"] == "bm25" else "bm25"  # the variant the default is not, in both respects
+    scale = "sqrt" if old["scale"] == "linear" else "linear"
+
+    code = ("import sys, retrieval; from retrieval.deepct.tuning import retune_deepct; "
+            "retune_deepct(retrieval.open_index(sys.argv[1]), mode=sys.argv[2], scale=sys.argv[3])")
+    p = subprocess.run([sys.executable, "-c", code, str(idx_dir), mode, scale], cwd=ROOT, capture_output=True,
+                       text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+
+    assert reader.generation == gen and results(reader) == before  # its generation, byte for byte
+    assert reader.manifest["subindexes"]["deepct"]["config"] == old
+    fresh = retrieval.open_index(idx_dir)
+    new = fresh.manifest["subindexes"]["deepct"]["config"]
+    assert fresh.generation > gen and (new["mode"], new["scale"]) == (mode, scale)
+    assert fresh.manifest["subindexes"]["deepct-query"]["config"]["mode"] == mode
+
+    assert reader.refresh() and reader.generation == fresh.generation
+    after = results(reader)
+    assert after["deepct"] != before["deepct"] and after == results(fresh) == results(follower)
+    # the new default is the pinned variant with the retuned k1/b, as the old generation configured so answers
+    pinned.configure("deepct", mode=mode, scale=scale, **({"k1": new["k1"], "b": new["b"]} if mode == "bm25" else {}))
+    assert pinned.generation == gen and results(pinned)["deepct"] == after["deepct"]
+
+    rep = check_index(idx_dir, full=True, strict=True)
+    assert rep.ok and "deepct" in rep.checked, rep.problems
+    for i in (reader, pinned, follower, fresh):
+        i.close()
+    assert check_index(idx_dir, full=True, strict=True).ok
