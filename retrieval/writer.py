@@ -115,6 +115,7 @@ def build_index(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[s
                                    quiet=quiet, threads=threads, precomputed=precomputed, generation=gen, executor=ex)
                 for name, spec in rest.items():
                     k = get_kind(spec.kind)
+                    (tmp / name).mkdir()  # a kind writes into the folder it is given, as in a change
                     for n, e in k.entries(name, k.build(tmp / name, name, ctx, spec)).items():
                         m["subindexes"][n] = dict(e, generation=gen)
         gens.pause("index:built")

@@ -89,7 +89,7 @@ def build_deepct(folder: Path, name: str, store_path: Path, spec: DeepCTSpec, fi
     from retrieval.executors import StoreSource, runner_of
 
     spec.validate()
-    folder.mkdir(parents=True, exist_ok=True)  # a build's new folder may not exist yet (build_index's do not)
+    folder.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     enc = DeepCTEncoder(spec.model, device=spec.device, max_length=spec.max_length, batch_size=spec.batch_size,
                         stride=spec.stride, threads=spec.threads)

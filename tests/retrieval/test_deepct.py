@@ -221,7 +221,7 @@ def test_index_with_deepct_answers_through_cli_and_api(tmp_path, tiny_beir, mode
     assert got == {(q, h.docid): pytest.approx(h.score, abs=1e-5) for q, hs in api2.items() for h in hs}
     assert all(abs(s - round(s)) < 1e-3 for s in got.values())  # impact scores: sums of integers (float32)
     r = run_retr("search", "--index", idx_dir, "--retriever", "bm25", "--deepct-scale", "sqrt", "x")
-    assert r.returncode == 2 and "apply to DeepCT retrievers" in r.stderr
+    assert r.returncode == 2 and "--deepct-scale applies to no retriever of bm25" in r.stderr
 
     # re-choosing the defaults of the built sub-index (no re-encoding): pinned, then back to auto
     from retrieval.deepct.tuning import retune_deepct
@@ -288,7 +288,8 @@ def test_retr_add_grows_the_deepct_sub_index(tmp_path, tiny_beir, model_dir):
 
     from retrieval.writer import index_corpus
 
-    idx = index_corpus(tiny_beir, tmp_path / "IDX", deepct=DeepCTSpec(model=str(model_dir)), quiet=True)
+    idx = index_corpus(tiny_beir, tmp_path / "IDX", subindexes={"deepct": DeepCTSpec(model=str(model_dir))},
+                       quiet=True)
     before = idx.manifest["subindexes"]["deepct"]
     new = [Document("new-1", "zyxwvut quokka habitat on rottnest island", "Quokka"),
            Document("new-2", "marsupial populations and island ecology")]
@@ -328,7 +329,7 @@ def test_deepct_delete_update_compact_equal_a_fresh_build(tmp_path, tiny_beir, m
     from retrieval.writer import compact, delete_documents, index_corpus, update_documents
 
     spec = DeepCTSpec(model=str(model_dir), tune=False)
-    idx = index_corpus(tiny_beir, tmp_path / "IDX", deepct=spec, quiet=True)
+    idx = index_corpus(tiny_beir, tmp_path / "IDX", subindexes={"deepct": spec}, quiet=True)
     docs = list(retrieval.read_corpus(tiny_beir))
     victim, changed = docs[4], docs[5]
     idx = delete_documents(idx, [victim.docid], quiet=True)
@@ -349,7 +350,7 @@ def test_deepct_delete_update_compact_equal_a_fresh_build(tmp_path, tiny_beir, m
     final = [Document(d, text, title) for d, title, text, _m in idx.docstore.iter_docs()]
     assert [d for d, _w in read_weights(folder)] == [d.docid for d in final]  # one file, the store's order
     assert sorted(p.name for p in folder.iterdir() if p.is_file()) == ["weights.jsonl.gz"]
-    fresh = index_corpus(final, tmp_path / "F", deepct=spec, quiet=True)
+    fresh = index_corpus(final, tmp_path / "F", subindexes={"deepct": spec}, quiet=True)
     qs = retrieval.read_queries(tiny_beir / "queries.jsonl")
     for mode, scale in variants:
         runs = []
