@@ -1,7 +1,8 @@
 """`retr`: the command-line face of the retrieval package. Thin by design:
 this module only wires the commands, which live one module per method beside
-it (index_cmds, search_cmds, deepct_cmds, dense_cmds, dimsel_cmds, quality_cmds,
-live_cmds, eval_cmd, train_cmd), and turns every known error into one line."""
+it (index_cmds, search_cmds, dense_cmds, quality_cmds, live_cmds, eval_cmd, train_cmd,
+serve_cmds) or in a sub-index kind's package (its cli.OPTIONS.commands()), and turns
+every known error into one line."""
 from __future__ import annotations
 
 import sys
@@ -41,7 +42,6 @@ def _register():
         ("cli.index_cmds", "info_cmd", None, "info"),
         ("cli.search_cmds", "search_cmd", None, "search"),
         ("cli.search_cmds", "tune_cmd", None, "tune"),
-        ("cli.deepct_cmds", "deepct_tune_cmd", None, "deepct-tune"),
         ("cli.eval_cmd", "eval_cmd", None, "eval"),
         ("cli.dense_cmds", "ditto_select", None, "ditto-select"),
         ("cli.dense_cmds", "sts", "eval", "sts"),
@@ -58,6 +58,13 @@ def _register():
         group = retr if parent is None else retr.commands.get(parent)
         if group is not None and name not in getattr(group, "commands", {}):
             group.add_command(cmd, name=name)
+    from cli.params import each_kind
+
+    for options in each_kind():
+        for parent, cmd in options.commands():
+            group = retr if parent is None else retr.commands[parent]
+            if cmd.name not in group.commands:
+                group.add_command(cmd)
 
 
 _register()

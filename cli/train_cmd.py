@@ -1,15 +1,11 @@
-"""`retr train ...`: commands that train models (registered by cli/main.py as ``train``).
-
-Each trainer lives in its own module and is added here: ``deepct`` (cli/deepct_cmds.py)
-and, when present, ``dimsel`` (cli/dimsel_cmds.py).
-"""
+"""`retr train ...`: the group of commands that train models (registered by cli/main.py
+as ``train``). The sub-index kinds add their trainers to it (``KindOptions.commands``:
+DeepCT's ``retr train deepct``)."""
 from __future__ import annotations
 
 import importlib
 
 import click
-
-from cli.deepct_cmds import deepct
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -18,8 +14,6 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 def train():
     """Train models: DeepCT term weights, dimension selectors."""
 
-
-train.add_command(deepct, name="deepct")
 
 for _module, _attr in (("cli.dimsel_cmds", "dimsel"),):
     try:
