@@ -42,7 +42,7 @@ def index_cmd(corpus, index_dir, device, batch_size, threads, overwrite, empty, 
     if quality is not None and prune is None:
         raise click.UsageError("--quality needs --prune P")
     names = dict(params.kind_flags(), prune="--prune", quality="--quality", overwrite="--overwrite",
-                 index_dir="--index")
+                 index_dir="--index", device="--device", batch_size="--batch-size", **{"empty=skip": "--empty skip"})
     shared = dict(kind_values, device=device, batch_size=batch_size, threads=threads)
     with params.flags(names):
         specs = {n: s for o in params.each_kind() for n, s in o.specs(shared).items()}
@@ -80,7 +80,9 @@ def add_cmd(index_dir, corpus, threads, empty, quiet, nice, executor):
 
     lower_priority(nice)
     rep: dict = {}
-    idx = add_documents(index_dir, corpus, threads=threads, empty=empty, quiet=quiet, report=rep, executor=executor)
+    with params.flags({"empty=skip": "--empty skip"}):
+        idx = add_documents(index_dir, corpus, threads=threads, empty=empty, quiet=quiet, report=rep,
+                            executor=executor)
     if not quiet:
         if rep["pruned"]:
             click.echo(f"pruned {rep['pruned']:,} of {rep['read']:,} new documents below the folder's quality "

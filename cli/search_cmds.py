@@ -49,9 +49,8 @@ def search_cmd(text, index_dir, queries, output, fmt, qrels, split, retriever, f
     if qrels and split:
         raise click.UsageError("--qrels and --split are alternatives; give one")
     idx = open_index(index_dir)
-    pipeline = idx.pipeline(retriever, fusion)
-    spec = str(pipeline)
-    with params.flags(params.kind_flags()):
+    with params.flags(dict(params.kind_flags(), retriever="--retriever", fusion="--fusion")):
+        spec = str(idx.pipeline(retriever, fusion))
         options = {key: v for o in params.each_kind() for key, v in o.configure(kind_values).items()}
         idx.configure(spec, **options)
         extra = {key: v for o in params.each_kind() for key, v in o.search_args(kind_values).items()}
