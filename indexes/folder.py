@@ -27,7 +27,7 @@ from typing import Callable, Iterator, List, Optional, Tuple
 from indexes import generations as gens
 from indexes import manifest as mf
 from indexes.docstore import DocStore, LiveStore, migrate, schema
-from indexes.errors import IndexFormatError, InputError
+from indexes.errors import IndexFormatError, InputError, ParameterError
 
 MANIFEST = mf.MANIFEST
 DOCSTORE = "docs.sqlite"
@@ -196,7 +196,7 @@ def _swap_in(tmp: Path, final: Path) -> None:
             raise InputError(f"appeared while this build ran ({e.strerror}); nothing was replaced", final) from None
         return
     if kind not in ("index", "empty"):
-        raise InputError(_not_ours(kind), final)
+        raise _not_ours(kind, final)
     lock = gens.writer_lock(final) if kind == "index" else contextlib.nullcontext()
     with lock:  # no change of the old folder is cut off half-way
         if gens.exchange(tmp, final):
@@ -208,11 +208,13 @@ def _swap_in(tmp: Path, final: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _not_ours(kind: str) -> str:
+def _not_ours(kind: str, path: Path) -> ParameterError:
+    # names the parameter (index_dir); the CLI calls it by its flag
     if kind == "file":
-        return "is a file, not an index folder; refusing to replace it (remove it or choose another --index)"
-    return ("is a folder that is not a retr index (it has no retr manifest.json); refusing to replace it "
-            "(remove it or choose another --index)")
+        return ParameterError("{_path}: is a file, not an index folder; refusing to replace it (remove it or choose "
+                              "another {index_dir})", _path=str(path))
+    return ParameterError("{_path}: is a folder that is not a retr index (it has no retr manifest.json); refusing "
+                          "to replace it (remove it or choose another {index_dir})", _path=str(path))
 
 
 @contextlib.contextmanager
@@ -226,9 +228,10 @@ def atomic_folder(target: Path | str, overwrite: bool = False) -> Iterator[Path]
         return
     kind = what_is(target)
     if kind in ("file", "other"):
-        raise InputError(_not_ours(kind), target)
+        raise _not_ours(kind, target)
     if kind == "index" and not overwrite:
-        raise InputError("already exists (pass --overwrite to replace it, or add to it)", target)
+        raise ParameterError("{_path}: already exists (pass {overwrite} to replace it, or add to it)",
+                             _path=str(target))
     target.parent.mkdir(parents=True, exist_ok=True)
     for p, _pid in sibling_leftovers(target):
         gens.remove(p)
