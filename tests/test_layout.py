@@ -199,6 +199,19 @@ def _compared_constants(tree) -> set:
     return out
 
 
+def test_only_the_kinds_command_line_parts_import_the_cli():
+    """The library stands below the click app: of retrieval/ and indexes/, only a kind's cli.py (its part
+    of the command line) imports cli/ (the shared option types)."""
+    from retrieval.kinds import KINDS
+
+    allowed = {pkg.replace(".", "/") + "/cli.py" for pkg in KINDS.values()}
+    for pkg in ("retrieval", "indexes"):
+        for p in sorted((ROOT / pkg).rglob("*.py")):
+            rel = p.relative_to(ROOT).as_posix()
+            if rel not in allowed:
+                assert not [i for i in _imports(p) if i == "cli" or i.startswith("cli.")], rel
+
+
 def test_no_module_outside_a_kind_s_package_compares_anything_to_a_kind_name():
     names = _kind_names()
     for rel, p in _outside_kinds():
