@@ -27,7 +27,7 @@ from common import RESULTS, WORK, by_name, machine, md_table, write_results
 
 from eval import Evaluator
 from eval.significance import holm, paired_ttest
-from retrieval.dense import dimsel as ds
+from retrieval.dense.dimsel import search as ds
 
 MEASURES = ["nDCG@10", "R@100"]
 ALPHAS = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]

@@ -411,7 +411,7 @@ class Index:
         ``bm25+dense`` or ``bm25+dense:rrf(k=60)`` (see :mod:`retrieval.fusion`);
         fused retrievers each return ``max(k, depth or 100)`` candidates.
         ``timings``, when given, accumulates seconds per stage. ``dimsel``: query-aware
-        dimension selection on the dense retriever(s) (see :func:`retrieval.dense.dimsel.wrap`).
+        dimension selection on the dense retriever(s) (see :func:`retrieval.dense.dimsel.search.wrap`).
 
         ``filter`` (see :mod:`retrieval.filters`) restricts the hits to matching documents,
         before any cut-off. One retriever: the first ``k`` matching documents of its full
@@ -519,7 +519,7 @@ class Index:
 
     def _pick(self, g: _Generation, name: str, dimsel=None, fused: bool = False) -> Retriever:
         """The retriever for ``name`` in generation ``g``; with ``dimsel`` (a mode name, a dict of
-        options or a retrieval.dense.dimsel.DimSel) the dense one searches with masked query vectors.
+        options or a retrieval.dense.dimsel.search.DimSel) the dense one searches with masked query vectors.
         In a fused pipeline only the members whose kind takes dimension selection are wrapped."""
         kind = kind_of(g.manifest["subindexes"][name])
         if dimsel is None or (fused and not kind.dimsel):

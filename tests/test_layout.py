@@ -244,7 +244,7 @@ def test_every_retriever_derives_from_the_retriever_base():
     from retrieval.kinds import KINDS, Retriever, RetrieverBase
 
     found = []
-    for where in [*(pkg + ".subindex" for pkg in KINDS.values()), "retrieval.dense.dimsel:DimSel"]:
+    for where in [*(pkg + ".subindex" for pkg in KINDS.values()), "retrieval.dense.dimsel.search:DimSel"]:
         mod = importlib.import_module(where.split(":")[0])
         for _name, cls in inspect.getmembers(mod, inspect.isclass):
             if cls.__module__ == mod.__name__ and hasattr(cls, "batch_search"):

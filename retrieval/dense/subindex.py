@@ -383,7 +383,7 @@ class DenseKind(SubIndexKind):
         return {"faiss": open_live(folder).docids}
 
     def with_dimsel(self, index, name: str, dimsel):
-        from retrieval.dense.dimsel import wrap
+        from retrieval.dense.dimsel.search import wrap
 
         return wrap(index, name, dimsel)
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import retrieval
-from retrieval.dense import dimsel as ds
+from retrieval.dense.dimsel import search as ds
 from retrieval.collections import read_queries
 from retrieval.dense.subindex import DenseSpec
 
