@@ -27,7 +27,10 @@ from common import RESULTS, WORK, by_name, machine, md_table, write_results
 
 from eval import Evaluator
 from eval.significance import holm, paired_ttest
-from retrieval.dense.dimsel import search as ds
+from retrieval.dense.dimsel.masks import apply_mask, top_mask
+from retrieval.dense.dimsel.search import DimSel
+from retrieval.dense.dimsel.selector import Selector, SelectorConfig
+from retrieval.dense.dimsel.training import fit, training_data
 
 MEASURES = ["nDCG@10", "R@100"]
 ALPHAS = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
@@ -78,7 +81,7 @@ class Bench:
 
     def search(self, name, dimsel_obj=None, Q=None, k=100):
         Q = self.Qte if Q is None else Q
-        r = (dimsel_obj or ds.DimSel(self.dense, "none")).search_vectors(Q, k, self.qids)
+        r = (dimsel_obj or DimSel(self.dense, "none")).search_vectors(Q, k, self.qids)
         run = {qid: dict(x) for qid, x in zip(self.qids, r)}
         pq = self.ev.evaluate(run, per_query=True)
         self.per_query[name] = {m: {q: pq.get(q, {}).get(m, 0.0) for q in self.teqr} for m in MEASURES}
@@ -92,11 +95,11 @@ def ds_index(col):
     return bench_index(col, dense=("mean",))
 
 
-def train(b: Bench, cfg: ds.SelectorConfig):
-    data = ds.training_data(b.dense, b.trq, b.trqr, cfg, Q=b.Qtr)
+def train(b: Bench, cfg: SelectorConfig):
+    data = training_data(b.dense, b.trq, b.trqr, cfg, Q=b.Qtr)
     data.source = {"collection": b.col.name, "train_queries": len(data.qids)}
     t0 = time.perf_counter()
-    sel = ds.fit(data, cfg)
+    sel = fit(data, cfg)
     sel.config["training"]["seconds"] = round(time.perf_counter() - t0, 2)
     sel.save(WORK / "dimsel" / b.col.name)
     return sel, data
@@ -109,7 +112,7 @@ def tune_prf_on_train(b: Bench):
     best = None
     for k in PRF_KS:
         for a in ALPHAS:
-            r = ds.DimSel(b.dense, "prf", alpha=a, prf_k=k).search_vectors(b.Qtr, 10)
+            r = DimSel(b.dense, "prf", alpha=a, prf_k=k).search_vectors(b.Qtr, 10)
             v = ev.evaluate({q: dict(x) for q, x in zip(ids, r)})["nDCG@10"]
             if best is None or v > best[0] + 1e-12:
                 best = (v, a, k)
@@ -182,9 +185,9 @@ def dev_ablation(b: Bench, variants, base_cfg):
     """Selector variants scored on the held-out TRAINING queries only (what chose the defaults)."""
     out = {}
     for name, kw in variants.items():
-        cfg = ds.SelectorConfig(**{**base_cfg.__dict__, **kw})
-        data = ds.training_data(b.dense, b.trq, b.trqr, cfg, Q=b.Qtr)
-        sel = ds.fit(data, cfg)
+        cfg = SelectorConfig(**{**base_cfg.__dict__, **kw})
+        data = training_data(b.dense, b.trq, b.trqr, cfg, Q=b.Qtr)
+        sel = fit(data, cfg)
         t = sel.config["training"]
         out[name] = {"config": kw, "dev_full": t["dev_full_ndcg10"], "alpha": sel.config["alpha"],
                      "dev_at_alpha": t["dev_ndcg10_by_alpha"][str(sel.config["alpha"])],
@@ -203,7 +206,7 @@ def main():
                     help="keep the other collections already in benchmarks/results/dimsel.json (their selectors are "
                          "reloaded from work/bench/dimsel/ for the generalisation matrix)")
     args = ap.parse_args()
-    cfg = ds.SelectorConfig(epochs=8 if args.quick else ds.SelectorConfig.epochs)
+    cfg = SelectorConfig(epochs=8 if args.quick else SelectorConfig.epochs)
     payload = {"machine": machine(), "selector_config": cfg.__dict__, "split_seed": SPLIT_SEED,
                "collections": {}, "generalisation": {}}
     benches, selectors = {}, {}
@@ -217,17 +220,17 @@ def main():
         prf_sweep = {}
         for k in PRF_KS:
             for a in ALPHAS:
-                prf_sweep[f"k={k},a={a}"] = b.search(f"prf k={k} a={a}", ds.DimSel(b.dense, "prf", alpha=a, prf_k=k))
+                prf_sweep[f"k={k},a={a}"] = b.search(f"prf k={k} a={a}", DimSel(b.dense, "prf", alpha=a, prf_k=k))
         tuned = tune_prf_on_train(b)
         b.per_query["prf"] = b.per_query[f"prf k={tuned['k']} a={tuned['alpha']}"]
         b.means["prf"] = b.means[f"prf k={tuned['k']} a={tuned['alpha']}"]
         # learned
         sel, data = train(b, cfg)
         selectors[col.name] = sel
-        learned_sweep = {a: b.search(f"learned a={a}", ds.DimSel(b.dense, "learned", alpha=a, selector=sel))
+        learned_sweep = {a: b.search(f"learned a={a}", DimSel(b.dense, "learned", alpha=a, selector=sel))
                          for a in ALPHAS}
-        b.search("learned", ds.DimSel(b.dense, "learned", selector=sel))
-        ad = ds.DimSel(b.dense, "learned", selector=sel, adaptive=True)
+        b.search("learned", DimSel(b.dense, "learned", selector=sel))
+        ad = DimSel(b.dense, "learned", selector=sel, adaptive=True)
         b.search("learned-adaptive", ad)
         ad.search_vectors(b.Qte, 10, b.qids)
         kept_adaptive = ad.last_kept.astype(float)
@@ -236,7 +239,7 @@ def main():
         trids = [q.qid for q in b.trq]
 
         def mag(Q, a):
-            return ds.apply_mask(Q, ds.top_mask(Q * Q, a))
+            return apply_mask(Q, top_mask(Q * Q, a))
 
         mag_train = {a: trev.evaluate({q: dict(x) for q, x in zip(trids, b.dense.search_vectors(mag(b.Qtr, a), 10))})
                      ["nDCG@10"] for a in ALPHAS}
@@ -244,11 +247,11 @@ def main():
         mag_sweep = {}
         for a in ALPHAS:
             name = f"magnitude a={a}"
-            b.search(name, ds.DimSel(b.dense, "none"), Q=mag(b.Qte, a))  # mask applied before a plain search
+            b.search(name, DimSel(b.dense, "none"), Q=mag(b.Qte, a))  # mask applied before a plain search
             mag_sweep[a] = b.means[name]
         b.per_query["magnitude"], b.means["magnitude"] = b.per_query[f"magnitude a={mag_a}"], b.means[f"magnitude a={mag_a}"]
         # oracle (labels of the test queries: an upper bound, not a method)
-        oracle_sweep = {a: b.search(f"oracle a={a}", ds.DimSel(b.dense, "oracle", alpha=a, qrels=b.teqr)) for a in ALPHAS}
+        oracle_sweep = {a: b.search(f"oracle a={a}", DimSel(b.dense, "oracle", alpha=a, qrels=b.teqr)) for a in ALPHAS}
         best_oa = max(oracle_sweep, key=lambda a: oracle_sweep[a]["nDCG@10"])
         b.per_query["oracle"], b.means["oracle"] = b.per_query[f"oracle a={best_oa}"], b.means[f"oracle a={best_oa}"]
         res.update({
@@ -269,10 +272,10 @@ def main():
         })
         res["tests_vs_full"] = tests(b, ["prf", "learned", "learned-adaptive", "magnitude", "oracle"], "full")
         res["tests_vs_prf"] = tests(b, ["learned", "learned-adaptive"], "prf")
-        methods = {"full": ds.DimSel(b.dense, "none"), "prf": ds.DimSel(b.dense, "prf", alpha=tuned["alpha"],
+        methods = {"full": DimSel(b.dense, "none"), "prf": DimSel(b.dense, "prf", alpha=tuned["alpha"],
                                                                          prf_k=tuned["k"]),
-                   "learned": ds.DimSel(b.dense, "learned", selector=sel),
-                   "learned-adaptive": ds.DimSel(b.dense, "learned", selector=sel, adaptive=True)}
+                   "learned": DimSel(b.dense, "learned", selector=sel),
+                   "learned-adaptive": DimSel(b.dense, "learned", selector=sel, adaptive=True)}
         res["latency"] = latency(b, methods, n=50 if args.quick else 100)
         res["train_test_overlap"] = overlap(b)
         if not args.quick and col.name in args.ablation.split(","):
@@ -296,13 +299,13 @@ def main():
     payload["collections"] = {c: payload["collections"][c] for c in order}
     # generalisation: selector trained on A (its dev-chosen alpha), tested on B's test queries
     for src in order:
-        sel = selectors.get(src) or ds.Selector.load(WORK / "dimsel" / src)
+        sel = selectors.get(src) or Selector.load(WORK / "dimsel" / src)
         for dst in order:
             if dst not in benches:
                 benches[dst] = Bench(next(c for c in by_name([dst])), with_train=False)
                 benches[dst].search("full")
             b = benches[dst]
-            v = ds.DimSel(b.dense, "learned", selector=sel).search_vectors(b.Qte, 100, b.qids)
+            v = DimSel(b.dense, "learned", selector=sel).search_vectors(b.Qte, 100, b.qids)
             m = b.ev.evaluate({q: dict(x) for q, x in zip(b.qids, v)})
             payload["generalisation"][f"{src}->{dst}"] = {**m, "full": b.means["full"]}
     write_results("dimsel", payload, markdown(payload))

@@ -40,7 +40,9 @@ def dimsel(index_dir, queries, qrels, retriever, output, epochs, lr, hidden, los
            quiet):
     """Train a query-aware dimension selector: an MLP from the query embedding to per-dimension
     importance, distilled from label-oracle importance (see retrieval/dimsel.py)."""
-    from retrieval.dense.dimsel.search import SelectorConfig, check_alpha, train_selector
+    from retrieval.dense.dimsel.masks import check_alpha
+    from retrieval.dense.dimsel.selector import SelectorConfig
+    from retrieval.dense.dimsel.training import train_selector
     from retrieval.index import open_index
 
     if alpha is not None:
@@ -68,7 +70,7 @@ def dimsel_options(mode, alpha, prf_k, qrels, adaptive: bool = False):
         if alpha is not None or prf_k is not None or qrels is not None or adaptive:
             raise click.UsageError("--alpha, --prf-k, --dimsel-qrels and --adaptive need --dimsel")
         return None
-    from retrieval.dense.dimsel.search import check_alpha
+    from retrieval.dense.dimsel.masks import check_alpha
 
     if alpha is not None:
         check_alpha(alpha)

@@ -5,6 +5,6 @@ pooling, a faiss sub-index, and query-aware dimension selection.
 - ``pooling.py``: the poolers, Ditto's attention-weighted pooling included.
 - ``ditto_store.py``: the (layer, head, states) chosen for Ditto per model.
 - ``sts.py``: STS benchmarks and Ditto's head selection on STS-B dev.
-- ``dimsel.py``: PRF-DIME and the learned dimension selector.
+- ``dimsel/``: PRF-DIME and the learned dimension selector (masks, selector, search, training).
 - ``subindex.py``: the ``dense`` sub-index kind (build, append, retriever).
 """

@@ -6,7 +6,11 @@ import numpy as np
 import pytest
 
 import retrieval
-from retrieval.dense.dimsel import search as ds
+from retrieval.dense.dimsel.masks import (DimSelError, adaptive_mask, apply_mask, dime_importance, doc_matrix,
+                                          keep_count, oracle_importance, top_mask)
+from retrieval.dense.dimsel.search import DimSel, attach, wrap
+from retrieval.dense.dimsel.selector import Selector, SelectorConfig
+from retrieval.dense.dimsel.training import fit, training_data
 from retrieval.collections import read_queries
 from retrieval.dense.subindex import DenseSpec
 
@@ -43,7 +47,7 @@ def _synthetic(n=120, dim=16, n_docs=300, seed=0):
                     return X[start:start + count]
 
     qs = [retrieval.Query(f"q{i}", "unused") for i in range(n)]
-    return ds.training_data(_Vectors, qs, qrels, ds.SelectorConfig(cand_k=50), Q=Q)
+    return training_data(_Vectors, qs, qrels, SelectorConfig(cand_k=50), Q=Q)
 
 
 # --------------------------------------------------------------------------- maths
@@ -51,10 +55,10 @@ def test_dime_importance_on_a_hand_made_example():
     q = np.array([1.0, 2.0, -1.0, 0.5])
     docs = np.array([[1.0, 1.0, 1.0, 0.0], [0.0, 1.0, -1.0, 1.0]])
     # mean doc = [0.5, 1, 0, 0.5]; q ⊙ mean = [0.5, 2, 0, 0.25]
-    np.testing.assert_allclose(ds.dime_importance(q, docs), [0.5, 2.0, 0.0, 0.25])
-    assert ds.top_mask(ds.dime_importance(q, docs), 0.5).tolist() == [True, True, False, False]
+    np.testing.assert_allclose(dime_importance(q, docs), [0.5, 2.0, 0.0, 0.25])
+    assert top_mask(dime_importance(q, docs), 0.5).tolist() == [True, True, False, False]
     # oracle: q ⊙ (mean relevant - mean non-relevant)
-    np.testing.assert_allclose(ds.oracle_importance(q, docs[:1], docs[1:]), q * (docs[0] - docs[1]))
+    np.testing.assert_allclose(oracle_importance(q, docs[:1], docs[1:]), q * (docs[0] - docs[1]))
 
 
 @pytest.mark.parametrize("alpha", [0.1, 0.25, 0.5, 0.77, 1.0])
@@ -62,43 +66,43 @@ def test_masking_keeps_exactly_the_chosen_dims(alpha):
     rng = np.random.default_rng(1)
     imp = rng.normal(size=(7, 384))
     q = rng.normal(size=(7, 384)).astype(np.float32)
-    mask = ds.top_mask(imp, alpha)
-    m = ds.keep_count(384, alpha)
+    mask = top_mask(imp, alpha)
+    m = keep_count(384, alpha)
     assert m == max(1, int(np.floor(alpha * 384 + 0.5)))
     assert (mask.sum(axis=1) == m).all()
     for i in range(7):
         assert set(np.flatnonzero(mask[i])) == set(np.argsort(-imp[i])[:m])
-    qm = ds.apply_mask(q, mask)
+    qm = apply_mask(q, mask)
     assert (qm[~mask] == 0).all() and np.array_equal(qm[mask], q[mask])
     # adaptive: counts vary per query but always within [min, dim] and are top-ranked dims
-    am = ds.adaptive_mask(imp, 0.8)
+    am = adaptive_mask(imp, 0.8)
     for i in range(7):
         c = am[i].sum()
-        assert ds.keep_count(384, 0.05) <= c <= 384
+        assert keep_count(384, 0.05) <= c <= 384
         assert set(np.flatnonzero(am[i])) == set(np.argsort(-imp[i], kind="stable")[:c])
 
 
 @pytest.mark.parametrize("alpha", [0, -0.1, 1.01, float("nan"), "x"])
 def test_alpha_outside_the_unit_interval_is_rejected(alpha):
-    with pytest.raises(ds.DimSelError, match=r"alpha must be"):
-        ds.top_mask(np.ones((1, 8)), alpha)
+    with pytest.raises(DimSelError, match=r"alpha must be"):
+        top_mask(np.ones((1, 8)), alpha)
 
 
 # --------------------------------------------------------------------------- learned selector
 def test_training_lowers_loss_is_deterministic_and_round_trips(tmp_path):
     data = _synthetic()
-    cfg = ds.SelectorConfig(arch="free", hidden=32, epochs=15, lr=3e-3, batch_size=32, seed=3, cand_k=50)
-    sel = ds.fit(data, cfg)
+    cfg = SelectorConfig(arch="free", hidden=32, epochs=15, lr=3e-3, batch_size=32, seed=3, cand_k=50)
+    sel = fit(data, cfg)
     t = sel.config["training"]
     assert t["final_train_loss"] < 0.9 * t["first_train_loss"]
     imp = sel.importance(data.Q[:5])
     assert imp.shape == (5, 16) and np.isfinite(imp).all()
     np.testing.assert_allclose(imp, sel.importance_torch(data.Q[:5]), atol=1e-5)  # numpy search path = torch
-    assert sel.mask(data.Q[:5]).sum(axis=1).tolist() == [ds.keep_count(16, sel.config["alpha"])] * 5
-    again = ds.fit(data, cfg)  # same seed, same weights
+    assert sel.mask(data.Q[:5]).sum(axis=1).tolist() == [keep_count(16, sel.config["alpha"])] * 5
+    again = fit(data, cfg)  # same seed, same weights
     np.testing.assert_array_equal(again.importance(data.Q), sel.importance(data.Q))
     sel.save(tmp_path / "sel")
-    back = ds.Selector.load(tmp_path / "sel")
+    back = Selector.load(tmp_path / "sel")
     np.testing.assert_array_equal(back.importance(data.Q), sel.importance(data.Q))
     assert json.loads((tmp_path / "sel" / "selector.json").read_text())["model"]["seed"] == 3
     # on held-out queries, keeping the learned half beats full dims by far (the noisy half is dropped)
@@ -110,22 +114,22 @@ def test_dimsel_none_reproduces_plain_dense_search(dense_index, small_corpus):
     qs = read_queries(small_corpus / "queries.jsonl")[:20]
     dense = dense_index.retriever("dense")
     plain = dense.batch_search(qs, 50)
-    none = ds.DimSel(dense, "none").batch_search(qs, 50)
+    none = DimSel(dense, "none").batch_search(qs, 50)
     assert none == plain  # same ids, same float scores, same order
     # through the Index, with the wrapper attached to the dense sub-index
     ref = dense_index.search(qs[0].text, k=10, retriever="dense", text=False)
-    ds.attach(dense_index, ds.DimSel(dense, "none"))
+    attach(dense_index, DimSel(dense, "none"))
     try:
         got = dense_index.search(qs[0].text, k=10, retriever="dense", text=False)
     finally:
-        ds.attach(dense_index, dense)
+        attach(dense_index, dense)
     assert [(h.docid, h.score) for h in got] == [(h.docid, h.score) for h in ref]
     got = dense_index.search(qs[0].text, k=10, retriever="dense", text=False, dimsel="none")
     assert [(h.docid, h.score) for h in got] == [(h.docid, h.score) for h in ref]
     # a selection mode through Index.batch_search equals the wrapper used directly
     opts = {"mode": "prf", "alpha": 0.25, "prf_k": 3}
     via_index = dense_index.batch_search(qs[:5], k=10, retriever="dense", dimsel=opts)
-    direct = ds.DimSel(dense, **opts).batch_search(qs[:5], 10)
+    direct = DimSel(dense, **opts).batch_search(qs[:5], 10)
     assert {q: [(h.docid, h.score) for h in hs] for q, hs in via_index.items()} == direct
     assert direct != {q.qid: plain[q.qid][:10] for q in qs[:5]}
 
@@ -141,17 +145,17 @@ def test_an_attached_selection_follows_the_index_to_a_new_generation(dense_index
     shutil.copytree(dense_index.path, path, ignore=shutil.ignore_patterns(".lock", ".readers"))
     idx = retrieval.open_index(path)
     old = idx.retriever("dense")
-    ds.attach(idx, ds.DimSel(old, "none"))
+    attach(idx, DimSel(old, "none"))
     before = idx.search("zebrafish regeneration", k=5, retriever="dense", text=False)
     add_documents(path, [retrieval.Document("new-1", "zebrafish fin regeneration after amputation")], quiet=True)
     got = idx.search("zebrafish regeneration", k=5, retriever="dense", text=False)
     now = idx.retriever("dense")
-    assert isinstance(now, ds.DimSel) and now.dense is not old and now.dense.kind == "dense"
+    assert isinstance(now, DimSel) and now.dense is not old and now.dense.kind == "dense"
     assert idx.generation == 1 and "new-1" in [h.docid for h in got] and got != before
-    ds.attach(idx, now.dense)  # a plain retriever does not follow: the next generation answers with its own
+    attach(idx, now.dense)  # a plain retriever does not follow: the next generation answers with its own
     add_documents(path, [retrieval.Document("new-2", "zebrafish heart regeneration")], quiet=True)
     idx.refresh()
-    assert not isinstance(idx.retriever("dense"), ds.DimSel) and idx.retriever("dense") is not now.dense
+    assert not isinstance(idx.retriever("dense"), DimSel) and idx.retriever("dense") is not now.dense
     idx.close()
 
 
@@ -159,21 +163,21 @@ def test_prf_and_oracle_search_with_masked_queries(dense_index, small_corpus):
     qs = read_queries(small_corpus / "queries.jsonl")[:10]
     dense = dense_index.retriever("dense")
     Q = dense.encode_queries([q.text for q in qs])
-    prf = ds.DimSel(dense, "prf", alpha=0.25, prf_k=3)
+    prf = DimSel(dense, "prf", alpha=0.25, prf_k=3)
     res = prf.batch_search(qs, 10)
-    assert (prf.last_kept == ds.keep_count(384, 0.25)).all()
+    assert (prf.last_kept == keep_count(384, 0.25)).all()
     # same as doing DIME by hand against the stored vectors
-    _, X = ds.doc_matrix(dense)
+    _, X = doc_matrix(dense)
     pos = {d: i for i, d in enumerate(dense._index.docids)}
     first = dense.search_vectors(Q, 3)
-    imp = np.stack([ds.dime_importance(Q[i], X[[pos[d] for d, _ in first[i]]]) for i in range(len(qs))])
-    S = ds.apply_mask(Q, ds.top_mask(imp, 0.25)) @ X.T
+    imp = np.stack([dime_importance(Q[i], X[[pos[d] for d, _ in first[i]]]) for i in range(len(qs))])
+    S = apply_mask(Q, top_mask(imp, 0.25)) @ X.T
     for i, q in enumerate(qs):
         assert [d for d, _ in res[q.qid]] == [dense._index.docids[j] for j in np.argsort(-S[i], kind="stable")[:10]]
-    with pytest.raises(ds.DimSelError, match="needs relevance labels"):
-        ds.DimSel(dense, "oracle")
+    with pytest.raises(DimSelError, match="needs relevance labels"):
+        DimSel(dense, "oracle")
     qrels = small_corpus / "qrels" / "test.tsv"
-    orc = ds.DimSel(dense, "oracle", alpha=0.3, qrels=str(qrels)).batch_search(qs, 10)
+    orc = DimSel(dense, "oracle", alpha=0.3, qrels=str(qrels)).batch_search(qs, 10)
     base = dense.batch_search(qs, 10)
     from eval import evaluate, read_qrels
 
@@ -183,20 +187,20 @@ def test_prf_and_oracle_search_with_masked_queries(dense_index, small_corpus):
 
 
 def test_bad_input_fails_clearly(dense_index, small_index, tmp_path):
-    with pytest.raises(ds.DimSelError, match="needs a dense sub-index"):
-        ds.wrap(small_index, "dense", "prf")
-    with pytest.raises(ds.DimSelError, match="needs a dense sub-index"):
+    with pytest.raises(DimSelError, match="needs a dense sub-index"):
+        wrap(small_index, "dense", "prf")
+    with pytest.raises(DimSelError, match="needs a dense sub-index"):
         dense_index.search("fever", retriever="bm25", dimsel="prf")
-    with pytest.raises(ds.DimSelError, match="unknown dimension selection mode"):
-        ds.DimSel(dense_index.retriever("dense"), "magic")
-    with pytest.raises(ds.DimSelError, match="no trained dimension selector"):
-        ds.DimSel(dense_index.retriever("dense"), "learned", selector=tmp_path / "none")
-    sel = ds.fit(_synthetic(n=40), ds.SelectorConfig(hidden=8, epochs=2, cand_k=50))
+    with pytest.raises(DimSelError, match="unknown dimension selection mode"):
+        DimSel(dense_index.retriever("dense"), "magic")
+    with pytest.raises(DimSelError, match="no trained dimension selector"):
+        DimSel(dense_index.retriever("dense"), "learned", selector=tmp_path / "none")
+    sel = fit(_synthetic(n=40), SelectorConfig(hidden=8, epochs=2, cand_k=50))
     sel.save(tmp_path / "sel16")
-    with pytest.raises(ds.DimSelError, match="trained for dimension 16.*384"):
-        ds.DimSel(dense_index.retriever("dense"), "learned", selector=tmp_path / "sel16")
-    with pytest.raises(ds.DimSelError, match="alpha must be in"):
-        ds.DimSel(dense_index.retriever("dense"), "prf", alpha=1.5)
+    with pytest.raises(DimSelError, match="trained for dimension 16.*384"):
+        DimSel(dense_index.retriever("dense"), "learned", selector=tmp_path / "sel16")
+    with pytest.raises(DimSelError, match="alpha must be in"):
+        DimSel(dense_index.retriever("dense"), "prf", alpha=1.5)
 
 
 def test_cli_train_and_search(dense_index, small_corpus, tmp_path, retr):
