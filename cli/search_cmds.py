@@ -9,6 +9,7 @@ import click
 from cli import params
 from indexes import folder
 from indexes.errors import InputError
+from retrieval.kinds import PRIMARY
 
 
 # -------------------------------------------------------------------- search
@@ -22,7 +23,7 @@ from indexes.errors import InputError
               help="Output format: TREC run (default for --output) or JSONL hits with text.")
 @click.option("--qrels", type=click.Path(path_type=Path), help="Search only the queries that appear in these qrels.")
 @click.option("--split", help="Search only the queries of this BEIR split (qrels/SPLIT.tsv beside the queries).")
-@click.option("--retriever", default="bm25", show_default=True,
+@click.option("--retriever", default=PRIMARY, show_default=True,
               help="A sub-index (bm25, dense, ...) or a fused pipeline: bm25+dense, bm25+dense:rrf(k=60), "
                    "bm25+dense:weighted(bm25=0.3,dense=0.7,norm=zscore).")
 @click.option("--fusion", default=None,
@@ -54,7 +55,10 @@ def search_cmd(text, index_dir, queries, output, fmt, qrels, split, retriever, f
         options = {key: v for o in params.each_kind() for key, v in o.configure(kind_values).items()}
         idx.configure(spec, **options)
         extra = {key: v for o in params.each_kind() for key, v in o.search_args(kind_values).items()}
+        _search(idx, text, queries, output, fmt, qrels, split, spec, depth, k, threads, tag, quiet, extra)
 
+
+def _search(idx, text, queries, output, fmt, qrels, split, spec, depth, k, threads, tag, quiet, extra):
     if text is not None:
         hits = idx.search(text, k=k or 10, retriever=spec, depth=depth, **extra)
         if fmt == "jsonl":

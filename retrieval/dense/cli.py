@@ -1,5 +1,6 @@
 """What the dense kind adds to the command line: ``--dense`` and its encoder and faiss
-options (`retr index`), and query-aware dimension selection (`retr search --dimsel`)."""
+options (`retr index`), query-aware dimension selection (`retr search --dimsel`), and
+`retr train dimsel` (the learned selector)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,6 +9,8 @@ import click
 
 from cli import params
 from retrieval.kinds import KindOptions
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
 class DenseOptions(KindOptions):
@@ -35,7 +38,7 @@ class DenseOptions(KindOptions):
                      help="Labels for --dimsel oracle (an upper-bound analysis, not a search method)."),
     )
     flags = {"dense": "--dense", "pooling": "--pooling", "factory": "--faiss", "dtype": "--dtype",
-             "alpha": "--alpha", "prf_k": "--prf-k", "dimsel": "--dimsel"}
+             "alpha": "--alpha", "prf_k": "--prf-k", "dimsel": "--dimsel", "qrels": "--dimsel-qrels"}
 
     def specs(self, values):
         if values["dense_model"] is None:
@@ -48,10 +51,81 @@ class DenseOptions(KindOptions):
                                    batch_size=values["batch_size"])}
 
     def search_args(self, values):
-        from cli.dimsel_cmds import dimsel_options
-
         return {"dimsel": dimsel_options(values["dimsel"], values["alpha"], values["prf_k"], values["dimsel_qrels"],
                                          values["adaptive"])}
+
+    def commands(self):
+        return [("train", dimsel)]
+
+
+@click.command("dimsel", context_settings=CONTEXT)
+@click.option("--index", "index_dir", required=True, type=click.Path(path_type=Path), help="Index folder.")
+@click.option("--queries", required=True, type=click.Path(path_type=Path),
+              help="Training queries: BEIR JSONL, TSV or TREC topics.")
+@click.option("--qrels", required=True, type=click.Path(path_type=Path),
+              help="Training qrels (only training queries: never the test split).")
+@click.option("--retriever", default="dense", show_default=True, help="Dense sub-index to train for.")
+@click.option("--output", "-o", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Selector folder [default: INDEX/<retriever>/dimsel, recorded in the manifest].")
+@click.option("--epochs", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option("--lr", type=params.POSITIVE, default=1e-3, show_default=True)
+@click.option("--hidden", type=click.IntRange(min=1), default=256, show_default=True, help="MLP hidden size.")
+@click.option("--loss", type=click.Choice(["kl", "rank", "kl+rank"]), default="kl+rank", show_default=True,
+              help="KL to the softmaxed oracle, contrastive ranking through a soft top-alpha mask, or both.")
+@click.option("--arch", type=click.Choice(["qv", "free"]), default="qv", show_default=True,
+              help="qv: importance = q * (q + MLP(q)) (residual around q*q); free: MLP(q).")
+@click.option("--alpha", type=params.SHARE_OPEN_CLOSED, default=None,
+              help="Fixed share of dimensions to keep [default: chosen on the held-out training queries].")
+@click.option("--dev-share", type=params.SHARE_CLOSED_OPEN, default=0.2, show_default=True,
+              help="Share of the training queries held out to pick the epoch and alpha.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+def dimsel(index_dir, queries, qrels, retriever, output, epochs, lr, hidden, loss, arch, alpha, dev_share, seed,
+           quiet):
+    """Train a query-aware dimension selector: an MLP from the query embedding to per-dimension
+    importance, distilled from label-oracle importance (see retrieval/dense/dimsel/)."""
+    from retrieval.dense.dimsel.masks import check_alpha
+    from retrieval.dense.dimsel.selector import SelectorConfig
+    from retrieval.dense.dimsel.training import train_selector
+    from retrieval.index import open_index
+
+    if alpha is not None:
+        check_alpha(alpha)
+    cfg = SelectorConfig(epochs=epochs, lr=lr, hidden=hidden, loss=loss, arch=arch, alpha=alpha,
+                         dev_share=dev_share, seed=seed)
+    idx = open_index(index_dir)
+    sel = train_selector(idx, queries, qrels, output=output, retriever=retriever, cfg=cfg, quiet=quiet)
+    t = sel.config["training"]
+    where = output or Path(index_dir) / retriever / "dimsel"
+    if not quiet:
+        click.echo(f"trained dimension selector on {t['queries']} queries ({t['dev_queries']} held out) in "
+                   f"{t['seconds']:.1f} s: loss {t['first_train_loss']:.4f} -> {t['final_train_loss']:.4f}", err=True)
+        if t["dev_queries"]:
+            click.echo(f"held-out nDCG@10: full dims {t['dev_full_ndcg10']:.4f}, selector at alpha "
+                       f"{sel.config['alpha']:g} {t['dev_ndcg10_by_alpha'][str(sel.config['alpha'])]:.4f}",
+                       err=True)
+        click.echo(f"saved to {where}", err=True)
+
+
+def dimsel_options(mode, alpha, prf_k, qrels, adaptive: bool = False):
+    """The ``dimsel=`` argument of Index.search for `retr search --dimsel MODE ...` (None without
+    --dimsel; the selection options alone are a usage error)."""
+    if mode is None:
+        if alpha is not None or prf_k is not None or qrels is not None or adaptive:
+            raise click.UsageError("--alpha, --prf-k, --dimsel-qrels and --adaptive need --dimsel")
+        return None
+    from retrieval.dense.dimsel.masks import check_alpha
+
+    if alpha is not None:
+        check_alpha(alpha)
+    if adaptive and mode != "learned":
+        raise click.UsageError("--adaptive applies to --dimsel learned")
+    opts = {"mode": mode, "alpha": alpha, "prf_k": prf_k or 5, "adaptive": adaptive}
+    if qrels is not None:
+        if mode != "oracle":
+            raise click.UsageError("--dimsel-qrels applies to --dimsel oracle")
+        opts["qrels"] = str(qrels)
+    return opts
 
 
 OPTIONS = DenseOptions()
