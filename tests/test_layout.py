@@ -310,3 +310,13 @@ def test_no_module_of_indexes_imports_another_in_a_loop_and_manifest_is_plain_js
     for a, deps in g.items():
         for b in deps:
             assert a not in g.get(b, set()), (a, b)
+
+
+def test_no_function_of_the_library_is_over_80_lines():
+    """Long functions are split into named steps (retrieval/, indexes/ and cli/)."""
+    long = []
+    for p in _product_files():
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 80:
+                long.append((p.relative_to(ROOT).as_posix(), node.name, node.end_lineno - node.lineno + 1))
+    assert not long, long
