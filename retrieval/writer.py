@@ -53,6 +53,11 @@ def _fingerprint_update(h, doc: Document) -> None:
 _NAME = r"[A-Za-z0-9_][A-Za-z0-9_-]{0,63}"  # a folder name, and searchable by name
 
 
+def _check_name(name) -> None:
+    if not isinstance(name, str) or not re.fullmatch(_NAME, name):
+        raise InputError(f"sub-index name {name!r} must be 1-64 letters, digits, '_' or '-'")
+
+
 def _plan(subindexes: Optional[Mapping[str, Any]]) -> Tuple[str, Any, Dict[str, Any]]:
     """``subindexes`` checked (names, kinds, specs) and split into the one whose kind indexes
     the corpus as it is first read (the primary kind's default spec when none does) and the rest."""
@@ -60,8 +65,7 @@ def _plan(subindexes: Optional[Mapping[str, Any]]) -> Tuple[str, Any, Dict[str, 
         raise ParameterError("{subindexes} maps sub-index names to specs, not a {_t}", _t=type(subindexes).__name__)
     streaming, rest = [], {}
     for name, spec in (subindexes or {}).items():
-        if not isinstance(name, str) or not re.fullmatch(_NAME, name):
-            raise InputError(f"sub-index name {name!r} must be 1-64 letters, digits, '_' or '-'")
+        _check_name(name)
         if kind_of_spec(spec).streams:
             streaming.append((name, spec))
         else:
@@ -266,8 +270,7 @@ def add_subindex(index: Index, spec, name: Optional[str] = None, overwrite: bool
     is swapped in. Then the kind's ``after_add`` step runs (DeepCT tunes its fusion)."""
     k = kind_of_spec(spec)
     name = name or k.name
-    if not isinstance(name, str) or not re.fullmatch(_NAME, name):
-        raise InputError(f"sub-index name {name!r} must be 1-64 letters, digits, '_' or '-'")
+    _check_name(name)
     with open_executor(executor) as ex, _changing(index, quiet) as ch:
         if name in ch.old["subindexes"] and not overwrite:
             raise ParameterError("{_path}: index already has a {_name!r} sub-index (pass {overwrite} to rebuild it)",
