@@ -7,4 +7,16 @@ pooling, a faiss sub-index, and query-aware dimension selection.
 - ``sts.py``: STS benchmarks and Ditto's head selection on STS-B dev.
 - ``dimsel/``: PRF-DIME and the learned dimension selector (masks, selector, search, training).
 - ``subindex.py``: the ``dense`` sub-index kind (build, append, retriever).
+- ``training.py``: :func:`train` (``retrieval.dense.train(corpus, output, queries, qrels, pretrain="rom")``):
+  MLM pre-training (``mlm.py``, ``masking.py``) and contrastive fine-tuning (``contrastive.py``, ``pairs.py``)
+  of the encoder itself.
 """
+
+
+def __getattr__(name):
+    # ``retrieval.dense.train`` without importing torch and transformers with the package
+    if name in ("train", "DenseTrainConfig"):
+        from retrieval.dense import training
+
+        return getattr(training, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

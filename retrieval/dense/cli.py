@@ -1,8 +1,9 @@
 """What the dense kind adds to the command line: ``--dense`` and its encoder and faiss
-options (`retr index`), query-aware dimension selection (`retr search --dimsel`), and
-`retr train dimsel` (the learned selector)."""
+options (`retr index`), query-aware dimension selection (`retr search --dimsel`),
+`retr train dimsel` (the learned selector) and `retr train dense` (the encoder itself)."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
@@ -55,7 +56,7 @@ class DenseOptions(KindOptions):
                                          values["adaptive"])}
 
     def commands(self):
-        return [("train", dimsel)]
+        return [("train", dimsel), ("train", dense_train)]
 
 
 @click.command("dimsel", context_settings=CONTEXT)
@@ -105,6 +106,81 @@ def dimsel(index_dir, queries, qrels, retriever, output, epochs, lr, hidden, los
                        f"{sel.config['alpha']:g} {t['dev_ndcg10_by_alpha'][str(sel.config['alpha'])]:.4f}",
                        err=True)
         click.echo(f"saved to {where}", err=True)
+
+
+_TRAIN_FLAGS = {"queries": "--queries", "qrels": "--qrels", "pretrain": "--pretrain", "importance": "--importance",
+                "mask_rate": "--mask-rate", "epochs": "--epochs", "pretrain_epochs": "--pretrain-epochs",
+                "lr": "--lr", "batch_size": "--batch-size", "max_length": "--max-length", "overwrite": "--overwrite",
+                "resume": "--resume", "pretrain_passages": "--pretrain-passages", "hard_negatives": "--hard-negatives",
+                "negative_pool": "--hard-negatives", "dev_share": "--dev-share", "pooling": "--pooling",
+                "device": "--device", "base": "--base", "threads": "--threads"}
+
+
+@click.command("dense", context_settings=CONTEXT)
+@click.option("--corpus", required=True, type=click.Path(path_type=Path),
+              help="The passages: BEIR folder or JSONL, TSV or TREC.")
+@click.option("--queries", type=click.Path(path_type=Path), default=None, help="Training queries (fine-tuning).")
+@click.option("--qrels", type=click.Path(path_type=Path), default=None,
+              help="Training qrels (fine-tuning; a file named like a test split is refused).")
+@click.option("--output", "-o", required=True, type=click.Path(path_type=Path, file_okay=False),
+              help="Model folder to write (a Hugging Face folder `retr index --dense` reads).")
+@click.option("--base", default=None, help="Base encoder: 'minilm', 'splade-tiny' or a local HF folder [minilm].")
+@click.option("--pretrain", type=click.Choice(["none", "random", "rom"]), default="none", show_default=True,
+              help="Masked-LM pre-training on the corpus first: BERT's random masking or ROM.")
+@click.option("--importance", default="bm25", show_default=True, metavar="bm25|deepct:MODEL",
+              help="ROM's term importance: BM25 idf over the corpus, or a DeepCT model's weights.")
+@click.option("--mask-rate", type=params.FiniteFloatRange(0, 1, min_open=True, max_open=True), default=0.15,
+              show_default=True, help="Share of each passage's tokens masked (both strategies).")
+@click.option("--pretrain-epochs", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--pretrain-passages", type=click.IntRange(min=1), default=None,
+              help="Pre-train on at most this many passages (a seeded sample) [all].")
+@click.option("--epochs", type=click.IntRange(min=1), default=2, show_default=True, help="Fine-tuning epochs.")
+@click.option("--lr", type=params.POSITIVE, default=2e-5, show_default=True, help="Fine-tuning learning rate.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True,
+              help="Fine-tuning batch (queries; each brings its positive and hard negatives).")
+@click.option("--hard-negatives", type=click.IntRange(min=0, max=7), default=1, show_default=True,
+              help="BM25-mined hard negatives per query and step (0: in-batch negatives only).")
+@click.option("--max-length", type=click.IntRange(min=8, max=4096), default=128, show_default=True,
+              help="Passage tokens in fine-tuning.")
+@click.option("--pooling", type=click.Choice(["mean", "cls"]), default="mean", show_default=True,
+              help="Pooling trained for (index with the same --pooling).")
+@click.option("--dev-share", type=params.SHARE_CLOSED_OPEN, default=0.1, show_default=True,
+              help="Share of training queries held out to pick the best epoch.")
+@click.option("--index", "index_dir", type=click.Path(path_type=Path), default=None,
+              help="An index folder of the corpus to mine hard negatives from [a BM25 folder built for the run].")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--threads", type=click.IntRange(min=1, max=256), default=None,
+              help="torch threads [torch's default]; the same count makes runs repeatable.")
+@click.option("--resume", is_flag=True, help="Continue an interrupted run from OUTPUT/.checkpoint.")
+@click.option("--overwrite", is_flag=True, help="Replace what is in --output.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+def dense_train(corpus, queries, qrels, output, base, pretrain, importance, mask_rate, pretrain_epochs,
+                pretrain_passages, epochs, lr, batch_size, hard_negatives, max_length, pooling, dev_share, index_dir,
+                seed, device, threads, resume, overwrite, quiet):
+    """Train the dense encoder: masked-LM pre-training on the corpus (--pretrain random|rom) and/or
+    contrastive fine-tuning on training qrels (in-batch + BM25 hard negatives).
+
+    Ctrl-C keeps the last finished epoch in OUTPUT/.checkpoint; --resume continues from it. Writes a
+    model folder with retr_train.json and README.md (the model card)."""
+    from retrieval.dense.training import DenseTrainConfig, train
+
+    cfg = DenseTrainConfig(base=base, pretrain=pretrain, importance=importance, mask_rate=mask_rate,
+                           pretrain_epochs=pretrain_epochs, pretrain_passages=pretrain_passages, epochs=epochs,
+                           lr=lr, batch_size=batch_size, hard_negatives=hard_negatives, max_length=max_length,
+                           pooling=pooling, dev_share=dev_share, seed=seed, device=device, threads=threads)
+    with params.flags(_TRAIN_FLAGS):
+        out = train(corpus, output, queries, qrels, cfg, index=index_dir, resume=resume, overwrite=overwrite,
+                    quiet=quiet)
+    card = json.loads((out / "retr_train.json").read_text())
+    ft = card["history"]["finetune"]
+    what = [f"pre-trained ({pretrain})"] if pretrain != "none" else []
+    if ft:
+        best = ft[card["best_epoch"] - 1]
+        what.append(f"fine-tuned {len(ft)} epoch(s), kept epoch {best['epoch']} (held-out nDCG@10 "
+                    f"{best['dev_ndcg10']}, base {card['data'].get('dev_ndcg10_base')})")
+    click.echo(f"{' and '.join(what)} in {sum(v for k, v in card['seconds'].items()):.0f} s; saved to {out} "
+               f"(index it with: retr index --dense {out} --pooling {pooling})")
 
 
 def dimsel_options(mode, alpha, prf_k, qrels, adaptive: bool = False):
