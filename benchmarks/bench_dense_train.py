@@ -1,0 +1,218 @@
+"""Training the dense encoder (issue #26): MiniLM as shipped, fine-tuned on training qrels, MLM
+pre-training (random or ROM masking) with and without fine-tuning; each scored alone and fused with
+BM25 on the test queries, with paired randomization tests against MiniLM as shipped.
+
+Each cell (collection x recipe) is trained, indexed and scored once and cached under
+WORK/dense_train/<collection>/<cell>/ (model, index, result.json); the results file is made from every
+cached cell, so cells can be run in several sittings:
+
+    python benchmarks/bench_dense_train.py --collections scifact --cells minilm ft random+ft
+    python benchmarks/bench_dense_train.py --report      # rewrite the results from the cached cells
+
+Fusion: the untuned default, and the fusion tuned (bench_hybrid's grid) on the held-out slice of the
+training queries that fine-tuning did not train on (the same slice for every encoder, so the tuned
+weights never see the queries an encoder was trained on). Wall times are this machine's (2 cores).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from common import COLLECTIONS, WORK, by_name, machine, md_table, write_results
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_hybrid import MEASURES, best_fusion, fused_run, lists_for, per_query  # noqa: E402
+
+from eval.significance import compare  # noqa: E402
+from retrieval.fusion import DEFAULT_FUSION  # noqa: E402
+
+#: cell -> (pretrain, importance, fine-tune)
+CELLS = {
+    "minilm": ("none", None, False),
+    "ft": ("none", None, True),
+    "random+ft": ("random", None, True),
+    "rom-bm25+ft": ("rom", "bm25", True),
+    "rom-deepct+ft": ("rom", "deepct", True),
+    "random": ("random", None, False),
+    "rom-bm25": ("rom", "bm25", False),
+    "rom-deepct": ("rom", "deepct", False),
+}
+TRAIN = {"scifact": "train", "nfcorpus": "train"}
+#: the pre-training budget, the same for both strategies: passages per epoch (a seeded sample), epochs
+PRETRAIN = {"pretrain_passages": 2000, "pretrain_epochs": 1}
+FINETUNE = {"epochs": 2}
+OUT = WORK / "dense_train"
+
+
+def _deepct_model(col) -> Path:
+    """A DeepCT model for ROM's importance: trained on the collection's training qrels (or, without
+    any, on its titles), cached."""
+    from retrieval.deepct.train import TrainConfig, train_deepct
+
+    path = OUT / col.name / "deepct-model"
+    if not (path / "deepct.json").is_file():
+        split = TRAIN.get(col.name)
+        q, r = (col.queries_path, col.qrels_path(split)) if split else (None, None)
+        train_deepct(col.corpus, path, q, r, TrainConfig(), overwrite=True)
+    return path
+
+
+def train_cell(col, cell: str) -> tuple:
+    """The model folder of ``cell`` (trained now unless cached) and its card (None for MiniLM)."""
+    from retrieval.dense.training import train
+
+    pretrain, importance, finetune = CELLS[cell]
+    if cell == "minilm":
+        return None, None
+    path = OUT / col.name / cell / "model"
+    if not (path / "retr_train.json").is_file():
+        split = TRAIN.get(col.name)
+        if finetune and not split:
+            raise SystemExit(f"{col.name} has no training qrels: {cell} needs them")
+        imp = f"deepct:{_deepct_model(col)}" if importance == "deepct" else "bm25"
+        args = (col.queries_path, col.qrels_path(split)) if finetune else (None, None)
+        train(col.corpus, path, *args, pretrain=pretrain, importance=imp, overwrite=True, **PRETRAIN, **FINETUNE)
+    return path, json.loads((path / "retr_train.json").read_text())
+
+
+def tuning_queries(col):
+    """The held-out slice of the training queries (retrieval.dense.pairs.split_dev, as training cuts it)."""
+    from retrieval.dense.pairs import split_dev
+    from retrieval.dense.training import DenseTrainConfig
+
+    split = TRAIN.get(col.name)
+    if not split:
+        return [], {}
+    cfg = DenseTrainConfig()
+    qrels = col.qrels(split)
+    judged = [q for q in col.queries(split) if any(g >= cfg.min_rel for g in qrels[q.qid].values())]
+    _, dev = split_dev(judged, cfg.dev_share, cfg.seed)
+    return dev, {q.qid: qrels[q.qid] for q in dev}
+
+
+def score_cell(col, cell: str) -> dict:
+    import retrieval
+    from retrieval.dense.subindex import DenseSpec
+
+    res_path = OUT / col.name / cell / "result.json"
+    if res_path.is_file():
+        return json.loads(res_path.read_text())
+    t0 = time.perf_counter()
+    model, card = train_cell(col, cell)
+    t_train = time.perf_counter() - t0
+    idx_path = OUT / col.name / cell / "index"
+    shutil.rmtree(idx_path, ignore_errors=True)
+    t1 = time.perf_counter()
+    idx = retrieval.build_index(col.corpus, idx_path, subindexes={"dense": DenseSpec(model=str(model) if model else None)},
+                                quiet=True)
+    t_index = time.perf_counter() - t1
+    qrels, qs = col.qrels(), col.queries()
+    qids = [q.qid for q in qs]
+    lists = lists_for(idx, qs)
+    runs = {"dense": {q: dict(lists["dense"][q]) for q in qids}, "bm25": {q: dict(lists["bm25"][q]) for q in qids},
+            "fusion (untuned)": fused_run(lists, qids, DEFAULT_FUSION)}
+    dev, dev_qrels = tuning_queries(col)
+    tuned = None
+    if dev:
+        dl = lists_for(idx, dev)
+        f, v = best_fusion(dl, dev_qrels, [q.qid for q in dev])
+        runs["fusion (tuned)"] = fused_run(lists, qids, f)
+        tuned = {"fusion": str(f), "dev_ndcg10": round(v, 4), "dev_queries": len(dev)}
+    per = {name: per_query(qrels, run) for name, run in runs.items()}
+    out = {"cell": cell, "collection": col.name, "queries": len(qs), "per_query": per,
+           "means": {n: {m: statistics.fmean(v[m] for v in s.values()) for m in MEASURES} for n, s in per.items()},
+           "tuned": tuned, "seconds": {"train_total": round(t_train, 1), "index_bm25_and_dense": round(t_index, 1)},
+           "card": card}
+    res_path.write_text(json.dumps(out) + "\n")
+    return out
+
+
+def report() -> None:
+    payload = {"machine": machine(), "pretrain_budget": PRETRAIN, "finetune": FINETUNE, "collections": {}}
+    md = ["# Training the dense encoder (issue #26)", "",
+          "`python benchmarks/bench_dense_train.py` (cells cached under work/bench/dense_train). Test queries "
+          "score every run; training used the training qrels only. p: paired randomization test against "
+          "MiniLM as shipped on the same run type (Holm-corrected over the cells), 10,000 resamples. "
+          f"Pre-training budget: {PRETRAIN['pretrain_passages']} passages x {PRETRAIN['pretrain_epochs']} epoch, "
+          f"15% of each passage's tokens masked (the same count for random and ROM); fine-tuning "
+          f"{FINETUNE['epochs']} epochs, the best on the held-out training queries kept.", ""]
+    for col in COLLECTIONS:
+        cells = {}
+        for cell in CELLS:
+            f = OUT / col.name / cell / "result.json"
+            if f.is_file():
+                cells[cell] = json.loads(f.read_text())
+        if not cells:
+            continue
+        rows = []
+        tests = {}
+        if "minilm" in cells:
+            for run in ("dense", "fusion (untuned)", "fusion (tuned)"):
+                for m in ("nDCG@10", "R@100"):
+                    scores = {c: {q: v[m] for q, v in r["per_query"][run].items()}
+                              for c, r in cells.items() if run in r["per_query"]}
+                    if len(scores) > 1:
+                        tests[(run, m)] = {r["system"]: r for r in compare(scores, "minilm", test="perm")}
+        for c, r in cells.items():
+            card = r["card"] or {}
+            sec = card.get("seconds", {})
+            row = [c]
+            for run in ("dense", "fusion (untuned)", "fusion (tuned)"):
+                for m in ("nDCG@10", "R@100"):
+                    v = r["means"].get(run, {}).get(m)
+                    p = tests.get((run, m), {}).get(c, {}).get("p_holm")
+                    row.append("-" if v is None else f"{v:.4f}" + ("" if p is None or c == "minilm" else f" (p {p:.3f})"))
+            row += [f"{sec.get('pretrain', 0) + sec.get('pretrain_prep', 0):.0f}",
+                    f"{sec.get('finetune', 0) + sec.get('finetune_prep', 0):.0f}",
+                    f"{r['seconds']['index_bm25_and_dense']:.0f}"]
+            rows.append(row)
+        bm25 = next(iter(cells.values()))["means"]["bm25"]
+        md += [f"## {col.name} ({next(iter(cells.values()))['queries']} test queries; BM25 nDCG@10 "
+               f"{bm25['nDCG@10']:.4f}, R@100 {bm25['R@100']:.4f})", "",
+               md_table(["encoder", "dense nDCG@10", "dense R@100", "untuned fusion nDCG@10", "untuned R@100",
+                         "tuned fusion nDCG@10", "tuned R@100", "pre-train s", "fine-tune s", "index s"], rows), ""]
+        for c, r in cells.items():
+            card = r["card"] or {}
+            d = card.get("data", {})
+            if "mlm_before" in d:
+                md.append(f"- {c}: MLM head {d['mlm_head']}; masked-token loss/accuracy on 256 passages "
+                          f"{d['mlm_before']['loss']}/{d['mlm_before']['accuracy']} before, "
+                          f"{d['mlm_after']['loss']}/{d['mlm_after']['accuracy']} after")
+            if card.get("history", {}).get("finetune"):
+                h = card["history"]["finetune"]
+                md.append(f"- {c}: held-out nDCG@10 base {d.get('dev_ndcg10_base')}, by epoch "
+                          f"{[e['dev_ndcg10'] for e in h]}, kept epoch {card['best_epoch']}")
+            if r.get("tuned"):
+                md.append(f"- {c}: tuned fusion {r['tuned']['fusion']} (on {r['tuned']['dev_queries']} held-out "
+                          f"training queries, nDCG@10 {r['tuned']['dev_ndcg10']})")
+        md.append("")
+        payload["collections"][col.name] = {c: {k: v for k, v in r.items() if k != "per_query"}
+                                            for c, r in cells.items()}
+    write_results("dense_train", payload, "\n".join(md))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--collections", nargs="*", default=["scifact"])
+    ap.add_argument("--cells", nargs="*", default=list(CELLS))
+    ap.add_argument("--report", action="store_true", help="Only rewrite the results from the cached cells.")
+    a = ap.parse_args()
+    if not a.report:
+        for col in by_name(a.collections):
+            for cell in a.cells:
+                if CELLS[cell][2] and col.name not in TRAIN:
+                    continue
+                t = time.perf_counter()
+                r = score_cell(col, cell)
+                print(f"{col.name} {cell}: dense nDCG@10 {r['means']['dense']['nDCG@10']:.4f} "
+                      f"({time.perf_counter() - t:.0f} s)", flush=True)
+    report()
+
+
+if __name__ == "__main__":
+    main()
