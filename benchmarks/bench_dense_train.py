@@ -140,7 +140,9 @@ def report() -> None:
           "MiniLM as shipped on the same run type (Holm-corrected over the cells), 10,000 resamples. "
           f"Pre-training budget: {PRETRAIN['pretrain_passages']} passages x {PRETRAIN['pretrain_epochs']} epoch, "
           f"15% of each passage's tokens masked (the same count for random and ROM); fine-tuning "
-          f"{FINETUNE['epochs']} epochs, the best on the held-out training queries kept.", ""]
+          f"{FINETUNE['epochs']} epochs, the best on the held-out training queries kept. Seconds are wall "
+          "time on this machine's 2 CPU cores (no GPU was lent); the committed cells ran while other jobs (the "
+          "test suite) shared the cores, so their seconds are upper bounds, not speeds to compare.", ""]
     for col in COLLECTIONS:
         cells = {}
         for cell in CELLS:
