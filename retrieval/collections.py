@@ -27,7 +27,7 @@ import json
 import re
 import zlib
 from pathlib import Path
-from typing import Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 from indexes.errors import InputError, ParameterError
 from indexes.lucene import MAX_CONTENTS_CHARS, MAX_DOCID_BYTES
@@ -247,6 +247,18 @@ def resolve_queries(path: Path | str) -> Path:
     if not path.exists():
         raise InputError("no such file or folder", path)
     return path
+
+
+def read_qrels(path: Path | str) -> Dict[str, Dict[str, int]]:
+    """qid -> {docid: grade} from a TREC or BEIR qrels file (header line allowed), read by the
+    evaluator's reader; its errors become :class:`InputError` (one line at the CLI)."""
+    from eval.errors import EvalError
+    from eval.io import read_qrels as _read
+
+    try:
+        return _read(path)
+    except EvalError as e:
+        raise InputError(str(e)) from None
 
 
 def read_queries(path: Path | str) -> List[Query]:

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from indexes.errors import InputError
 from retrieval.types import Document, Query
 
 Word = Tuple[str, int, int]  # (lower-cased word, char start, char end)
@@ -104,13 +103,9 @@ class Targets:
 
 def read_qrels_pairs(path: Path | str) -> Dict[str, Dict[str, int]]:
     """qid -> {docid: grade} from a TREC or BEIR qrels file (header line allowed)."""
-    from eval.errors import EvalError
-    from eval.io import read_qrels
+    from retrieval.collections import read_qrels
 
-    try:
-        return read_qrels(path)
-    except EvalError as e:
-        raise InputError(str(e)) from None
+    return read_qrels(path)
 
 
 def query_term_recall(docs: Dict[str, str], queries: Dict[str, str], qrels: Dict[str, Dict[str, int]],

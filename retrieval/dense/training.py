@@ -198,16 +198,6 @@ def _prepare_output(out: Path, cfg: DenseTrainConfig, resume: bool, overwrite: b
     return state
 
 
-def _read_qrels(path) -> Dict[str, Dict[str, int]]:
-    from eval.errors import EvalError
-    from eval.io import read_qrels
-
-    try:
-        return read_qrels(path)
-    except EvalError as e:
-        raise InputError(str(e)) from None
-
-
 def _file_hash(path) -> Optional[str]:
     p = Path(path)
     if p.is_dir():
@@ -367,11 +357,11 @@ class _Run:
 
     # -- stage 2: contrastive ------------------------------------------------------------------
     def _examples(self):
-        from retrieval.collections import read_queries
+        from retrieval.collections import read_qrels, read_queries
         from retrieval.dense.pairs import split_dev, training_examples
         from retrieval.index import open_index
 
-        qrels = _read_qrels(self.qrels)
+        qrels = read_qrels(self.qrels)
         queries = list(read_queries(self.queries))
         idx = open_index(self.index) if self.index is not None else self._bm25_folder()
         examples, report = training_examples(idx, queries, qrels, negatives=self.cfg.negative_pool,
