@@ -28,8 +28,6 @@ import torch
 from indexes.errors import InputError, ParameterError
 from retrieval.dense import masking
 
-IMPORTANCE = ("bm25", "deepct:MODEL")
-
 
 @dataclass
 class MLM:
