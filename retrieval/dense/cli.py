@@ -9,7 +9,10 @@ from pathlib import Path
 import click
 
 from cli import params
+from retrieval.dense.train_config import DenseTrainConfig
 from retrieval.kinds import KindOptions
+
+_D = DenseTrainConfig()  # the training defaults, read by `retr train dense`'s options
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -129,22 +132,23 @@ _TRAIN_FLAGS = {"queries": "--queries", "qrels": "--qrels", "pretrain": "--pretr
               help="Masked-LM pre-training on the corpus first: BERT's random masking or ROM.")
 @click.option("--importance", default="bm25", show_default=True, metavar="bm25|deepct:MODEL",
               help="ROM's term importance: BM25 idf over the corpus, or a DeepCT model's weights.")
-@click.option("--mask-rate", type=params.FiniteFloatRange(0, 1, min_open=True, max_open=True), default=0.15,
+@click.option("--mask-rate", type=params.FiniteFloatRange(0, 1, min_open=True, max_open=True), default=_D.mask_rate,
               show_default=True, help="Share of each passage's tokens masked (both strategies).")
-@click.option("--pretrain-epochs", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--pretrain-epochs", type=click.IntRange(min=1), default=_D.pretrain_epochs, show_default=True)
 @click.option("--pretrain-passages", type=click.IntRange(min=1), default=None,
               help="Pre-train on at most this many passages (a seeded sample) [all].")
-@click.option("--epochs", type=click.IntRange(min=1), default=2, show_default=True, help="Fine-tuning epochs.")
-@click.option("--lr", type=params.POSITIVE, default=2e-5, show_default=True, help="Fine-tuning learning rate.")
-@click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True,
+@click.option("--epochs", type=click.IntRange(min=1), default=_D.epochs, show_default=True, help="Fine-tuning epochs.")
+@click.option("--lr", type=params.POSITIVE, default=_D.lr, show_default=True, help="Fine-tuning learning rate.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=_D.batch_size, show_default=True,
               help="Fine-tuning batch (queries; each brings its positive and hard negatives).")
-@click.option("--hard-negatives", type=click.IntRange(min=0, max=7), default=1, show_default=True,
+@click.option("--hard-negatives", type=click.IntRange(min=0, max=_D.negative_pool), default=_D.hard_negatives,
+              show_default=True,
               help="BM25-mined hard negatives per query and step (0: in-batch negatives only).")
-@click.option("--max-length", type=click.IntRange(min=8, max=4096), default=128, show_default=True,
+@click.option("--max-length", type=click.IntRange(min=8, max=4096), default=_D.max_length, show_default=True,
               help="Passage tokens in fine-tuning.")
 @click.option("--pooling", type=click.Choice(["mean", "cls"]), default="mean", show_default=True,
               help="Pooling trained for (index with the same --pooling).")
-@click.option("--dev-share", type=params.SHARE_CLOSED_OPEN, default=0.1, show_default=True,
+@click.option("--dev-share", type=params.SHARE_CLOSED_OPEN, default=_D.dev_share, show_default=True,
               help="Share of training queries held out to pick the best epoch.")
 @click.option("--index", "index_dir", type=click.Path(path_type=Path), default=None,
               help="An index folder of the corpus to mine hard negatives from [a BM25 folder built for the run].")
@@ -163,7 +167,7 @@ def dense_train(corpus, queries, qrels, output, base, pretrain, importance, mask
 
     Ctrl-C keeps the last finished epoch in OUTPUT/.checkpoint; --resume continues from it. Writes a
     model folder with retr_train.json and README.md (the model card)."""
-    from retrieval.dense.training import DenseTrainConfig, train
+    from retrieval.dense.training import train
 
     cfg = DenseTrainConfig(base=base, pretrain=pretrain, importance=importance, mask_rate=mask_rate,
                            pretrain_epochs=pretrain_epochs, pretrain_passages=pretrain_passages, epochs=epochs,
