@@ -3,8 +3,10 @@ pre-training (random or ROM masking) with and without fine-tuning; each scored a
 BM25 on the test queries, with paired randomization tests against MiniLM as shipped.
 
 Each cell (collection x recipe) is trained, indexed and scored once and cached under
-WORK/dense_train/<collection>/<cell>/ (model, index, result.json); the results file is made from every
-cached cell, so cells can be run in several sittings:
+WORK/dense_train/<collection>/<cell>/ (model, index, result.json). Its result, per-query scores
+included, is also kept in benchmarks/results/dense_train_cells/<collection>/<cell>.json, and the
+results file is made from every kept cell, so cells can be run in several sittings, on several
+machines:
 
     python benchmarks/bench_dense_train.py --collections scifact --cells minilm ft random+ft
     python benchmarks/bench_dense_train.py --report      # rewrite the results from the cached cells
@@ -17,13 +19,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import sys
 import time
 from pathlib import Path
 
-from common import COLLECTIONS, WORK, by_name, machine, md_table, write_results
+from common import COLLECTIONS, RESULTS, WORK, by_name, machine, md_table, write_results
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_hybrid import MEASURES, best_fusion, fused_run, lists_for, per_query  # noqa: E402
@@ -45,8 +48,9 @@ CELLS = {
 TRAIN = {"scifact": "train", "nfcorpus": "train"}
 #: the pre-training budget, the same for both strategies: passages per epoch (a seeded sample), epochs
 PRETRAIN = {"pretrain_passages": 2000, "pretrain_epochs": 1}
-FINETUNE = {"epochs": 2}
+#: fine-tuning runs with DenseTrainConfig's defaults, the settings `retr train dense` uses
 OUT = WORK / "dense_train"
+KEPT = RESULTS / "dense_train_cells"
 
 
 def _deepct_model(col) -> Path:
@@ -76,7 +80,8 @@ def train_cell(col, cell: str) -> tuple:
             raise SystemExit(f"{col.name} has no training qrels: {cell} needs them")
         imp = f"deepct:{_deepct_model(col)}" if importance == "deepct" else "bm25"
         args = (col.queries_path, col.qrels_path(split)) if finetune else (None, None)
-        train(col.corpus, path, *args, pretrain=pretrain, importance=imp, overwrite=True, **PRETRAIN, **FINETUNE)
+        budget = PRETRAIN if pretrain != "none" else {}
+        train(col.corpus, path, *args, pretrain=pretrain, importance=imp, overwrite=True, **budget)
     return path, json.loads((path / "retr_train.json").read_text())
 
 
@@ -102,6 +107,7 @@ def score_cell(col, cell: str) -> dict:
     res_path = OUT / col.name / cell / "result.json"
     if res_path.is_file():
         return json.loads(res_path.read_text())
+    load_before = os.getloadavg()[0]
     t0 = time.perf_counter()
     model, card = train_cell(col, cell)
     t_train = time.perf_counter() - t0
@@ -127,28 +133,53 @@ def score_cell(col, cell: str) -> dict:
     out = {"cell": cell, "collection": col.name, "queries": len(qs), "per_query": per,
            "means": {n: {m: statistics.fmean(v[m] for v in s.values()) for m in MEASURES} for n, s in per.items()},
            "tuned": tuned, "seconds": {"train_total": round(t_train, 1), "index_bm25_and_dense": round(t_index, 1)},
-           "card": card}
+           "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)], "card": card}
     res_path.write_text(json.dumps(out) + "\n")
+    keep = KEPT / col.name / f"{cell}.json"
+    keep.parent.mkdir(parents=True, exist_ok=True)
+    keep.write_text(json.dumps(_rounded(out), sort_keys=True) + "\n")
     return out
 
 
+def _rounded(out: dict) -> dict:
+    """The cell's result with per-query scores to 6 decimals (what the kept file holds)."""
+    per = {run: {q: {m: round(v, 6) for m, v in ms.items()} for q, ms in qs.items()}
+           for run, qs in out["per_query"].items()}
+    return dict(out, per_query=per)
+
+
+def kept_cells(col) -> dict:
+    """Every cell of ``col`` with a result: the work folder's, else the one kept in the results."""
+    cells = {}
+    for cell in CELLS:
+        for f in (OUT / col.name / cell / "result.json", KEPT / col.name / f"{cell}.json"):
+            if f.is_file():
+                cells[cell] = json.loads(f.read_text())
+                break
+    return cells
+
+
 def report() -> None:
-    payload = {"machine": machine(), "pretrain_budget": PRETRAIN, "finetune": FINETUNE, "collections": {}}
+    from retrieval.dense.train_config import DenseTrainConfig
+
+    dft = DenseTrainConfig()
+    payload = {"machine": machine(), "pretrain_budget": PRETRAIN,
+               "finetune_defaults": {"epochs": dft.epochs, "lr": dft.lr, "batch_size": dft.batch_size},
+               "collections": {}}
     md = ["# Training the dense encoder (issue #26)", "",
-          "`python benchmarks/bench_dense_train.py` (cells cached under work/bench/dense_train). Test queries "
+          "`python benchmarks/bench_dense_train.py` (cells cached under work/bench/dense_train, their results kept in "
+          "benchmarks/results/dense_train_cells/). Test queries "
           "score every run; training used the training qrels only. p: paired randomization test against "
           "MiniLM as shipped on the same run type (Holm-corrected over the cells), 10,000 resamples. "
           f"Pre-training budget: {PRETRAIN['pretrain_passages']} passages x {PRETRAIN['pretrain_epochs']} epoch, "
-          f"15% of each passage's tokens masked (the same count for random and ROM); fine-tuning "
-          f"{FINETUNE['epochs']} epochs, the best on the held-out training queries kept. Seconds are wall "
-          "time on this machine's 2 CPU cores (no GPU was lent); the committed cells ran while other jobs (the "
-          "test suite) shared the cores, so their seconds are upper bounds, not speeds to compare.", ""]
+          f"15% of each passage's tokens masked (the same count for random and ROM). Fine-tuning: "
+          f"`retr train dense`'s defaults ({dft.epochs} epochs at lr {dft.lr:g}, batch {dft.batch_size}, "
+          f"{dft.max_length} passage tokens), the epoch best on the held-out training queries kept; each cell's "
+          "settings are in its model card. Seconds are wall time on this machine's 2 CPU cores (no GPU was lent); "
+          "`load_average` in each kept cell says whether other jobs shared the cores (then its seconds are upper "
+          "bounds).", ""]
     for col in COLLECTIONS:
-        cells = {}
-        for cell in CELLS:
-            f = OUT / col.name / cell / "result.json"
-            if f.is_file():
-                cells[cell] = json.loads(f.read_text())
+        cells = kept_cells(col)
         if not cells:
             continue
         rows = []
@@ -186,9 +217,10 @@ def report() -> None:
                           f"{d['mlm_before']['loss']}/{d['mlm_before']['accuracy']} before, "
                           f"{d['mlm_after']['loss']}/{d['mlm_after']['accuracy']} after")
             if card.get("history", {}).get("finetune"):
-                h = card["history"]["finetune"]
-                md.append(f"- {c}: held-out nDCG@10 base {d.get('dev_ndcg10_base')}, by epoch "
-                          f"{[e['dev_ndcg10'] for e in h]}, kept epoch {card['best_epoch']}")
+                h, st = card["history"]["finetune"], card["settings"]
+                md.append(f"- {c}: fine-tuned {st['epochs']} epochs at lr {st['lr']:g}; held-out nDCG@10 base "
+                          f"{d.get('dev_ndcg10_base')}, by epoch {[e['dev_ndcg10'] for e in h]}, kept epoch "
+                          f"{card['best_epoch']}")
             if r.get("tuned"):
                 md.append(f"- {c}: tuned fusion {r['tuned']['fusion']} (on {r['tuned']['dev_queries']} held-out "
                           f"training queries, nDCG@10 {r['tuned']['dev_ndcg10']})")

@@ -212,3 +212,20 @@ def test_deepct_importance_is_the_models_weight_of_each_whole_word(train_data, t
                  "--importance", f"deepct:{tmp_path / 'missing'}", "--base", "splade-tiny", "-q")
     assert r.returncode != 0 and r.stderr.startswith("retr: error:") and len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "o").exists()
+
+
+def test_the_command_line_defaults_are_the_apis():
+    """`retr train dense` without options trains what `retrieval.dense.train` does without settings:
+    every option backed by a DenseTrainConfig field has that field's default (the README's recipe
+    relies on it, and a default changed in one place only would split the two)."""
+    from dataclasses import fields
+
+    from retrieval.dense.cli import dense_train
+    from retrieval.dense.train_config import DenseTrainConfig
+
+    defaults = {f.name: f.default for f in fields(DenseTrainConfig)}
+    shared = [p for p in dense_train.params if p.name in defaults]
+    assert {p.name for p in shared} >= {"epochs", "lr", "batch_size", "hard_negatives", "max_length", "mask_rate",
+                                        "pretrain_epochs", "dev_share", "pooling", "seed", "pretrain", "importance"}
+    for p in shared:
+        assert p.default == defaults[p.name], (p.name, p.default, defaults[p.name])
