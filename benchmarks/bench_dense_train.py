@@ -78,10 +78,16 @@ def train_cell(col, cell: str) -> tuple:
         split = TRAIN.get(col.name)
         if finetune and not split:
             raise SystemExit(f"{col.name} has no training qrels: {cell} needs them")
-        imp = f"deepct:{_deepct_model(col)}" if importance == "deepct" else "bm25"
-        args = (col.queries_path, col.qrels_path(split)) if finetune else (None, None)
-        budget = PRETRAIN if pretrain != "none" else {}
-        train(col.corpus, path, *args, pretrain=pretrain, importance=imp, overwrite=True, **budget)
+        if finetune and pretrain != "none":
+            # X+ft fine-tunes cell X's model: the very body that `--pretrain X` with qrels would
+            # pre-train and then fine-tune (same seed and budget), trained once for both cells
+            first, _ = train_cell(col, cell[:-len("+ft")])
+            train(col.corpus, path, col.queries_path, col.qrels_path(split), base=str(first), overwrite=True)
+        else:
+            imp = f"deepct:{_deepct_model(col)}" if importance == "deepct" else "bm25"
+            args = (col.queries_path, col.qrels_path(split)) if finetune else (None, None)
+            budget = PRETRAIN if pretrain != "none" else {}
+            train(col.corpus, path, *args, pretrain=pretrain, importance=imp, overwrite=True, **budget)
     return path, json.loads((path / "retr_train.json").read_text())
 
 
@@ -193,7 +199,10 @@ def report() -> None:
                         tests[(run, m)] = {r["system"]: r for r in compare(scores, "minilm", test="perm")}
         for c, r in cells.items():
             card = r["card"] or {}
-            sec = card.get("seconds", {})
+            sec = dict(card.get("seconds", {}))
+            first = cells.get(c[:-len("+ft")], {}).get("card") if c.endswith("+ft") else None
+            if first:  # X+ft fine-tuned cell X's model: its pre-training is X's
+                sec.update({k: v for k, v in first["seconds"].items() if k.startswith("pretrain")})
             row = [c]
             for run in ("dense", "fusion (untuned)", "fusion (tuned)"):
                 for m in ("nDCG@10", "R@100"):
