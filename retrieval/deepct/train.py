@@ -263,17 +263,11 @@ class _Run:
 def _start(model, n_windows: int, cfg: TrainConfig, state: Optional[dict]) -> _Run:
     """AdamW (no weight decay on biases and norms) with linear warmup and decay over every
     step, restored from ``state`` when resuming (with the generators' states)."""
-    from transformers import get_linear_schedule_with_warmup
+    from retrieval.optim import adamw_with_warmup
 
     steps_per_epoch = (n_windows + cfg.batch_size - 1) // cfg.batch_size
     total = steps_per_epoch * cfg.epochs
-    no_decay = ("bias", "LayerNorm.weight", "norm.weight")
-    groups = [{"params": [p for n, p in model.named_parameters() if not any(x in n for x in no_decay)],
-               "weight_decay": cfg.weight_decay},
-              {"params": [p for n, p in model.named_parameters() if any(x in n for x in no_decay)],
-               "weight_decay": 0.0}]
-    opt = torch.optim.AdamW(groups, lr=cfg.lr)
-    sched = get_linear_schedule_with_warmup(opt, int(cfg.warmup * total), total)
+    opt, sched = adamw_with_warmup(model, cfg.lr, cfg.weight_decay, cfg.warmup, total)
     run = _Run(model, opt, sched, steps_per_epoch, total)
     if state is not None:
         model.load_state_dict(state["model"])

@@ -36,6 +36,7 @@ import torch
 from indexes.atomic import atomic_path, write_text
 from indexes.errors import InputError, ParameterError
 from retrieval.dense.train_config import PRETRAIN, DenseTrainConfig  # noqa: F401 (re-exported)
+from retrieval.optim import adamw_with_warmup
 from retrieval.progress import progress
 
 CARD = "retr_train.json"
@@ -148,18 +149,6 @@ def _seed_epoch(cfg: DenseTrainConfig, stage: int, epoch: int) -> None:
     torch.manual_seed((cfg.seed * 1_000_003 + stage * 1_009 + epoch) & 0x7FFFFFFF)
 
 
-def _optimizer(model, lr: float, weight_decay: float, warmup: float, total: int):
-    """AdamW (no decay on biases and norms) with linear warmup and decay."""
-    from transformers import get_linear_schedule_with_warmup
-
-    no_decay = ("bias", "LayerNorm.weight", "norm.weight")
-    named = [(n, p) for n, p in model.named_parameters()]
-    groups = [{"params": [p for n, p in named if not any(x in n for x in no_decay)], "weight_decay": weight_decay},
-              {"params": [p for n, p in named if any(x in n for x in no_decay)], "weight_decay": 0.0}]
-    opt = torch.optim.AdamW(groups, lr=lr)
-    return opt, get_linear_schedule_with_warmup(opt, int(warmup * total), max(total, 1))
-
-
 @dataclass
 class _Run:
     cfg: DenseTrainConfig
@@ -246,7 +235,7 @@ class _Run:
                           batch_size=cfg.pretrain_batch_size, importance=imp, seed=cfg.seed, device=self.device,
                           temperature=cfg.temperature, uniform_mix=cfg.uniform_mix)
         total = pt.steps_per_epoch * cfg.pretrain_epochs
-        opt, sched = _optimizer(model.model, cfg.pretrain_lr, cfg.weight_decay, cfg.warmup, total)
+        opt, sched = adamw_with_warmup(model.model, cfg.pretrain_lr, cfg.weight_decay, cfg.warmup, total)
         self._resume_into("pretrain", model.model, opt, sched)
         self.info.setdefault("mlm_head", model.head)
         self.info.setdefault("pretrain_passages", len(texts))
@@ -327,7 +316,7 @@ class _Run:
         loss_fn = C.make_loss(body, cfg.scale)
         steps = len(C.batches(train, cfg.batch_size, cfg.hard_negatives, cfg.seed, 0))
         total = steps * cfg.epochs
-        opt, sched = _optimizer(body, cfg.lr, cfg.weight_decay, cfg.warmup, total)
+        opt, sched = adamw_with_warmup(body, cfg.lr, cfg.weight_decay, cfg.warmup, total)
         self._resume_into("finetune", body, opt, sched)
         self.tokenizer = tok
         if "dev_ndcg10_base" not in self.info and dev:
