@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from pathlib import Path
 from typing import Iterator, Mapping
 
 import click
@@ -51,6 +52,26 @@ def flags(names: Mapping[str, str]) -> Iterator[None]:
         yield
     except ParameterError as e:
         raise e.renamed(names) from None
+
+
+def training_options(f):
+    """The data and output options every `retr train` command shares: --corpus, --queries,
+    --qrels (training qrels; the library refuses a test split), --output and --base."""
+    opts = [
+        click.option("--corpus", required=True, type=click.Path(path_type=Path),
+                     help="The passages: BEIR folder or JSONL, TSV or TREC."),
+        click.option("--queries", type=click.Path(path_type=Path), default=None,
+                     help="Training queries (BEIR JSONL, TSV, TREC)."),
+        click.option("--qrels", type=click.Path(path_type=Path), default=None,
+                     help="Training qrels (a file named like a test split is refused)."),
+        click.option("--output", "-o", required=True, type=click.Path(path_type=Path, file_okay=False),
+                     help="Model folder to write."),
+        click.option("--base", default=None,
+                     help="Base encoder: 'minilm', 'splade-tiny' or a local HF folder [default: minilm]."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
 
 
 def executor_options(f):

@@ -53,13 +53,7 @@ class DeepCTOptions(KindOptions):
 
 
 @click.command("deepct", context_settings=CONTEXT)
-@click.option("--corpus", required=True, type=click.Path(path_type=Path), help="BEIR folder or JSONL/TSV corpus.")
-@click.option("--queries", type=click.Path(path_type=Path), default=None, help="Training queries (BEIR JSONL, TSV, TREC).")
-@click.option("--qrels", type=click.Path(path_type=Path), default=None,
-              help="Training qrels (never the test split); graded qrels count from --min-rel up.")
-@click.option("--output", "-o", required=True, type=click.Path(path_type=Path, file_okay=False),
-              help="Model folder to write.")
-@click.option("--base", default=None, help="Base encoder: a local HF folder, 'minilm' or 'splade-tiny' [default: minilm].")
+@params.training_options
 @click.option("--epochs", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option("--lr", type=params.POSITIVE, default=5e-5, show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True)

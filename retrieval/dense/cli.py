@@ -120,14 +120,7 @@ _TRAIN_FLAGS = {"queries": "--queries", "qrels": "--qrels", "pretrain": "--pretr
 
 
 @click.command("dense", context_settings=CONTEXT)
-@click.option("--corpus", required=True, type=click.Path(path_type=Path),
-              help="The passages: BEIR folder or JSONL, TSV or TREC.")
-@click.option("--queries", type=click.Path(path_type=Path), default=None, help="Training queries (fine-tuning).")
-@click.option("--qrels", type=click.Path(path_type=Path), default=None,
-              help="Training qrels (fine-tuning; a file named like a test split is refused).")
-@click.option("--output", "-o", required=True, type=click.Path(path_type=Path, file_okay=False),
-              help="Model folder to write (a Hugging Face folder `retr index --dense` reads).")
-@click.option("--base", default=None, help="Base encoder: 'minilm', 'splade-tiny' or a local HF folder [minilm].")
+@params.training_options
 @click.option("--pretrain", type=click.Choice(["none", "random", "rom"]), default="none", show_default=True,
               help="Masked-LM pre-training on the corpus first: BERT's random masking or ROM.")
 @click.option("--importance", default="bm25", show_default=True, metavar="bm25|deepct:MODEL",
