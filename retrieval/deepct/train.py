@@ -164,18 +164,23 @@ def resolve_title(cfg: TrainConfig, queries) -> TrainConfig:
 
 
 def train_deepct(corpus, output, queries=None, qrels=None, cfg: Optional[TrainConfig] = None,
-                 overwrite: bool = False, quiet: bool = False, stop_after_steps: Optional[int] = None) -> dict:
+                 overwrite: bool = False, quiet: bool = False, stop_after_steps: Optional[int] = None,
+                 allow_test: bool = False) -> dict:
     """Train and save a DeepCT model into ``output``; returns its model card.
 
     An interrupted run leaves ``output/.checkpoint``; running again with the same
     settings resumes from it. ``stop_after_steps`` stops early (after writing a
-    checkpoint) — for tests of resuming.
+    checkpoint) — for tests of resuming. Qrels whose file is named like a test split are
+    refused (as `retr tune` and dense training refuse them) unless ``allow_test``.
     """
     from retrieval.models import pick_device
+    from retrieval.tune import looks_like_test
 
     cfg = (cfg or TrainConfig()).validate()
     if (queries is None) != (qrels is None):
         raise ParameterError("give both {queries} and {qrels}, or neither (title weak supervision)")
+    if qrels is not None and looks_like_test(qrels) and not allow_test:
+        raise InputError("refusing to train on what looks like test qrels; train on a train/dev split", qrels)
     cfg = resolve_title(cfg, queries)   # the card and the checkpoint key record what was resolved
     out = Path(output)
     ck_dir = out / CHECKPOINT

@@ -278,6 +278,14 @@ def test_training_without_any_usable_qrels_fails_clearly(tmp_path, tiny_beir):
     assert r.returncode == 2 and "no training passages" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_training_on_test_qrels_is_refused_with_one_line(tmp_path, tiny_beir):
+    r = run_retr("train", "deepct", "--corpus", tiny_beir, "--queries", tiny_beir / "queries.jsonl",
+                 "--qrels", tiny_beir / "qrels" / "test.tsv", "--output", tmp_path / "M", "--base", "splade-tiny")
+    err = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(err) == 1 and err[0].startswith("retr: error: ") and "test qrels" in err[0], r.stderr
+    assert not (tmp_path / "M").exists()
+
+
 def test_retr_add_grows_the_deepct_sub_index(tmp_path, tiny_beir, model_dir):
     import gzip
 
