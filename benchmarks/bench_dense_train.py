@@ -91,6 +91,29 @@ def train_cell(col, cell: str) -> tuple:
     return path, json.loads((path / "retr_train.json").read_text())
 
 
+def adopt(col, cell: str, folder: Path) -> None:
+    """Use a model trained elsewhere (the README recipe in a fresh clone, a GPU machine) as ``cell``'s,
+    when its card shows the settings the cell trains with (the device and thread count aside) and the
+    same corpus and qrels; otherwise refuse."""
+    from retrieval.dense.train_config import DenseTrainConfig
+    from retrieval.dense.training import _file_hash
+
+    pretrain, importance, finetune = CELLS[cell]
+    if pretrain != "none" or not finetune:
+        raise SystemExit(f"--trained: only fine-tuning cells without pre-training can be adopted, not {cell}")
+    card = json.loads((folder / "retr_train.json").read_text())
+    want = vars(DenseTrainConfig())
+    got = card["settings"]
+    diff = sorted(k for k in want if k not in ("device", "threads") and got.get(k) != want[k])
+    data = card["data"]
+    if (diff or data["qrels_sha256"] != _file_hash(col.qrels_path(TRAIN[col.name]))
+            or data["corpus_sha256"] not in (_file_hash(col.corpus), _file_hash(col.root))):
+        raise SystemExit(f"--trained {cell}={folder}: trained with other settings or data ({', '.join(diff)})")
+    dest = OUT / col.name / cell / "model"
+    shutil.rmtree(dest.parent, ignore_errors=True)
+    shutil.copytree(folder, dest)
+
+
 def tuning_queries(col):
     """The held-out slice of the training queries (retrieval.dense.pairs.split_dev, as training cuts it)."""
     from retrieval.dense.pairs import split_dev
@@ -244,7 +267,13 @@ def main() -> None:
     ap.add_argument("--collections", nargs="*", default=["scifact"])
     ap.add_argument("--cells", nargs="*", default=list(CELLS))
     ap.add_argument("--report", action="store_true", help="Only rewrite the results from the cached cells.")
+    ap.add_argument("--trained", nargs="*", default=[], metavar="CELL=MODEL",
+                    help="Score MODEL (trained elsewhere with the same settings and data) as CELL of the first "
+                         "collection, instead of training it here.")
     a = ap.parse_args()
+    for item in a.trained:
+        cell, _, folder = item.partition("=")
+        adopt(by_name(a.collections)[0], cell, Path(folder))
     if not a.report:
         for col in by_name(a.collections):
             for cell in a.cells:
