@@ -115,7 +115,7 @@ _TRAIN_FLAGS = {"queries": "--queries", "qrels": "--qrels", "pretrain": "--pretr
                 "mask_rate": "--mask-rate", "epochs": "--epochs", "pretrain_epochs": "--pretrain-epochs",
                 "lr": "--lr", "batch_size": "--batch-size", "max_length": "--max-length", "overwrite": "--overwrite",
                 "resume": "--resume", "pretrain_passages": "--pretrain-passages", "hard_negatives": "--hard-negatives",
-                "negative_pool": "--hard-negatives", "dev_share": "--dev-share", "pooling": "--pooling",
+                "negative_pool": "--hard-negatives", "positives_per_query": "--positives-per-query", "dev_share": "--dev-share", "pooling": "--pooling",
                 "device": "--device", "base": "--base", "threads": "--threads"}
 
 
@@ -137,6 +137,9 @@ _TRAIN_FLAGS = {"queries": "--queries", "qrels": "--qrels", "pretrain": "--pretr
 @click.option("--hard-negatives", type=click.IntRange(min=0, max=_D.negative_pool), default=_D.hard_negatives,
               show_default=True,
               help="BM25-mined hard negatives per query and step (0: in-batch negatives only).")
+@click.option("--positives-per-query", type=click.IntRange(min=1), default=_D.positives_per_query,
+              help="At most this many relevant passages of a query per epoch, drawn anew each epoch (for qrels with "
+                   "many relevant passages a query) [all].")
 @click.option("--max-length", type=click.IntRange(min=8, max=4096), default=_D.max_length, show_default=True,
               help="Passage tokens in fine-tuning.")
 @click.option("--pooling", type=click.Choice(["mean", "cls"]), default="mean", show_default=True,
@@ -153,8 +156,8 @@ _TRAIN_FLAGS = {"queries": "--queries", "qrels": "--qrels", "pretrain": "--pretr
 @click.option("--overwrite", is_flag=True, help="Replace what is in --output.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def dense_train(corpus, queries, qrels, output, base, pretrain, importance, mask_rate, pretrain_epochs,
-                pretrain_passages, epochs, lr, batch_size, hard_negatives, max_length, pooling, dev_share, index_dir,
-                seed, device, threads, resume, overwrite, quiet):
+                pretrain_passages, epochs, lr, batch_size, hard_negatives, positives_per_query, max_length, pooling,
+                dev_share, index_dir, seed, device, threads, resume, overwrite, quiet):
     """Train the dense encoder: masked-LM pre-training on the corpus (--pretrain random|rom) and/or
     contrastive fine-tuning on training qrels (in-batch + BM25 hard negatives).
 
@@ -164,7 +167,8 @@ def dense_train(corpus, queries, qrels, output, base, pretrain, importance, mask
 
     cfg = DenseTrainConfig(base=base, pretrain=pretrain, importance=importance, mask_rate=mask_rate,
                            pretrain_epochs=pretrain_epochs, pretrain_passages=pretrain_passages, epochs=epochs,
-                           lr=lr, batch_size=batch_size, hard_negatives=hard_negatives, max_length=max_length,
+                           lr=lr, batch_size=batch_size, hard_negatives=hard_negatives,
+                           positives_per_query=positives_per_query, max_length=max_length,
                            pooling=pooling, dev_share=dev_share, seed=seed, device=device, threads=threads)
     with params.flags(_TRAIN_FLAGS):
         out = train(corpus, output, queries, qrels, cfg, index=index_dir, resume=resume, overwrite=overwrite,

@@ -18,7 +18,7 @@ checkpoints, resuming and seeding are retr's own (as for DeepCT).
 """
 from __future__ import annotations
 
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -77,13 +77,18 @@ class Embedder:
         return res
 
 
-def batches(examples: Sequence[Example], batch_size: int, hard_negatives: int, seed: int, epoch: int
-            ) -> List[List[tuple]]:
+def batches(examples: Sequence[Example], batch_size: int, hard_negatives: int, seed: int, epoch: int,
+            per_query: Optional[int] = None) -> List[List[tuple]]:
     """One epoch's batches of (query, positive, negatives...) texts: a seeded order, each query at
     most once per batch (a query's next positive goes to a later batch), ``hard_negatives`` sampled
-    from each example's pool (a short pool repeats its last negative, so rows have one width)."""
+    from each example's pool (a short pool repeats its last negative, so rows have one width).
+    ``per_query``: each query brings at most this many of its examples to the epoch, drawn anew each
+    epoch (for qrels with dozens of relevant documents a query, as NFCorpus's; None: all)."""
     gen = np.random.default_rng([seed, 3, epoch])
-    pending = gen.permutation(len(examples)).tolist()
+    if per_query is None:
+        pending = gen.permutation(len(examples)).tolist()
+    else:
+        pending = gen.permutation(_some_of_each_query(examples, per_query, gen)).tolist()
     out: List[List[tuple]] = []
     while pending:
         current, seen, rest = [], set(), []
@@ -96,6 +101,18 @@ def batches(examples: Sequence[Example], batch_size: int, hard_negatives: int, s
         out.append([_row(examples[j], hard_negatives, gen) for j in current])
         pending = rest
     return out
+
+
+def _some_of_each_query(examples: Sequence[Example], per_query: int, gen: np.random.Generator) -> List[int]:
+    """Indices of at most ``per_query`` examples of each query (all of a query that has fewer)."""
+    by_query: Dict[str, List[int]] = {}
+    for i, e in enumerate(examples):
+        by_query.setdefault(e.qid, []).append(i)
+    keep: List[int] = []
+    for qid in sorted(by_query):
+        rows = by_query[qid]
+        keep += rows if len(rows) <= per_query else sorted(gen.choice(rows, size=per_query, replace=False).tolist())
+    return keep
 
 
 def _row(e: Example, k: int, gen: np.random.Generator) -> tuple:

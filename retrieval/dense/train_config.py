@@ -33,6 +33,7 @@ class DenseTrainConfig:
     lr: float = 5e-5                    # 4 x 5e-5 over SciFact's ~26 steps an epoch: benchmarks/results/dense_train.md
     batch_size: int = 32
     hard_negatives: int = 1             # per example and step, sampled from the mined pool
+    positives_per_query: Optional[int] = None  # examples a query brings to an epoch (None: one per relevant doc)
     negative_pool: int = 7              # mined BM25 negatives kept per example
     negative_depth: int = 30            # BM25 ranks the pool is drawn from
     max_length: int = 128               # passage tokens in fine-tuning (index time keeps the base's length)
@@ -72,6 +73,8 @@ class DenseTrainConfig:
             raise ParameterError("{hard_negatives} must be in [0, {negative_pool}], got {got}", got=self.hard_negatives)
         if min(self.max_length, self.query_length, self.pretrain_max_length) < 8:
             raise ParameterError("{max_length}, {query_length} and {pretrain_max_length} must be at least 8")
+        if self.positives_per_query is not None and self.positives_per_query < 1:
+            raise ParameterError("{positives_per_query} must be at least 1, got {got}", got=self.positives_per_query)
         if self.pretrain_passages is not None and self.pretrain_passages < 1:
             raise ParameterError("{pretrain_passages} must be at least 1, got {got}", got=self.pretrain_passages)
         return self

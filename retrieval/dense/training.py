@@ -35,7 +35,7 @@ import torch
 
 from indexes.atomic import atomic_path, write_text
 from indexes.errors import InputError, ParameterError
-from retrieval.dense.train_config import PRETRAIN, DenseTrainConfig  # noqa: F401 (re-exported)
+from retrieval.dense.train_config import DenseTrainConfig  # noqa: F401 (also importable from here)
 from retrieval.optim import adamw_with_warmup
 from retrieval.progress import progress
 
@@ -314,7 +314,7 @@ class _Run:
         body.to(self.device)
         embed = C.Embedder(body, tok, cfg.pooling, cfg.query_length, cfg.max_length, self.device)
         loss_fn = C.make_loss(body, cfg.scale)
-        steps = len(C.batches(train, cfg.batch_size, cfg.hard_negatives, cfg.seed, 0))
+        steps = len(C.batches(train, cfg.batch_size, cfg.hard_negatives, cfg.seed, 0, cfg.positives_per_query))
         total = steps * cfg.epochs
         opt, sched = adamw_with_warmup(body, cfg.lr, cfg.weight_decay, cfg.warmup, total)
         self._resume_into("finetune", body, opt, sched)
@@ -329,7 +329,8 @@ class _Run:
                 t1 = time.perf_counter()
                 _seed_epoch(cfg, 2, epoch)
                 losses = []
-                for rows in C.batches(train, cfg.batch_size, cfg.hard_negatives, cfg.seed, epoch):
+                for rows in C.batches(train, cfg.batch_size, cfg.hard_negatives, cfg.seed, epoch,
+                                      cfg.positives_per_query):
                     losses.append(_step(C.step_loss(loss_fn, embed, rows), body, opt, sched))
                     bar.update(1)
                     bar.set_postfix(epoch=epoch + 1, loss=f"{sum(losses[-20:]) / len(losses[-20:]):.4f}")

@@ -229,3 +229,30 @@ def test_the_command_line_defaults_are_the_apis():
                                         "pretrain_epochs", "dev_share", "pooling", "seed", "pretrain", "importance"}
     for p in shared:
         assert p.default == defaults[p.name], (p.name, p.default, defaults[p.name])
+
+
+def test_positives_per_query_caps_each_querys_examples_per_epoch_and_redraws_them():
+    """A query with many relevant passages (NFCorpus has dozens) brings at most ``per_query`` of them
+    to an epoch, a different draw each epoch, seeded; without the cap every example comes, once."""
+    from retrieval.dense.contrastive import batches
+    from retrieval.dense.pairs import Example
+
+    counts = {"a": 6, "b": 1, "c": 3}
+    examples = [Example(q, f"query {q}", f"{q}{i}", f"passage {q}{i}", (f"n{q}{i}",), (f"negative {q}{i}",))
+                for q, n in counts.items() for i in range(n)]
+
+    def epoch(e, per_query, seed=0):
+        rows = [r for b in batches(examples, 2, 1, seed, e, per_query) for r in b]
+        for b in batches(examples, 2, 1, seed, e, per_query):
+            assert len({r[0] for r in b}) == len(b)  # a query at most once per batch
+        return sorted(r[1] for r in rows)
+
+    everything = epoch(0, None)
+    assert everything == sorted(e.positive for e in examples)
+    draws = [epoch(e, 2) for e in range(6)]
+    for d in draws:
+        assert [sum(p.startswith(f"passage {q}") for p in d) for q in counts] == [2, 1, 2]
+        assert set(d) <= set(everything) and len(set(d)) == len(d)
+    assert len({tuple(d) for d in draws}) > 1            # redrawn across epochs
+    assert draws[3] == epoch(3, 2)                        # the same seed and epoch, the same draw
+    assert any(epoch(e, 2, seed=1) != draws[e] for e in range(6))
