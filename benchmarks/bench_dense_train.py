@@ -48,7 +48,10 @@ CELLS = {
 TRAIN = {"scifact": "train", "nfcorpus": "train"}
 #: the pre-training budget, the same for both strategies: passages per epoch (a seeded sample), epochs
 PRETRAIN = {"pretrain_passages": 2000, "pretrain_epochs": 1}
-#: fine-tuning runs with DenseTrainConfig's defaults, the settings `retr train dense` uses
+#: fine-tuning runs with DenseTrainConfig's defaults, the settings `retr train dense` uses, but for
+#: these per-collection settings: NFCorpus's training qrels hold ~43 relevant passages a query (110k
+#: examples), so each query brings one of them, redrawn each epoch
+FINETUNE = {"nfcorpus": {"positives_per_query": 1}}
 OUT = WORK / "dense_train"
 KEPT = RESULTS / "dense_train_cells"
 
@@ -82,12 +85,14 @@ def train_cell(col, cell: str) -> tuple:
             # X+ft fine-tunes cell X's model: the very body that `--pretrain X` with qrels would
             # pre-train and then fine-tune (same seed and budget), trained once for both cells
             first, _ = train_cell(col, cell[:-len("+ft")])
-            train(col.corpus, path, col.queries_path, col.qrels_path(split), base=str(first), overwrite=True)
+            train(col.corpus, path, col.queries_path, col.qrels_path(split), base=str(first), overwrite=True,
+                  **FINETUNE.get(col.name, {}))
         else:
             imp = f"deepct:{_deepct_model(col)}" if importance == "deepct" else "bm25"
             args = (col.queries_path, col.qrels_path(split)) if finetune else (None, None)
             budget = PRETRAIN if pretrain != "none" else {}
-            train(col.corpus, path, *args, pretrain=pretrain, importance=imp, overwrite=True, **budget)
+            more = FINETUNE.get(col.name, {}) if finetune else {}
+            train(col.corpus, path, *args, pretrain=pretrain, importance=imp, overwrite=True, **budget, **more)
     return path, json.loads((path / "retr_train.json").read_text())
 
 
@@ -102,7 +107,7 @@ def adopt(col, cell: str, folder: Path) -> None:
     if pretrain != "none" or not finetune:
         raise SystemExit(f"--trained: only fine-tuning cells without pre-training can be adopted, not {cell}")
     card = json.loads((folder / "retr_train.json").read_text())
-    want = vars(DenseTrainConfig())
+    want = vars(DenseTrainConfig(**FINETUNE.get(col.name, {})))
     got = card["settings"]
     diff = sorted(k for k in want if k not in ("device", "threads") and got.get(k) != want[k])
     data = card["data"]
