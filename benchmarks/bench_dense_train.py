@@ -255,7 +255,9 @@ def report() -> None:
                           f"{d['mlm_after']['loss']}/{d['mlm_after']['accuracy']} after")
             if card.get("history", {}).get("finetune"):
                 h, st = card["history"]["finetune"], card["settings"]
-                md.append(f"- {c}: fine-tuned {st['epochs']} epochs at lr {st['lr']:g}; held-out nDCG@10 base "
+                cap = (f", {st['positives_per_query']} relevant passage(s) a query an epoch"
+                       if st.get("positives_per_query") else "")
+                md.append(f"- {c}: fine-tuned {st['epochs']} epochs at lr {st['lr']:g}{cap}; held-out nDCG@10 base "
                           f"{d.get('dev_ndcg10_base')}, by epoch {[e['dev_ndcg10'] for e in h]}, kept epoch "
                           f"{card['best_epoch']}")
             if r.get("tuned"):
