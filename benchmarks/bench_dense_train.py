@@ -117,6 +117,7 @@ def adopt(col, cell: str, folder: Path) -> None:
     dest = OUT / col.name / cell / "model"
     shutil.rmtree(dest.parent, ignore_errors=True)
     shutil.copytree(folder, dest)
+    (dest.parent / "adopted_from").write_text(str(folder.resolve()) + "\n")
 
 
 def tuning_queries(col):
@@ -168,6 +169,9 @@ def score_cell(col, cell: str) -> dict:
            "means": {n: {m: statistics.fmean(v[m] for v in s.values()) for m in MEASURES} for n, s in per.items()},
            "tuned": tuned, "seconds": {"train_total": round(t_train, 1), "index_bm25_and_dense": round(t_index, 1)},
            "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)], "card": card}
+    adopted = OUT / col.name / cell / "adopted_from"
+    if adopted.is_file():
+        out["adopted_from"] = adopted.read_text().strip()
     res_path.write_text(json.dumps(out) + "\n")
     keep = KEPT / col.name / f"{cell}.json"
     keep.parent.mkdir(parents=True, exist_ok=True)
@@ -191,6 +195,10 @@ def kept_cells(col) -> dict:
                 cells[cell] = json.loads(f.read_text())
                 break
     return cells
+
+
+def _p(p: float) -> str:
+    return " (p < 0.001)" if p < 0.001 else f" (p {p:.3f})"
 
 
 def report() -> None:
@@ -236,7 +244,7 @@ def report() -> None:
                 for m in ("nDCG@10", "R@100"):
                     v = r["means"].get(run, {}).get(m)
                     p = tests.get((run, m), {}).get(c, {}).get("p_holm")
-                    row.append("-" if v is None else f"{v:.4f}" + ("" if p is None or c == "minilm" else f" (p {p:.3f})"))
+                    row.append("-" if v is None else f"{v:.4f}" + ("" if p is None or c == "minilm" else _p(p)))
             row += [f"{sec.get('pretrain', 0) + sec.get('pretrain_prep', 0):.0f}",
                     f"{sec.get('finetune', 0) + sec.get('finetune_prep', 0):.0f}",
                     f"{r['seconds']['index_bm25_and_dense']:.0f}"]
@@ -260,6 +268,9 @@ def report() -> None:
                 md.append(f"- {c}: fine-tuned {st['epochs']} epochs at lr {st['lr']:g}{cap}; held-out nDCG@10 base "
                           f"{d.get('dev_ndcg10_base')}, by epoch {[e['dev_ndcg10'] for e in h]}, kept epoch "
                           f"{card['best_epoch']}")
+            if r.get("adopted_from"):
+                md.append(f"- {c}: the model was trained outside the benchmark, with the same settings and data "
+                          f"(`--trained`, from {r['adopted_from']}); its seconds are that run's")
             if r.get("tuned"):
                 md.append(f"- {c}: tuned fusion {r['tuned']['fusion']} (on {r['tuned']['dev_queries']} held-out "
                           f"training queries, nDCG@10 {r['tuned']['dev_ndcg10']})")
