@@ -150,7 +150,7 @@ def score_cell(col, cell: str) -> dict:
     shutil.rmtree(idx_path, ignore_errors=True)
     t1 = time.perf_counter()
     idx = retrieval.build_index(col.corpus, idx_path, subindexes={"dense": DenseSpec(model=str(model) if model else None)},
-                                quiet=True)
+                                empty="skip", quiet=True)   # Cranfield has empty documents; training skips them too
     t_index = time.perf_counter() - t1
     qrels, qs = col.qrels(), col.queries()
     qids = [q.qid for q in qs]
