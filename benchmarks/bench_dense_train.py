@@ -201,6 +201,25 @@ def _p(p: float) -> str:
     return " (p < 0.001)" if p < 0.001 else f" (p {p:.3f})"
 
 
+#: the questions the table asks of one cell against another: ROM against random masking at the same budget,
+#: and pre-training before fine-tuning against fine-tuning alone
+HEAD_TO_HEAD = [("rom-bm25", "random"), ("rom-deepct", "random"), ("rom-bm25+ft", "random+ft"),
+                ("rom-deepct+ft", "random+ft"), ("random+ft", "ft"), ("rom-bm25+ft", "ft"), ("rom-deepct+ft", "ft")]
+
+
+def head_to_head(cells: dict) -> list:
+    """Dense nDCG@10 of each HEAD_TO_HEAD pair both of whose cells ran: delta, its 95% bootstrap CI and the
+    paired randomization test's p (each pair its own question, so no correction across pairs)."""
+    rows = []
+    for a, b in HEAD_TO_HEAD:
+        if a in cells and b in cells:
+            scores = {c: {q: v["nDCG@10"] for q, v in cells[c]["per_query"]["dense"].items()} for c in (a, b)}
+            r = compare(scores, b, test="perm")[1]
+            rows.append([f"{a} vs {b}", f"{r['delta']:+.4f}", f"[{r['ci_low']:+.4f}, {r['ci_high']:+.4f}]",
+                         f"{r['p']:.3f}"])
+    return rows
+
+
 def report() -> None:
     from retrieval.dense.train_config import DenseTrainConfig
 
@@ -254,6 +273,10 @@ def report() -> None:
                f"{bm25['nDCG@10']:.4f}, R@100 {bm25['R@100']:.4f})", "",
                md_table(["encoder", "dense nDCG@10", "dense R@100", "untuned fusion nDCG@10", "untuned R@100",
                          "tuned fusion nDCG@10", "tuned R@100", "pre-train s", "fine-tune s", "index s"], rows), ""]
+        pairs = head_to_head(cells)
+        if pairs:
+            md += ["Head to head (dense nDCG@10 on the test queries):", "",
+                   md_table(["cells", "delta", "95% CI", "p"], pairs), ""]
         for c, r in cells.items():
             card = r["card"] or {}
             d = card.get("data", {})
