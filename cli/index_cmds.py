@@ -115,8 +115,14 @@ def info_cmd(index_dir, as_json):
         cfg = ", ".join(f"{k}={v}" for k, v in s["config"].items())
         pending = f" (+{s['deleted_pending']:,} deleted, kept until retr compact)" if s.get("deleted_pending") else ""
         click.echo(f"  {name:<10} {s['kind']:<8} {s['doc_count']:>10,} docs  {_mb(s['size_bytes']):>9}  {cfg}{pending}")
+        if s.get("stats"):
+            click.echo(" " * 13 + "; ".join(f"{k.replace('_', ' ')} {_figure(v)}" for k, v in s["stats"].items()))
     v = info["versions"]
     click.echo("versions   " + ", ".join(f"{k} {v[k]}" for k in v))
+
+
+def _figure(v) -> str:
+    return f"{v:,}" if isinstance(v, int) else f"{v:,.1f}" if isinstance(v, float) else str(v)
 
 
 def _mb(n: int) -> str:

@@ -216,6 +216,27 @@ def doc_count(index_dir: Path) -> int:
         directory.close()
 
 
+def postings(index_dir: Path, field: str = "contents") -> Dict[str, int]:
+    """Lucene's own counts of the index in ``index_dir``: ``postings`` (the sum over its terms of
+    the documents holding each, Lucene's sumDocFreq of ``field``), ``max_doc`` (documents
+    including deleted ones not yet merged away, which ``postings`` still counts) and ``documents``
+    (live ones). ``postings / max_doc`` is the mean distinct terms per document."""
+    to_path = jvm.autoclass("java.io.File")(str(index_dir)).toPath()
+    directory = jvm.autoclass("org.apache.lucene.store.FSDirectory").open(to_path)
+    try:
+        reader = jvm.autoclass("org.apache.lucene.index.DirectoryReader").open(directory)
+        try:
+            total = 0
+            for leaf in reader.leaves().toArray():   # per segment: sumDocFreq of a field is a segment's figure
+                terms = leaf.reader().terms(field)
+                total += int(terms.getSumDocFreq()) if terms is not None else 0
+            return {"postings": total, "max_doc": int(reader.maxDoc()), "documents": int(reader.numDocs())}
+        finally:
+            reader.close()
+    finally:
+        directory.close()
+
+
 def _id_query(docids: Sequence[str]):
     """One query matching the documents whose ``id`` field is any of ``docids`` (Anserini
     indexes the id whole, as a StringField)."""

@@ -319,7 +319,8 @@ class Index:
                                        "size_bytes": mf.folder_size(self.path / e["path"]),
                                        "config": e.get("config", {}), "model": e.get("model"),
                                        "built_at": e.get("built_at"),
-                                       "deleted_pending": int(e.get("deleted_pending", 0))}
+                                       "deleted_pending": int(e.get("deleted_pending", 0)),
+                                       "stats": {} if e.get("alias_of") else kind_of(e).stats(self.path / e["path"], e)}
         store = folder.docstore_path(self.path, m)
         out["docstore_bytes"] = sum(p.stat().st_size for p in (store, Path(f"{store}-wal")) if p.exists())
         return out

@@ -20,6 +20,7 @@ The writer calls ``append``, ``delete`` and ``compact`` on ``folder``, a new
 generation's folder that starts as a hard-link copy of the current one (see
 :mod:`indexes.generations`): a kind writes new files there, or replaces a name with
 ``os.replace``, and never writes into a file it did not create in that call.
+- ``stats(folder, entry)``: figures `retr info` shows, read from the sub-index's files.
 - ``entries(name, entry)``: the manifest entries one build contributes (DeepCT adds
   a DeepCT-Query alias over the same folder); ``dimsel``: whether query-aware
   dimension selection applies to it, and ``with_dimsel`` to apply it.
@@ -206,6 +207,11 @@ class SubIndexKind:
 
     def entries(self, name: str, entry: dict) -> Dict[str, dict]:
         return {name: entry}
+
+    def stats(self, folder: Path, entry: dict) -> Dict[str, Any]:
+        """What `retr info` shows of the sub-index beyond its manifest entry, read from its files
+        (a sparse kind's postings and mean terms per passage); nothing by default."""
+        return {}
 
     def after_add(self, index, name: str, spec, quiet: bool = False) -> None:
         """Runs once the sub-index built from ``spec`` is listed in the manifest of ``index``
