@@ -54,6 +54,7 @@ KINDS: Dict[str, str] = {
     "bm25": "retrieval.bm25",
     "dense": "retrieval.dense",
     "deepct": "retrieval.deepct",
+    "splade": "retrieval.splade",
 }
 
 #: the kind every folder is built with: it indexes the corpus as it streams in (``SubIndexKind.streams``),

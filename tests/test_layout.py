@@ -252,7 +252,7 @@ def test_every_retriever_derives_from_the_retriever_base():
                 assert issubclass(cls, RetrieverBase) and isinstance(cls.__new__(cls), Retriever), cls
                 for method in ("search", "batch_search"):
                     assert getattr(cls, method) is not getattr(RetrieverBase, method), (cls, method)
-    assert sorted(found) == ["BM25Retriever", "DeepCTRetriever", "DenseRetriever", "DimSel"]
+    assert sorted(found) == ["BM25Retriever", "DeepCTRetriever", "DenseRetriever", "DimSel", "SpladeRetriever"]
 
 
 #: the folder's owner (indexes/folder.py), with the JSON of its manifest (indexes/manifest.py) and the

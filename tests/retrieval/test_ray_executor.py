@@ -174,6 +174,28 @@ def test_deepct_on_ray_gives_identical_weights_and_runs(tmp_path, small_corpus, 
                for x, y in zip(wa, wc))
 
 
+def test_splade_on_ray_gives_the_in_process_index(tmp_path, small_corpus, ray_address, queries):
+    """SPLADE impacts computed by 2 Ray workers are the in-process encoder's to the bit (each passage is
+    encoded alone, whatever its block), so the runs are identical, scores included."""
+    from indexes.lucene import postings
+    from retrieval.splade.subindex import SpladeSpec
+
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join((small_corpus / "corpus.jsonl").read_text(encoding="utf-8").splitlines(True)[:80]),
+                      encoding="utf-8")
+    out = {}
+    for name, ex in (("local", Executor("local", block_size=25)),
+                     ("ray", Executor("ray", address=ray_address, workers=2, cpus_per_worker=0.5, block_size=30))):
+        out[name] = retrieval.build_index(corpus, tmp_path / name, subindexes={"splade": SpladeSpec()}, quiet=True,
+                                          executor=ex)
+    a, b = out["local"], out["ray"]
+    assert b.manifest["subindexes"]["splade"]["encoded_by"]["executor"] == "ray"
+    pa, pb = (postings(i.path / i.manifest["subindexes"]["splade"]["path"] / "impact") for i in (a, b))
+    assert pa == pb and pa["documents"] == 80
+    for r in ("splade", "bm25+splade"):
+        assert _runs(a, queries, r, k=50) == _runs(b, queries, r, k=50), r
+
+
 def test_pruned_build_on_ray_prunes_the_same_passages(tmp_path, small_corpus, ray_address, queries):
     """The learned quality estimator scored on Ray (blocks of 100) keeps the same passages as in
     process, its vectors stand in for the dense encoding as they do in process, and the runs agree."""

@@ -1,0 +1,147 @@
+"""The SPLADE encoder (Formal et al. 2021; SPLADE-max, Formal et al. 2021b): a masked
+language model's logits turned into one weight per vocabulary word-piece.
+
+For a text of tokens i and a vocabulary word-piece j with MLM logit ``l_ij``, the weight
+is ``w_j = max_i log(1 + ReLU(l_ij))`` over the text's real tokens (padding masked out).
+The MLM head predicts words a passage could have held, so ``w`` names word-pieces the text
+lacks (expansion) as well as re-weighting those it has, and the ReLU with the sparsity
+penalty of training keeps most of the vocabulary at exactly zero.
+
+Weights become integer impacts as Pyserini's SPLADE encoders make them,
+``round(w / 5 * 256)``, for passages and queries alike, so an index written here and one
+written by Pyserini hold the same numbers and rank alike. Word-pieces are the terms, taken
+as they are (``##ing`` included): the Lucene index is pre-tokenised.
+"""
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+from retrieval.models import ModelDirError, model_hash, pick_device, resolve_model_path
+
+DEFAULT_MODEL = "splade-tiny"
+WEIGHT_RANGE, QUANT_RANGE = 5, 256  # Pyserini's: impact = round(w / WEIGHT_RANGE * QUANT_RANGE)
+QUANTIZATION = f"round(w / {WEIGHT_RANGE} * {QUANT_RANGE})"
+
+
+def to_impacts(weights: Dict[str, float]) -> Dict[str, int]:
+    """Integer impacts of float weights, Pyserini's way; terms that round to 0 are dropped
+    (they would add nothing to any score)."""
+    from indexes.impact import quantize
+
+    return quantize(weights, QUANT_RANGE, lambda w: w / WEIGHT_RANGE)
+
+
+def token_counts(tokenizer, texts: Sequence[str]) -> List[Dict[str, int]]:
+    """Unweighted queries: each word-piece of the model's tokenizer with its count (Pyserini's
+    ``TokFreqQueryEncoder`` given the model's tokenizer)."""
+    return [dict(Counter(tokenizer.tokenize(t))) for t in texts]
+
+
+class SpladeEncoder:
+    """Runs a masked language model as SPLADE-max over passages or queries."""
+
+    def __init__(self, model: Optional[str | os.PathLike] = None, device: str = "auto", max_length: int = 256,
+                 threads: Optional[int] = None):
+        import torch
+        from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+        from retrieval.models import _quiet_transformers
+
+        _quiet_transformers()
+        self.name = str(model or DEFAULT_MODEL)
+        self.model_dir = resolve_model_path(self.name)
+        try:
+            self.model = AutoModelForMaskedLM.from_pretrained(self.model_dir)
+        except Exception as e:  # a folder whose weights are not a masked LM's: say so in one line
+            raise ModelDirError(f"{self.model_dir}: not a masked language model SPLADE can use "
+                                f"({str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__})")
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
+        head = self.model.get_output_embeddings()
+        if head is None or head.weight.shape[0] != len(self.tokenizer):
+            raise ModelDirError(f"{self.model_dir}: its MLM head does not cover its tokenizer's vocabulary")
+        self.device = pick_device(device)
+        self.model.to(self.device).eval()
+        limit = int(getattr(self.model.config, "max_position_embeddings", 512) or 512)
+        self.max_length = min(int(max_length), limit)
+        self.vocab = np.array(self.tokenizer.convert_ids_to_tokens(list(range(len(self.tokenizer)))), dtype=object)
+        if threads:
+            torch.set_num_threads(int(threads))
+
+    @property
+    def model_hash(self) -> str:
+        return model_hash(self.model_dir)
+
+    def config(self) -> dict:
+        return {"model": self.name, "model_dir": str(self.model_dir), "model_sha256": self.model_hash,
+                "max_length": self.max_length, "vocabulary": len(self.vocab),
+                "architecture": getattr(self.model.config, "model_type", None)}
+
+    def weights(self, texts: Sequence[str]) -> List[Dict[str, float]]:
+        """SPLADE-max float weights ``{word-piece: w}`` (w > 0) of each text.
+
+        Each text runs on its own, unpadded: a batch's padding and shape change the logits in
+        their last bits, enough to move an impact across a rounding boundary (1 passage in 100
+        of SciFact's moved when batched), and then a passage added later, or encoded on a Ray
+        worker, would not score as it does in a fresh build. On CPU this costs nothing: the
+        vocabulary-sized output dominates, and batching only adds padded rows to it."""
+        import torch
+
+        out: List[Dict[str, float]] = []
+        with torch.inference_mode():
+            for text in texts:
+                enc = self.tokenizer([text], truncation=True, max_length=self.max_length,
+                                     return_tensors="pt").to(self.device)
+                logits = self.model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).logits[0]
+                # log(1 + ReLU(.)) is monotone, so its max over the tokens is its value at the largest
+                # logit: one pass over the tokens x vocabulary logits instead of three. It is written as
+                # Pyserini writes it (log(1 + x), not log1p), so the weights agree to the bit.
+                w = torch.log(1 + torch.relu(logits.float().amax(dim=0))).cpu().numpy()
+                nz = np.nonzero(w)[0]
+                out.append(dict(zip(self.vocab[nz].tolist(), w[nz].tolist())))
+        return out
+
+    def impacts(self, texts: Sequence[str]) -> List[Dict[str, int]]:
+        """Integer impacts of each text (:func:`to_impacts` of :meth:`weights`)."""
+        return [to_impacts(w) for w in self.weights(texts)]
+
+    def stage(self, block_size: int = 1024) -> "SpladeStage":
+        """This encoder as an executor stage (:mod:`retrieval.executors`)."""
+        return SpladeStage(self.name, str(self.model_dir), self.max_length, self.model_hash,
+                           block_size, encoder=self)
+
+
+class SpladeStage:
+    """The SPLADE encoder as an executor stage: a block of texts in, their integer impacts
+    out (ints travel lighter than the float weights, and are what the index takes)."""
+
+    name = "splade"
+    adaptive_blocks = False
+
+    def __init__(self, name: str, model_dir: str, max_length: int, sha256: str,
+                 block_size: int = 1024, encoder: Optional[SpladeEncoder] = None):
+        self.model_name, self.model_dir, self.max_length = name, model_dir, int(max_length)
+        self.sha256, self.block_size = sha256, int(block_size)
+        self._enc = encoder
+
+    def __getstate__(self):
+        return dict(self.__dict__, _enc=None)
+
+    def setup(self, threads: Optional[int] = None, gpu: bool = False) -> None:
+        if self._enc is None:
+            where = self.model_dir if Path(self.model_dir).is_dir() else self.model_name
+            self._enc = SpladeEncoder(where, device="cuda" if gpu else "cpu", max_length=self.max_length,
+                                      threads=threads)
+            if self._enc.model_hash != self.sha256:
+                raise ModelDirError(f"SPLADE model at {self._enc.model_dir} on this worker (sha256 "
+                                    f"{self._enc.model_hash}) differs from the driver's ({self.sha256})")
+
+    def run(self, texts: List[str]) -> List[Dict[str, int]]:
+        return self._enc.impacts(texts)
+
+    def device(self) -> str:
+        return str(self._enc.device) if self._enc is not None else "cpu"

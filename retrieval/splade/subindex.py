@@ -1,0 +1,223 @@
+"""The SPLADE sub-index: every passage's SPLADE impacts (:mod:`retrieval.splade.model`) in a
+real Lucene impact index written through Anserini, the same path DeepCT's impact variants
+take (:mod:`indexes.impact`), and its retriever.
+
+    INDEX/<name>/impact/    JsonVectorCollection -impact -pretokenized: word-piece -> round(w / 5 * 256)
+
+A query is scored by the sum over shared word-pieces of query impact x passage impact
+(Anserini's ``SimpleImpactSearcher``, which Pyserini's ``LuceneImpactSearcher`` wraps). Query
+weights come from the same model (``query="splade"``), or are the counts of the query's
+word-pieces (``query="tokens"``, Pyserini's unweighted ``TokFreqQueryEncoder``).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
+
+from indexes import impact
+from indexes import manifest as mf
+from indexes.errors import InputError, ParameterError
+from retrieval.kinds import BuildContext, RetrieverBase, SubIndexKind
+from retrieval.splade.model import DEFAULT_MODEL, QUANTIZATION, token_counts
+from retrieval.types import Query, Scored
+
+QUERY_MODES = ("splade", "tokens")
+LUCENE = "impact"  # the one Lucene index in the sub-index's folder
+
+
+@dataclass
+class SpladeSpec:
+    """How to build a SPLADE sub-index."""
+
+    kind: ClassVar[str] = "splade"
+    model: str = DEFAULT_MODEL       # "splade-tiny" (bundled) or a local masked-LM folder (`retr train splade`)
+    query: str = "splade"            # default query weighting: splade (the model's) | tokens (word-piece counts)
+    max_length: int = 256            # word-pieces of a passage the model reads
+    device: str = "auto"
+    threads: Optional[int] = 1
+    index_threads: int = 2
+
+    def validate(self) -> "SpladeSpec":
+        if self.query not in QUERY_MODES:
+            raise ParameterError("{query} {_got!r} is not a SPLADE query weighting (choose from: %s)"
+                                 % ", ".join(QUERY_MODES), _got=self.query)
+        if not isinstance(self.max_length, int) or not 8 <= self.max_length <= 4096:
+            raise ParameterError("{max_length} must be an integer from 8 to 4096, got {_got!r}", _got=self.max_length)
+        from retrieval.models import resolve_model_path
+
+        resolve_model_path(self.model)  # a bundled name or a folder with config, weights and tokenizer
+        return self
+
+
+def _encoder(spec_or_entry, purpose: str = "", threads: Optional[int] = 1, device: str = "auto"):
+    """The encoder of a spec, or the one a built sub-index recorded (its weights checked by hash)."""
+    from retrieval.models import ModelDirError
+    from retrieval.splade.model import SpladeEncoder
+
+    if isinstance(spec_or_entry, SpladeSpec):
+        s = spec_or_entry
+        return SpladeEncoder(s.model, device=s.device, max_length=s.max_length, threads=s.threads)
+    m = spec_or_entry.get("model") or {}
+    name, sha = m.get("name"), m.get("sha256")
+    if not isinstance(name, str) or not name:
+        raise ModelDirError(f"{purpose}: the manifest names no SPLADE model")
+    max_length = (spec_or_entry.get("spec") or {}).get("max_length", 256)
+    if not isinstance(max_length, int) or not 8 <= max_length <= 4096:
+        raise ModelDirError(f"{purpose}: the manifest's max_length {max_length!r} is not a length")
+    enc = SpladeEncoder(name, device=device, max_length=max_length, threads=threads)
+    if sha and enc.model_hash != sha:
+        raise ModelDirError(f"SPLADE model {name} (sha256 {enc.model_hash}) differs from the one this index was "
+                            f"built with ({sha}); {purpose} needs that one")
+    return enc
+
+
+def _write(folder: Path, enc, docs, total: int, ctx: BuildContext, append: bool):
+    """Encode ``(docid, contents)`` pairs where ``ctx.executor`` says and index their impacts;
+    returns (documents, postings written, indexing seconds, the run)."""
+    from retrieval.executors import runner_of
+
+    run = runner_of(ctx.executor).map(enc.stage(), docs, total=total, desc="SPLADE encoding", quiet=ctx.quiet,
+                                      threads=None)
+    n = postings = 0
+
+    def vectors():
+        nonlocal n, postings
+        for ids, vecs in run:
+            for d, v in zip(ids, vecs):
+                n += 1
+                postings += len(v)
+                yield d, v
+
+    secs = impact.index_vectors(vectors(), folder / LUCENE, impact=True, threads=ctx.threads, append=append)
+    return n, postings, secs, run
+
+
+class SpladeRetriever(RetrieverBase):
+    """Searches a SPLADE sub-index; ``configure(query=...)`` switches the query weighting."""
+
+    kind = "splade"
+    options = ("query",)
+
+    def __init__(self, path: Path, entry: dict, encoder=None):
+        self.path = Path(path)
+        self.entry = entry
+        self.query = (entry.get("config") or {}).get("query", "splade")
+        if self.query not in QUERY_MODES:
+            raise InputError(f"{self.path}: the manifest's SPLADE query weighting {self.query!r} is not one of "
+                             f"{', '.join(QUERY_MODES)}")
+        self._searcher: Optional[impact.VectorSearcher] = None
+        self._encoder = encoder
+        self._lock = threading.Lock()
+
+    def configure(self, query: Optional[str] = None) -> "SpladeRetriever":
+        if query is not None and query not in QUERY_MODES:
+            raise ParameterError("{query} {_got!r} is not a SPLADE query weighting (choose from: %s)"
+                                 % ", ".join(QUERY_MODES), _got=query)
+        self.query = query or self.query
+        return self
+
+    @property
+    def encoder(self):
+        with self._lock:
+            if self._encoder is None:
+                self._encoder = _encoder(self.entry, "SPLADE query encoding")
+        return self._encoder
+
+    def _lucene(self) -> impact.VectorSearcher:
+        with self._lock:
+            if self._searcher is None:
+                self._searcher = impact.VectorSearcher(self.path / LUCENE, impact=True)
+        return self._searcher
+
+    def query_terms(self, texts: Sequence[str], query: Optional[str] = None) -> List[Dict[str, int]]:
+        """Integer query weights: the model's impacts (splade) or word-piece counts (tokens)."""
+        if (query or self.query) == "tokens":
+            return token_counts(self.encoder.tokenizer, texts)
+        return self.encoder.impacts(texts)
+
+    def search(self, text: str, k: int) -> Scored:
+        return self.batch_search([Query("q", text)], k)["q"]
+
+    def batch_search(self, queries: Sequence[Query], k: int, threads: int = 1) -> Dict[str, Scored]:
+        weights = self.query_terms([q.text for q in queries])
+        return self._lucene().batch(weights, [q.qid for q in queries], k, threads)
+
+    def search_filtered(self, text: str, k: int, allowed) -> Scored:
+        """The first ``k`` documents of ``allowed`` in this retriever's ranking."""
+        return self._lucene().search_filtered(self.query_terms([text])[0], k, allowed)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._searcher is not None:
+                self._searcher.close()
+                self._searcher = None
+
+
+class SpladeKind(SubIndexKind):
+    name = "splade"
+    uses_model = True
+
+    def build(self, folder: Path, name: str, ctx: BuildContext, spec: SpladeSpec) -> dict:
+        from retrieval.executors import StoreSource
+
+        spec.validate()
+        folder.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        enc = _encoder(spec)
+        src = StoreSource(ctx.store_path)
+        total = len(src)
+        if not total:
+            raise InputError("no documents to encode")
+        n, postings, index_s, run = _write(folder, enc, src, total, ctx, append=False)
+        return {
+            "kind": "splade", "path": name, "built_at": mf.now(), "doc_count": n,
+            "config": {"query": spec.query, "quantization": QUANTIZATION, "terms": "word-pieces (pre-tokenised)"},
+            "model": {"name": spec.model, "sha256": enc.model_hash}, "encoder": enc.config(),
+            "corpus_fingerprint": ctx.fingerprint, "encoded_by": run.record(),
+            "index_seconds": round(index_s, 2), "build_seconds": round(time.perf_counter() - t0, 2),
+            "spec": asdict(spec),
+        }
+
+    def append(self, folder: Path, entry: dict, docs: Sequence, ctx: BuildContext) -> dict:
+        enc = _encoder(entry, "adding documents to a SPLADE sub-index", threads=ctx.threads)
+        _write(folder, enc, [(d.docid, d.contents) for d in docs], len(docs), ctx, append=True)
+        return entry
+
+    def delete(self, folder: Path, entry: dict, docids: Sequence[str], ctx: BuildContext) -> dict:
+        impact.delete(folder, [LUCENE], docids)
+        return entry
+
+    def compact(self, folder: Path, entry: dict, ctx: BuildContext) -> dict:
+        impact.expunge(folder, [LUCENE])
+        return entry
+
+    def retriever(self, folder: Path, entry: dict) -> SpladeRetriever:
+        return SpladeRetriever(folder, entry)
+
+    def reopen(self, old, folder: Path, entry: dict) -> SpladeRetriever:
+        same = isinstance(old, SpladeRetriever) and old.entry.get("model") == entry.get("model")
+        return SpladeRetriever(folder, entry, encoder=old._encoder if same else None)
+
+    def count(self, folder: Path, entry: dict) -> Dict[str, int]:
+        return impact.counts(folder, [LUCENE])
+
+    def ids(self, folder: Path, entry: dict) -> Dict[str, List[str]]:
+        return impact.live(folder, [LUCENE])
+
+    def present(self, folder: Path, entry: dict, docids: Sequence[str]) -> Dict[str, set]:
+        return impact.present(folder, [LUCENE], docids)
+
+    def stats(self, folder: Path, entry: dict) -> Dict[str, Any]:
+        """Postings and mean word-pieces per passage, Lucene's own counts (deleted passages count
+        until `retr compact` merges them away): sparsity is what SPLADE's index costs."""
+        from indexes.lucene import postings
+
+        p = postings(folder / LUCENE)
+        return {"postings": p["postings"],
+                "mean_terms_per_passage": round(p["postings"] / p["max_doc"], 1) if p["max_doc"] else 0.0}
+
+
+KIND = SpladeKind()
