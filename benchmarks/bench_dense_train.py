@@ -121,8 +121,8 @@ def adopt(col, cell: str, folder: Path) -> None:
 
 
 def tuning_queries(col):
-    """The held-out slice of the training queries (retrieval.dense.pairs.split_dev, as training cuts it)."""
-    from retrieval.dense.pairs import split_dev
+    """The held-out slice of the training queries (retrieval.pairs.split_dev, as training cuts it)."""
+    from retrieval.pairs import split_dev
     from retrieval.dense.training import DenseTrainConfig
 
     split = TRAIN.get(col.name)

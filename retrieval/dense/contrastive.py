@@ -8,24 +8,24 @@ the loss's ``compute_loss_from_embeddings``; the library's Trainer is not used, 
 checkpoints, resuming and seeding are retr's own (as for DeepCT).
 
 - Hard negatives: each example carries a pool mined from the folder's BM25 ranking
-  (:func:`retrieval.dense.pairs.training_examples`); each epoch takes ``hard_negatives`` of them per
+  (:func:`retrieval.pairs.training_examples`); each epoch takes ``hard_negatives`` of them per
   example with a generator seeded by (seed, epoch).
 - Batches hold each query once (a query's second positive waits for a later batch), so a query's
   other relevant passage is never one of its in-batch negatives.
-- The held-out queries (:func:`retrieval.dense.pairs.split_dev`) are scored after every epoch:
+- The held-out queries (:func:`retrieval.pairs.split_dev`) are scored after every epoch:
   nDCG@10 of the dense ranking over the pool of the held-out examples' positives and mined negatives
   (a re-ranking of hard candidates, cheap enough to run each epoch on a CPU). The best epoch is kept.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Sequence
 
 import numpy as np
 import torch
 
 from indexes.errors import InputError
 
-from retrieval.dense.pairs import Example
+from retrieval.pairs import Example
 from retrieval.dense.pooling import cls_pool, mean_pool
 
 POOLINGS = ("mean", "cls")
@@ -75,53 +75,6 @@ class Embedder:
         res = np.empty_like(flat)
         res[order] = flat
         return res
-
-
-def batches(examples: Sequence[Example], batch_size: int, hard_negatives: int, seed: int, epoch: int,
-            per_query: Optional[int] = None) -> List[List[tuple]]:
-    """One epoch's batches of (query, positive, negatives...) texts: a seeded order, each query at
-    most once per batch (a query's next positive goes to a later batch), ``hard_negatives`` sampled
-    from each example's pool (a short pool repeats its last negative, so rows have one width).
-    ``per_query``: each query brings at most this many of its examples to the epoch, drawn anew each
-    epoch (for qrels with dozens of relevant documents a query, as NFCorpus's; None: all)."""
-    gen = np.random.default_rng([seed, 3, epoch])
-    if per_query is None:
-        pending = gen.permutation(len(examples)).tolist()
-    else:
-        pending = gen.permutation(_some_of_each_query(examples, per_query, gen)).tolist()
-    out: List[List[tuple]] = []
-    while pending:
-        current, seen, rest = [], set(), []
-        for j in pending:
-            if len(current) < batch_size and examples[j].qid not in seen:
-                current.append(j)
-                seen.add(examples[j].qid)
-            else:
-                rest.append(j)
-        out.append([_row(examples[j], hard_negatives, gen) for j in current])
-        pending = rest
-    return out
-
-
-def _some_of_each_query(examples: Sequence[Example], per_query: int, gen: np.random.Generator) -> List[int]:
-    """Indices of at most ``per_query`` examples of each query (all of a query that has fewer)."""
-    by_query: Dict[str, List[int]] = {}
-    for i, e in enumerate(examples):
-        by_query.setdefault(e.qid, []).append(i)
-    keep: List[int] = []
-    for qid in sorted(by_query):
-        rows = by_query[qid]
-        keep += rows if len(rows) <= per_query else sorted(gen.choice(rows, size=per_query, replace=False).tolist())
-    return keep
-
-
-def _row(e: Example, k: int, gen: np.random.Generator) -> tuple:
-    if k == 0 or not e.negatives:  # no pool: this row has in-batch negatives only
-        return (e.query, e.positive)
-    take = sorted(gen.choice(len(e.negatives), size=min(k, len(e.negatives)), replace=False).tolist())
-    negs = [e.negatives[t] for t in take]
-    negs += [negs[-1]] * (k - len(negs))
-    return (e.query, e.positive, *negs)
 
 
 def step_loss(loss_fn, embed: Embedder, rows: List[tuple]) -> torch.Tensor:

@@ -6,7 +6,7 @@ Stages, each optional but not both absent:
 1. ``pretrain="random"|"rom"`` (the corpus alone): continued masked-LM training
    (:mod:`retrieval.dense.mlm`, masks from :mod:`retrieval.dense.masking`).
 2. ``qrels`` given: contrastive fine-tuning with in-batch and BM25-mined hard negatives
-   (:mod:`retrieval.dense.contrastive`, examples from :mod:`retrieval.dense.pairs`), the best epoch on
+   (:mod:`retrieval.dense.contrastive`, examples from :mod:`retrieval.pairs`), the best epoch on
    the held-out training queries kept.
 
 The output is a Hugging Face model folder (config, weights, tokenizer, ``sentence_bert_config.json``
@@ -277,7 +277,7 @@ class _Run:
     # -- stage 2: contrastive ------------------------------------------------------------------
     def _examples(self):
         from retrieval.collections import read_qrels, read_queries
-        from retrieval.dense.pairs import split_dev, training_examples
+        from retrieval.pairs import split_dev, training_examples
         from retrieval.index import open_index
 
         qrels = read_qrels(self.qrels)
@@ -304,6 +304,7 @@ class _Run:
 
     def finetune(self) -> None:
         from retrieval.dense import contrastive as C
+        from retrieval.pairs import batches
 
         cfg = self.cfg
         t0 = time.perf_counter()
@@ -314,7 +315,7 @@ class _Run:
         body.to(self.device)
         embed = C.Embedder(body, tok, cfg.pooling, cfg.query_length, cfg.max_length, self.device)
         loss_fn = C.make_loss(body, cfg.scale)
-        steps = len(C.batches(train, cfg.batch_size, cfg.hard_negatives, cfg.seed, 0, cfg.positives_per_query))
+        steps = len(batches(train, cfg.batch_size, cfg.hard_negatives, cfg.seed, 0, cfg.positives_per_query))
         total = steps * cfg.epochs
         opt, sched = adamw_with_warmup(body, cfg.lr, cfg.weight_decay, cfg.warmup, total)
         self._resume_into("finetune", body, opt, sched)
@@ -329,7 +330,7 @@ class _Run:
                 t1 = time.perf_counter()
                 _seed_epoch(cfg, 2, epoch)
                 losses = []
-                for rows in C.batches(train, cfg.batch_size, cfg.hard_negatives, cfg.seed, epoch,
+                for rows in batches(train, cfg.batch_size, cfg.hard_negatives, cfg.seed, epoch,
                                       cfg.positives_per_query):
                     losses.append(_step(C.step_loss(loss_fn, embed, rows), body, opt, sched))
                     bar.update(1)

@@ -234,8 +234,8 @@ def test_the_command_line_defaults_are_the_apis():
 def test_positives_per_query_caps_each_querys_examples_per_epoch_and_redraws_them():
     """A query with many relevant passages (NFCorpus has dozens) brings at most ``per_query`` of them
     to an epoch, a different draw each epoch, seeded; without the cap every example comes, once."""
-    from retrieval.dense.contrastive import batches
-    from retrieval.dense.pairs import Example
+    from retrieval.pairs import batches
+    from retrieval.pairs import Example
 
     counts = {"a": 6, "b": 1, "c": 3}
     examples = [Example(q, f"query {q}", f"{q}{i}", f"passage {q}{i}", (f"n{q}{i}",), (f"negative {q}{i}",))

@@ -1,4 +1,4 @@
-"""Training examples for dense fine-tuning (retrieval/dense/pairs.py) on the small BM25 index over the
+"""Training examples for dense fine-tuning (retrieval/pairs.py) on the small BM25 index over the
 SciFact slice, with the slice's own queries and judgments as the training qrels (in memory, so no test
 file name is involved, except in the refusal test): hard negatives never relevant, positives always
 relevant, determinism under a seed, the query-level dev split, and errors on bad input."""
@@ -9,7 +9,7 @@ import json
 import pytest
 
 from indexes.errors import InputError, ParameterError
-from retrieval.dense.pairs import Example, split_dev, training_examples
+from retrieval.pairs import Example, split_dev, training_examples
 from retrieval.types import Query, contents
 
 

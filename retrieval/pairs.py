@@ -1,4 +1,4 @@
-"""Training examples for contrastive fine-tuning of the dense encoder (issue #26).
+"""Training examples for contrastive fine-tuning, whatever the encoder (dense, SPLADE), and their batches.
 
 :func:`training_examples` turns training queries and qrels into (query, positive passage, hard
 negatives) examples, one per relevant document of a query that the folder holds:
@@ -22,7 +22,8 @@ Qrels whose file looks like a test split are refused as ``retr tune`` refuses th
 (:func:`retrieval.tune.looks_like_test`): test queries are for scoring, never for training.
 
 :func:`split_dev` holds out a share of the training *queries* (never single examples) for early
-stopping.
+stopping. :func:`batches` cuts one epoch's batches: a seeded order, each query at most once per batch,
+hard negatives sampled from each example's pool.
 """
 from __future__ import annotations
 
@@ -138,3 +139,50 @@ def split_dev(examples_or_queries: Sequence, share: float, seed: int = 0) -> Tup
     dev = {qids[i] for i in order[:n_dev]}
     return ([x for x in examples_or_queries if _qid(x) not in dev],
             [x for x in examples_or_queries if _qid(x) in dev])
+
+
+def batches(examples: Sequence[Example], batch_size: int, hard_negatives: int, seed: int, epoch: int,
+            per_query: Optional[int] = None) -> List[List[tuple]]:
+    """One epoch's batches of (query, positive, negatives...) texts: a seeded order, each query at
+    most once per batch (a query's next positive goes to a later batch), ``hard_negatives`` sampled
+    from each example's pool (a short pool repeats its last negative, so rows have one width).
+    ``per_query``: each query brings at most this many of its examples to the epoch, drawn anew each
+    epoch (for qrels with dozens of relevant documents a query, as NFCorpus's; None: all)."""
+    gen = np.random.default_rng([seed, 3, epoch])
+    if per_query is None:
+        pending = gen.permutation(len(examples)).tolist()
+    else:
+        pending = gen.permutation(_some_of_each_query(examples, per_query, gen)).tolist()
+    out: List[List[tuple]] = []
+    while pending:
+        current, seen, rest = [], set(), []
+        for j in pending:
+            if len(current) < batch_size and examples[j].qid not in seen:
+                current.append(j)
+                seen.add(examples[j].qid)
+            else:
+                rest.append(j)
+        out.append([_row(examples[j], hard_negatives, gen) for j in current])
+        pending = rest
+    return out
+
+
+def _some_of_each_query(examples: Sequence[Example], per_query: int, gen: np.random.Generator) -> List[int]:
+    """Indices of at most ``per_query`` examples of each query (all of a query that has fewer)."""
+    by_query: Dict[str, List[int]] = {}
+    for i, e in enumerate(examples):
+        by_query.setdefault(e.qid, []).append(i)
+    keep: List[int] = []
+    for qid in sorted(by_query):
+        rows = by_query[qid]
+        keep += rows if len(rows) <= per_query else sorted(gen.choice(rows, size=per_query, replace=False).tolist())
+    return keep
+
+
+def _row(e: Example, k: int, gen: np.random.Generator) -> tuple:
+    if k == 0 or not e.negatives:  # no pool: this row has in-batch negatives only
+        return (e.query, e.positive)
+    take = sorted(gen.choice(len(e.negatives), size=min(k, len(e.negatives)), replace=False).tolist())
+    negs = [e.negatives[t] for t in take]
+    negs += [negs[-1]] * (k - len(negs))
+    return (e.query, e.positive, *negs)
