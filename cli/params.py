@@ -54,9 +54,12 @@ def flags(names: Mapping[str, str]) -> Iterator[None]:
         raise e.renamed(names) from None
 
 
-def training_options(f):
+def training_options(f=None, *, base: str = "minilm"):
     """The data and output options every `retr train` command shares: --corpus, --queries,
-    --qrels (training qrels; the library refuses a test split), --output and --base."""
+    --qrels (training qrels; the library refuses a test split), --output and --base (``base``: the
+    one the command uses when none is given; ``@training_options(base="splade-tiny")``)."""
+    if f is None:
+        return lambda g: training_options(g, base=base)
     opts = [
         click.option("--corpus", required=True, type=click.Path(path_type=Path),
                      help="The passages: BEIR folder or JSONL, TSV or TREC."),
@@ -67,7 +70,7 @@ def training_options(f):
         click.option("--output", "-o", required=True, type=click.Path(path_type=Path, file_okay=False),
                      help="Model folder to write."),
         click.option("--base", default=None,
-                     help="Base encoder: 'minilm', 'splade-tiny' or a local HF folder [default: minilm]."),
+                     help=f"Base encoder: 'minilm', 'splade-tiny' or a local HF folder [default: {base}]."),
     ]
     for opt in reversed(opts):
         f = opt(f)

@@ -22,7 +22,6 @@ the same command twice gives the same weights (deterministic kernels requested, 
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import sys
@@ -38,17 +37,8 @@ from indexes.errors import InputError, ParameterError
 from retrieval.dense.train_config import DenseTrainConfig  # noqa: F401 (also importable from here)
 from retrieval.optim import adamw_with_warmup
 from retrieval.progress import progress
-
-CARD = "retr_train.json"
-CHECKPOINT = ".checkpoint"
-
-
-class TrainingStopped(KeyboardInterrupt):
-    """Ctrl-C during training, after the message saying where the last finished epoch is."""
-
-
-def is_trained(path) -> bool:
-    return (Path(path) / CARD).is_file()
+from retrieval.trainrun import CARD, CHECKPOINT, TrainingStopped, prepare_output
+from retrieval.trainrun import file_hash as _file_hash
 
 
 def train(corpus, output, queries=None, qrels=None, cfg: Optional[DenseTrainConfig] = None, *,
@@ -73,7 +63,7 @@ def train(corpus, output, queries=None, qrels=None, cfg: Optional[DenseTrainConf
             raise InputError("refusing to train on what looks like test qrels; train on a train/dev split", qrels)
     out = Path(output)
     existed = out.exists()
-    state = _prepare_output(out, cfg, resume, overwrite, quiet)
+    state = prepare_output(out, cfg.key(), resume, overwrite, quiet)
     run = _Run(cfg, out, quiet, state)
     try:
         run.setup(corpus, queries, qrels, index)
@@ -100,48 +90,6 @@ def _known(settings: dict) -> dict:
         raise ParameterError("unknown training setting(s): {_bad} (see retrieval.dense.training.DenseTrainConfig)",
                              _bad=", ".join(bad))
     return settings
-
-
-def _prepare_output(out: Path, cfg: DenseTrainConfig, resume: bool, overwrite: bool, quiet: bool) -> Optional[dict]:
-    """Check the output folder; the checkpoint to resume from, or None."""
-    if out.exists() and not out.is_dir():
-        raise InputError("exists and is not a folder", out)
-    ck = out / CHECKPOINT / "state.pt"
-    if is_trained(out) and not overwrite:
-        raise ParameterError("{_path}: already holds a trained model ({overwrite} replaces it)", _path=out)
-    if out.exists() and any(out.iterdir()) and not (out / CHECKPOINT).exists() and not overwrite:
-        raise ParameterError("{_path}: is not empty ({overwrite} replaces what is there)", _path=out)
-    if overwrite and out.exists():
-        shutil.rmtree(out)
-    if not ck.is_file():
-        if (out / CHECKPOINT).exists():
-            shutil.rmtree(out / CHECKPOINT)  # a run killed before its first epoch ended: nothing to keep
-        if resume and not quiet:
-            print(f"retr: no checkpoint in {out}; training from the start", file=sys.stderr)
-        return None
-    if not resume:
-        raise ParameterError("{_path}: holds an unfinished run (.checkpoint); {resume} continues it, "
-                             "{overwrite} starts over", _path=out)
-    state = torch.load(ck, weights_only=False)
-    if state.get("config_key") != cfg.key():
-        raise ParameterError("{_path}: its checkpoint was made with other settings; run with the same settings "
-                             "to resume, or {overwrite} to start over", _path=out)
-    return state
-
-
-def _file_hash(path) -> Optional[str]:
-    p = Path(path)
-    if p.is_dir():
-        files = sorted(f for f in p.rglob("*") if f.is_file())
-    else:
-        files = [p]
-    h = hashlib.sha256()
-    for f in files:
-        h.update(f.name.encode())
-        with open(f, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 22), b""):
-                h.update(block)
-    return h.hexdigest()[:16]
 
 
 def _seed_epoch(cfg: DenseTrainConfig, stage: int, epoch: int) -> None:
