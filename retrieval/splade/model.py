@@ -42,24 +42,39 @@ def token_counts(tokenizer, texts: Sequence[str]) -> List[Dict[str, int]]:
     return [dict(Counter(tokenizer.tokenize(t))) for t in texts]
 
 
+def load_mlm(path: Path):
+    """The masked LM in ``path`` with its trained MLM head; a folder whose weights are not a masked LM's,
+    or that lacks the head (transformers would make a random one, as for MiniLM), is refused in one line."""
+    from transformers import AutoModelForMaskedLM
+
+    try:
+        model, info = AutoModelForMaskedLM.from_pretrained(path, output_loading_info=True)
+    except Exception as e:
+        raise ModelDirError(f"{path}: not a masked language model SPLADE can use "
+                            f"({str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__})")
+    head = model.get_output_embeddings()
+    missing = [k for k in info.get("missing_keys", []) if "embeddings" not in k or "decoder" in k]
+    if head is None or missing:
+        raise ModelDirError(f"{path}: has no trained MLM head ({len(missing)} weights missing, e.g. "
+                            f"{missing[0] if missing else 'the output layer'}): SPLADE needs a masked LM such as "
+                            "splade-tiny")
+    return model
+
+
 class SpladeEncoder:
     """Runs a masked language model as SPLADE-max over passages or queries."""
 
     def __init__(self, model: Optional[str | os.PathLike] = None, device: str = "auto", max_length: int = 256,
                  threads: Optional[int] = None):
         import torch
-        from transformers import AutoModelForMaskedLM, AutoTokenizer
+        from transformers import AutoTokenizer
 
         from retrieval.models import _quiet_transformers
 
         _quiet_transformers()
         self.name = str(model or DEFAULT_MODEL)
         self.model_dir = resolve_model_path(self.name)
-        try:
-            self.model = AutoModelForMaskedLM.from_pretrained(self.model_dir)
-        except Exception as e:  # a folder whose weights are not a masked LM's: say so in one line
-            raise ModelDirError(f"{self.model_dir}: not a masked language model SPLADE can use "
-                                f"({str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__})")
+        self.model = load_mlm(self.model_dir)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         head = self.model.get_output_embeddings()
         if head is None or head.weight.shape[0] != len(self.tokenizer):
