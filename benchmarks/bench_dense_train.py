@@ -78,6 +78,8 @@ def train_cell(col, cell: str) -> tuple:
         return None, None
     path = OUT / col.name / cell / "model"
     if not (path / "retr_train.json").is_file():
+        # an interrupted run continues from its last finished epoch (the same model as uninterrupted)
+        again = {"resume": True} if (path / ".checkpoint" / "state.pt").is_file() else {"overwrite": True}
         split = TRAIN.get(col.name)
         if finetune and not split:
             raise SystemExit(f"{col.name} has no training qrels: {cell} needs them")
@@ -85,14 +87,14 @@ def train_cell(col, cell: str) -> tuple:
             # X+ft fine-tunes cell X's model: the very body that `--pretrain X` with qrels would
             # pre-train and then fine-tune (same seed and budget), trained once for both cells
             first, _ = train_cell(col, cell[:-len("+ft")])
-            train(col.corpus, path, col.queries_path, col.qrels_path(split), base=str(first), overwrite=True,
+            train(col.corpus, path, col.queries_path, col.qrels_path(split), base=str(first), **again,
                   **FINETUNE.get(col.name, {}))
         else:
             imp = f"deepct:{_deepct_model(col)}" if importance == "deepct" else "bm25"
             args = (col.queries_path, col.qrels_path(split)) if finetune else (None, None)
             budget = PRETRAIN if pretrain != "none" else {}
             more = FINETUNE.get(col.name, {}) if finetune else {}
-            train(col.corpus, path, *args, pretrain=pretrain, importance=imp, overwrite=True, **budget, **more)
+            train(col.corpus, path, *args, pretrain=pretrain, importance=imp, **again, **budget, **more)
     return path, json.loads((path / "retr_train.json").read_text())
 
 

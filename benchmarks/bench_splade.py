@@ -258,6 +258,7 @@ def main() -> None:
     models = dict(x.split("=", 1) for x in a.deepct)
     out_json = RESULTS / "splade.json"
     results = json.loads(out_json.read_text())["collections"] if out_json.exists() else {}
+    results = {c: r for c, r in results.items() if "sparsity" in r}  # drop results written by older versions
     for col in by_name(a.collections):
         t = time.perf_counter()
         results[col.name] = run_collection(col, models.get(col.name) and Path(models[col.name]), a.finetune)
