@@ -24,6 +24,10 @@ class InputError(RetrError):
         self.line = line
 
 
+class NotFound(InputError):
+    """Something asked for by name that is not there: a document id (the server answers 404)."""
+
+
 class ParameterError(InputError):
     """Bad input that names parameters of a library call. ``template`` puts each parameter's name
     in braces and ``values`` fill its other fields (``ParameterError("{workers} must be at least 1,

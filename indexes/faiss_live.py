@@ -243,6 +243,11 @@ class NotReconstructible(Exception):
 _LOSSY = re.compile(r"PQ|SQ|LSH|RaBitQ|Residual", re.I)
 
 
+def lossy(factory: Optional[str]) -> bool:
+    """Whether a faiss index of this factory string stores its vectors approximately (compressed)."""
+    return bool(_LOSSY.search(factory or ""))
+
+
 def compact(folder: Union[str, Path], quiet: bool = True) -> FaissIndex:
     """Write a new base into ``folder`` holding the live rows only (base rows in order, then
     delta rows), rebuilt with the same factory string and search parameters (trained again

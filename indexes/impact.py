@@ -136,6 +136,13 @@ class VectorSearcher:
         with self._lock:
             return self._index.search_filtered(weighted_query(weights, self.impact), k, allowed)
 
+    def explain(self, weights: Vector, docid: str, returned: Optional[float] = None) -> Optional[dict]:
+        """How the document ``docid`` scores for the weighted query ``weights`` (see
+        :meth:`indexes.lucene.LuceneIndex.explain`: per matched term, the query weight times the
+        stored impact, or BM25's figures over pseudo term frequencies); None where it is not here."""
+        with self._lock:
+            return self._index.explain(weighted_query(weights, self.impact), docid, returned)
+
     def close(self) -> None:
         self._index.close()
 

@@ -548,6 +548,33 @@ class LuceneIndex:
             snap, batch = self._call(lambda s: (s, s.js.batchSearch(texts, k, threads)))
         return snap, batch.data.tostring(), batch.errors
 
+    def explain(self, query, docid: str, returned: Optional[float] = None) -> Optional[Dict[str, object]]:
+        """How the live document ``docid`` scores for ``query`` (text, or a ``{term: weight}`` dict for
+        an impact index), from Lucene's own ``IndexSearcher.explain`` under the similarity the search
+        uses (:func:`explain_terms`); None where this index holds no live document ``docid``.
+
+        ``returned``: the score the search returned for it, where it is in a ranking; the parts
+        then add up to it (Anserini's rounding and tie offset are parts of their own), else to the
+        score a search deep enough would return before any tie offset."""
+        if self.impact:
+            terms, weights = _int_weights(query)
+
+            def make(s):  # no term left: a query that matches nothing, so the document is still looked up
+                if not terms:
+                    return jvm.autoclass("org.apache.lucene.search.MatchNoDocsQuery")()
+                return s.js.weightQuery(terms, weights, 0, len(terms))
+        else:
+            def make(s):
+                return s.js.textQuery(query)
+
+        def run(s):
+            q = make(s)
+            return s.js.explain(q, str(docid)), s.js.clauseTerms(q), s.js.clauseBoosts(q)
+        ex, terms_, boosts = self._call(run)
+        if ex is None:
+            return None
+        return explain_terms(ex, terms_, boosts, self.impact, returned)
+
     def query_masses(self, texts: Sequence[str]) -> List[float]:
         """Each text's mass under this index's similarity: the most its terms can score one
         document (for BM25, the sum of boost x idf over the query's terms that occur), from
@@ -640,6 +667,109 @@ class _Snapshot:
             out.append(list(zip(ids[docs[i:i + c]].tolist(), scores[i:i + c].tolist())))
             i += c
         return out
+
+
+# ------------------------------------------------------------------ explanations
+#: Lucene's names of the figures in a BM25Similarity explanation (the description up to its first
+#: comma) -> ours; "tf" is Lucene's saturated term frequency, "freq" the term's count in the passage
+_BM25_FIGURES = {"freq": "tf", "n": "df", "N": "docs", "idf": "idf", "tf": "tf_part", "k1": "k1", "b": "b",
+                 "dl": "dl", "avgdl": "avgdl", "boost": "boost"}
+_COUNTS = {"freq", "n", "N", "dl", "impact"}  # shown as integers when they are whole
+
+
+def _figures(e, out: Dict[str, float]) -> Dict[str, float]:
+    """The figures named in an explanation tree (Lucene's descriptions ``"idf, computed as ..."``,
+    ``"n, number of documents containing term"``, ``"impact(freq=3.0)"``), by their names."""
+    desc = str(e.getDescription())
+    key = desc.split(",", 1)[0].strip()
+    if key.startswith("impact(freq="):
+        key = "impact"
+    v = float(e.getValue().doubleValue())
+    out.setdefault(key, int(v) if key in _COUNTS and v.is_integer() else v)
+    for d in e.getDetails():
+        _figures(d, out)
+    return out
+
+
+#: the keys of explain_terms' parts worth a column, with their headings
+BM25_COLUMNS = (("query_weight", "qw"), ("tf", "tf"), ("df", "df"), ("idf", "idf"), ("dl", "dl"),
+                ("length_norm", "len-norm"), ("tf_part", "tf-part"), ("share", "share"))
+IMPACT_COLUMNS = (("query_weight", "query weight"), ("impact", "stored impact"), ("share", "share"))
+
+
+def explain_notes(ex: Dict[str, object], limit: int = 30) -> List[str]:
+    """A line on the query terms the document lacks, when there are any."""
+    missing = list(ex["unmatched"])  # type: ignore[arg-type]
+    if not missing:
+        return []
+    more = f" and {len(missing) - limit} more" if len(missing) > limit else ""
+    return [f"{len(missing)} query term(s) not in the document: {', '.join(missing[:limit])}{more}"]
+
+
+def anserini_rounded(raw: float) -> float:
+    """A score as Anserini's ScoreTiesAdjusterReranker rounds it (4 decimals, half up, as a float),
+    before it pushes equal scores apart."""
+    import math
+
+    import numpy as np
+
+    return float(np.float32(math.floor(raw * 10000.0 + 0.5) / 10000.0))
+
+
+def explain_terms(ex, terms: Sequence[str], boosts: Sequence[float], impact: bool,
+                  returned: Optional[float] = None) -> Dict[str, object]:
+    """Lucene's explanations of one document (``HitSearcher.explain``: the whole query, then each
+    clause) as parts that add up to its score. Each matched query term is a part: under BM25
+    (``impact`` False) with the figures of Lucene's BM25Similarity explanation (the term's count
+    ``tf``, ``df``, ``idf``, the passage length ``dl`` against ``avgdl``, the length normalisation
+    ``1 - b + b * dl / avgdl`` and the saturated ``tf_part``), its score = boost x idf x tf_part;
+    in an impact index the query weight times the stored impact (Anserini's ImpactSimilarity scores
+    boost x impact, though its explanation leaves the boost out). The search sums a document's
+    term scores in a double and rounds the sum to a float once (``raw``); Anserini then rounds it
+    to 4 decimals and pushes equal scores apart by 1e-6 steps: those are parts of their own, so the
+    parts add up to ``returned`` (the score the search returned) or, without it, to the rounded
+    score. ``lucene`` is Lucene's own total of the whole query, for comparison with ``raw``."""
+    import numpy as np
+
+    parts: List[Dict[str, object]] = []
+    unmatched: Dict[str, float] = {}
+    common: Dict[str, float] = {}
+    exact = 0.0
+    for term, boost, e in zip(terms, boosts, list(ex)[1:]):
+        if not e.isMatch():
+            unmatched[str(term)] = float(boost)
+            continue
+        f = _figures(e, {})
+        if impact:
+            stored = f.get("impact", f.get("freq", float(e.getValue().doubleValue())))
+            value = float(np.float32(np.float32(boost) * np.float32(stored)))
+            part = {"label": str(term), "value": value, "query_weight": float(boost), "impact": stored}
+        else:
+            value = float(e.getValue().doubleValue())
+            mine = {_BM25_FIGURES[k]: v for k, v in f.items() if k in _BM25_FIGURES}
+            for k in ("k1", "b", "avgdl", "docs"):
+                if k in mine:
+                    common[k] = mine.pop(k)
+            mine.pop("boost", None)
+            if "dl" in mine and common.get("avgdl"):
+                mine["length_norm"] = 1 - common["b"] + common["b"] * mine["dl"] / common["avgdl"]
+            part = {"label": str(term), "value": value, "query_weight": float(boost), **mine}
+        parts.append(part)
+        exact += value
+    raw = float(np.float32(exact))
+    for part in parts:
+        part["share"] = part["value"] / raw if raw else 0.0
+    rounded = anserini_rounded(raw)
+    if rounded != exact:
+        parts.append({"label": "Anserini's rounding to 4 decimals", "value": rounded - exact})
+    score = rounded
+    if returned is not None and returned != rounded:
+        parts.append({"label": "Anserini's tie offset (1e-6 per score tied with it above)",
+                      "value": returned - rounded})
+        score = returned
+    return {"score": score, "raw": raw, "lucene": float(ex[0].getValue().doubleValue()), "parts": parts,
+            "unmatched": unmatched, "statistics": common, "similarity": "impact" if impact else "bm25",
+            "text": str(ex[0].toString()).rstrip()}
 
 
 def _check_k(k) -> int:

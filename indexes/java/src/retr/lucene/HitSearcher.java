@@ -30,6 +30,7 @@ import org.apache.lucene.index.BinaryDocValues;
 import org.apache.lucene.index.DirectoryReader;
 import org.apache.lucene.index.IndexReader;
 import org.apache.lucene.index.LeafReaderContext;
+import org.apache.lucene.index.MultiBits;
 import org.apache.lucene.index.MultiDocValues;
 import org.apache.lucene.index.NumericDocValues;
 import org.apache.lucene.index.PostingsEnum;
@@ -42,6 +43,7 @@ import org.apache.lucene.search.BooleanQuery;
 import org.apache.lucene.search.BoostQuery;
 import org.apache.lucene.search.CollectionStatistics;
 import org.apache.lucene.search.DocIdSetIterator;
+import org.apache.lucene.search.Explanation;
 import org.apache.lucene.search.FieldComparator;
 import org.apache.lucene.search.FieldComparatorSource;
 import org.apache.lucene.search.IndexSearcher;
@@ -311,6 +313,64 @@ public final class HitSearcher implements Closeable {
     double[] out = new double[texts.length];
     for (int i = 0; i < texts.length; i++) out[i] = queryMass(texts[i]);
     return out;
+  }
+
+  /**
+   * Lucene's own explanations (IndexSearcher.explain, under the similarity in use) of the score of
+   * the live document whose id is {@code id} for {@code q}: element 0 explains the whole query, and
+   * for a flat bag of terms element i + 1 explains its i-th clause alone ({@link #clauseTerms}: the
+   * clause's term query with the clause's boost), matched or not. Null where no live document has
+   * that id. The clauses' scores are the terms the search sums for the document (in a double, then
+   * rounded to float once), before Anserini's rounding of the sum to 4 decimals.
+   */
+  public Explanation[] explain(Query q, String id) throws IOException {
+    if (!reader.tryIncRef()) {
+      throw new AlreadyClosedException("this index reader was closed");
+    }
+    try {
+      IndexSearcher s = scoring.searcher;
+      int doc = liveDoc(id);
+      if (doc < 0) return null;
+      List<Clause> cs = clauses(s.rewrite(q));
+      int m = cs == null ? 0 : cs.size();
+      Explanation[] out = new Explanation[m + 1];
+      out[0] = s.explain(q, doc);
+      for (int i = 0; i < m; i++) {
+        Clause c = cs.get(i);
+        Query tq = new TermQuery(c.term);
+        out[i + 1] = s.explain(c.boost == 1f ? tq : new BoostQuery(tq, c.boost), doc);
+      }
+      return out;
+    } finally {
+      reader.decRef();
+    }
+  }
+
+  /** The terms of the clauses of a flat bag-of-words query, in order (null for any other shape). */
+  public String[] clauseTerms(Query q) throws IOException {
+    List<Clause> cs = clauses(scoring.searcher.rewrite(q));
+    if (cs == null) return null;
+    String[] out = new String[cs.size()];
+    for (int i = 0; i < out.length; i++) out[i] = cs.get(i).term.text();
+    return out;
+  }
+
+  /** The boosts (query weights) of {@link #clauseTerms}'s clauses, in the same order. */
+  public float[] clauseBoosts(Query q) throws IOException {
+    List<Clause> cs = clauses(scoring.searcher.rewrite(q));
+    if (cs == null) return null;
+    float[] out = new float[cs.size()];
+    for (int i = 0; i < out.length; i++) out[i] = cs.get(i).boost;
+    return out;
+  }
+
+  /** The doc number of the live document whose id is {@code id} in this reader, or -1. */
+  private int liveDoc(String id) {
+    Bits live = MultiBits.getLiveDocs(reader);
+    for (int d = 0; d < docids.length; d++) {
+      if (id.equals(docids[d]) && (live == null || live.get(d))) return d;
+    }
+    return -1;
   }
 
   /**
