@@ -198,14 +198,25 @@ def parse_pipeline(spec: str, fusion: Optional[str] = None, default: Optional[st
 
 
 # ---------------------------------------------------------------- the methods
-def _normalise(scores: List[float], norm: str) -> List[float]:
+def _norm_params(scores: List[float], norm: str) -> Dict[str, float]:
+    """What a normalisation needs of a list's scores: min-max its lowest and highest, z-score
+    the mean and the standard deviation (none for "none" or an empty list)."""
     if norm == "none" or not scores:
+        return {}
+    if norm == "minmax":
+        return {"min": min(scores), "max": max(scores)}
+    mean = sum(scores) / len(scores)
+    return {"mean": mean, "sd": math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores))}
+
+
+def _normalise(scores: List[float], norm: str, p: Optional[Dict[str, float]] = None) -> List[float]:
+    p = _norm_params(scores, norm) if p is None else p
+    if not p:
         return list(scores)
     if norm == "minmax":
-        lo, hi = min(scores), max(scores)
+        lo, hi = p["min"], p["max"]
         return [1.0 if hi == lo else (s - lo) / (hi - lo) for s in scores]
-    mean = sum(scores) / len(scores)
-    sd = math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores))
+    mean, sd = p["mean"], p["sd"]
     return [0.0 if sd == 0 else (s - mean) / sd for s in scores]
 
 
@@ -233,6 +244,61 @@ def list_confidences(retrievers: Mapping[str, "Retriever"], texts: Sequence[str]
     return [{n: per[n][i] for n in retrievers} for i in range(len(texts))]
 
 
+class Prepared:
+    """What a fusion makes of each list of one query before any document is scored: each list's
+    weight (its static weight times its confidence weight), and per document its rank (RRF) or
+    normalised score (the others), with the normalised score a document the list lacks takes.
+    :func:`fuse` scores every document with it, and :func:`explain_fusion` shows it for one."""
+
+    def __init__(self, lists: Mapping[str, Scored], fusion: Fusion,
+                 confidences: Optional[Mapping[str, Optional[Tuple[str, float]]]] = None):
+        self.fusion = fusion
+        self.names = list(lists)
+        w = dict(fusion.weights)
+        self.static = {n: w.get(n, 1.0) for n in self.names}
+        self.confidence = {n: (confidences or {}).get(n) for n in self.names}
+        self.confidence_weights = confidence_weights(self.confidence, fusion) if confidences else None
+        cw = self.confidence_weights
+        self.weight = self.static if cw is None else {n: self.static[n] * cw[n] for n in self.names}
+        self.ranks: Dict[str, Dict[str, int]] = {}
+        self.norm_params: Dict[str, Dict[str, float]] = {}
+        self.normalised: Dict[str, Dict[str, float]] = {}
+        self.floor: Dict[str, float] = {}
+        for n in self.names:
+            if fusion.method == "rrf":
+                self.ranks[n] = {d: rank for rank, (d, _s) in enumerate(lists[n], 1)}
+                continue
+            scores = [s for _, s in lists[n]]
+            self.norm_params[n] = _norm_params(scores, fusion.norm)
+            ns = _normalise(scores, fusion.norm, self.norm_params[n])
+            self.normalised[n] = dict(zip((d for d, _ in lists[n]), ns))
+            self.floor[n] = min(ns) if ns else 0.0
+
+    def term(self, name: str, docid: str) -> Optional[float]:
+        """What list ``name`` adds to the fused score of ``docid`` (before CombMNZ's multiplier); None
+        where RRF adds nothing (a document the list lacks)."""
+        if self.fusion.method == "rrf":
+            rank = self.ranks[name].get(docid)
+            return None if rank is None else self.weight[name] / (self.fusion.k + rank)
+        s = self.normalised[name].get(docid)
+        return self.weight[name] * (self.floor[name] if s is None else s)
+
+    def present(self, docid: str) -> int:
+        """How many lists returned ``docid``."""
+        held = self.ranks if self.fusion.method == "rrf" else self.normalised
+        return sum(docid in held[n] for n in self.names)
+
+    def score(self, docid: str) -> float:
+        """The fused score of ``docid``: its lists' terms summed in the lists' order, times the
+        number of lists that returned it under CombMNZ."""
+        total = 0.0
+        for n in self.names:
+            t = self.term(n, docid)
+            if t is not None:
+                total += t
+        return total * self.present(docid) if self.fusion.method == "combmnz" else total
+
+
 def fuse(lists: Mapping[str, Scored], fusion: Fusion,
          confidences: Optional[Mapping[str, Optional[Tuple[str, float]]]] = None
          ) -> List[Tuple[str, float, Dict[str, Optional[float]]]]:
@@ -240,37 +306,55 @@ def fuse(lists: Mapping[str, Scored], fusion: Fusion,
     one list of ``(docid, fused score, {retriever: raw score or None})``, best first;
     ties are broken by docid for a deterministic order. ``confidences``: each list's
     ``(kind, value)`` for a fusion with confidence weighting (see the module docstring)."""
-    names = list(lists)
-    w = dict(fusion.weights)
-    weight = {n: w.get(n, 1.0) for n in names}
-    cw = confidence_weights({n: (confidences or {}).get(n) for n in names}, fusion) if confidences else None
-    if cw is not None:
-        weight = {n: weight[n] * cw[n] for n in names}
+    return _ranked(Prepared(lists, fusion, confidences), lists)
+
+
+def _ranked(p: Prepared, lists: Mapping[str, Scored]) -> List[Tuple[str, float, Dict[str, Optional[float]]]]:
     raw: Dict[str, Dict[str, Optional[float]]] = {}
-    fused: Dict[str, float] = {}
-    present: Dict[str, int] = {}
-    for n in names:
+    for n in p.names:
         for d, s in lists[n]:
-            raw.setdefault(d, dict.fromkeys(names))[n] = s
-    if fusion.method == "rrf":
-        for n in names:
-            for rank, (d, _s) in enumerate(lists[n], 1):
-                fused[d] = fused.get(d, 0.0) + weight[n] / (fusion.k + rank)
-    else:
-        floor = {}
-        norm_scores: Dict[str, Dict[str, float]] = {}
-        for n in names:
-            docs = [d for d, _ in lists[n]]
-            ns = _normalise([s for _, s in lists[n]], fusion.norm)
-            norm_scores[n] = dict(zip(docs, ns))
-            floor[n] = min(ns) if ns else 0.0
-        for d in raw:
-            total = 0.0
-            for n in names:
-                s = norm_scores[n].get(d)
-                if s is not None:
-                    present[d] = present.get(d, 0) + 1
-                total += weight[n] * (floor[n] if s is None else s)
-            fused[d] = total * present.get(d, 0) if fusion.method == "combmnz" else total
-    order = sorted(fused.items(), key=lambda x: (-x[1], x[0]))
+            raw.setdefault(d, dict.fromkeys(p.names))[n] = s
+    order = sorted(((d, p.score(d)) for d in raw), key=lambda x: (-x[1], x[0]))
     return [(d, s, raw[d]) for d, s in order]
+
+
+def explain_fusion(lists: Mapping[str, Scored], fusion: Fusion, docid: str,
+                   confidences: Optional[Mapping[str, Optional[Tuple[str, float]]]] = None) -> Dict[str, object]:
+    """The arithmetic that gives ``docid`` its fused score and rank: per list its raw score and rank
+    (None: the list lacks it), its normalised score (or what a missing document takes) or RRF's
+    1/(k + rank), the list's static and confidence weights and what it adds; then the sum, CombMNZ's
+    multiplier, the fused score and the rank among every document of the lists (None, with both
+    score and rank, where no list returned it: the fusion never saw it)."""
+    p = Prepared(lists, fusion, confidences)
+    per: Dict[str, Dict[str, object]] = {}
+    for n in p.names:
+        pos = next((i for i, (d, _s) in enumerate(lists[n], 1) if d == docid), None)
+        e: Dict[str, object] = {"rank": pos, "raw": lists[n][pos - 1][1] if pos else None, "length": len(lists[n]),
+                                "static_weight": p.static[n], "confidence": p.confidence[n],
+                                "confidence_weight": p.confidence_weights[n] if p.confidence_weights else None,
+                                "weight": p.weight[n], "contribution": p.term(n, docid)}
+        if fusion.method == "rrf":
+            e["rrf"] = 1.0 / (fusion.k + pos) if pos else None
+        else:
+            e.update(norm=dict(p.norm_params[n]), normalised=p.normalised[n].get(docid), floor=p.floor[n])
+        per[n] = e
+    present = p.present(docid)
+    out: Dict[str, object] = {"spec": str(fusion), "method": fusion.method, "lists": per, "present": present,
+                              "sum": sum(t for t in (p.term(n, docid) for n in p.names) if t is not None)}
+    if fusion.method == "rrf":
+        out["k"] = fusion.k
+    else:
+        out["norm"] = fusion.norm
+    if fusion.confidence:
+        out["confidence"] = {"slope": fusion.confidence, "centre": fusion.centre,
+                             "weighted": p.confidence_weights is not None}
+    if fusion.method == "combmnz":
+        out["multiplier"] = present
+    if not present:
+        out.update(score=None, rank=None)
+        return out
+    ranked = _ranked(p, lists)
+    out["rank"] = next(i for i, (d, _s, _r) in enumerate(ranked, 1) if d == docid)
+    out["score"] = ranked[out["rank"] - 1][1]
+    out["of"] = len(ranked)
+    return out
