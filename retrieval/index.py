@@ -25,9 +25,9 @@ from indexes import folder
 from indexes import manifest as mf
 from indexes.bulk import no_gc
 from indexes.docstore import DocStore
-from indexes.errors import IndexFormatError, InputError, ParameterError
+from indexes.errors import IndexFormatError, InputError, NotFound, ParameterError
 from retrieval.filters import Allowed, MetadataTable, first_allowed, parse_filter
-from retrieval.fusion import Pipeline, fuse, list_confidences, parse_pipeline
+from retrieval.fusion import Pipeline, explain_fusion, fuse, list_confidences, parse_pipeline
 from retrieval.kinds import PRIMARY, Retriever, kind_of
 from retrieval.progress import progress
 from retrieval.types import Document, Hit, Query
@@ -518,6 +518,61 @@ class Index:
                 bar.update(len(chunk))
         return out
 
+    def explain(self, query: str, docid: str, retriever: str = PRIMARY, fusion: Optional[str] = None,
+                depth: Optional[int] = None, dimsel=None, filter=None) -> dict:
+        """How ``docid`` got its score and rank for ``query`` under the pipeline ``retriever`` (with
+        ``fusion``, ``dimsel``, ``filter`` as :meth:`search` takes them), as a JSON-ready dict:
+
+        - ``docid``, ``query``, ``retriever`` (the pipeline as run), ``depth``;
+        - ``score`` and ``rank``: what the search gives the document (a fused pipeline: its fused
+          score and its rank among every document of the members' lists, as a search with ``k`` that
+          large returns them; one retriever: its rank in the top ``depth``), None for a rank where it
+          is not there;
+        - ``retrievers``: per member, its score of the document and its rank in its own list (each
+          member's list is what the search fuses: its top ``max(k, depth)``, here ``depth or 100``),
+          and the parts of that score (the kind's ``Retriever.explain``: BM25's terms through
+          Lucene's own explanation, impacts, a vector's inner product), which add up to it;
+        - ``fusion``: the fusion arithmetic (:func:`retrieval.fusion.explain_fusion`), None for one
+          retriever.
+
+        A document a list does not hold within its depth says so in the member's ``notes`` (its
+        score is still explained: what its retriever gives it). An unknown ``docid`` raises
+        :class:`indexes.errors.NotFound`; an unknown retriever InputError."""
+        g = self._enter()
+        try:
+            return self._explain(g, query, docid, retriever, fusion, depth, dimsel, filter)
+        finally:
+            self._leave(g)
+
+    def _explain(self, g: "_Generation", query, docid, retriever, fusion, depth, dimsel, filter) -> dict:
+        if not isinstance(query, str) or not query.strip():
+            raise InputError("query text is empty")
+        p = self._pipeline(g.manifest, retriever, fusion)
+        if depth is not None and (not isinstance(depth, int) or isinstance(depth, bool) or depth < 1):
+            raise InputError(f"depth must be a positive integer, got {depth!r}")
+        if not isinstance(docid, str) or not docid or g.docstore.get(docid) is None:
+            raise NotFound(f"no document {str(docid)[:200]!r} in the index")
+        n = depth or DEPTH
+        allowed = self._allowed(g, filter)
+        rs = {name: self._pick(g, name, dimsel, p.fused) for name in p.retrievers}
+        lists = {name: r.search(query, n) if allowed is None else self._filtered(g, r, query, n, allowed)
+                 for name, r in rs.items()}
+        members = {name: _member(r, query, docid, lists[name], n, allowed) for name, r in rs.items()}
+        out = {"docid": docid, "query": query, "retriever": str(p), "depth": n, "filter": filter,
+               "retrievers": members, "fusion": None, "notes": []}
+        if not p.fused:
+            m = members[p.retrievers[0]]
+            out.update(score=m["score"], rank=m["rank"])
+            if m["rank"] is None:
+                out["notes"].append(f"not in the top {n} (the depth): the score is what its retriever gives it")
+            return out
+        conf = self._confidences(g, p, rs, [query], {name: [v] for name, v in lists.items()}, None)
+        out["fusion"] = explain_fusion(lists, p.fusion, docid, conf and conf[0])
+        out.update(score=out["fusion"]["score"], rank=out["fusion"]["rank"])
+        if out["rank"] is None:
+            out["notes"].append(f"no member's top {n} (the depth) holds it: the fusion never sees it")
+        return out
+
     def _pick(self, g: _Generation, name: str, dimsel=None, fused: bool = False) -> Retriever:
         """The retriever for ``name`` in generation ``g``; with ``dimsel`` (a mode name, a dict of
         options or a retrieval.dense.dimsel.search.DimSel) the dense one searches with masked query vectors.
@@ -558,6 +613,23 @@ class Index:
         its searches, counts and documents all read that one generation, whatever writers commit
         meanwhile, as a Lucene ``IndexReader`` reads its commit. The Index itself moves on."""
         return Snapshot(self, self._enter())
+
+
+def _member(r: Retriever, query: str, docid: str, ranked, depth: int, allowed) -> dict:
+    """One member's part of :meth:`Index.explain`: its explanation of ``docid`` and where the
+    document stands in ``ranked``, the list the member's search returned."""
+    e = r.explain(query, docid, ranked)
+    rank = next((i for i, (d, _s) in enumerate(ranked, 1) if d == docid), None)
+    notes = list(e.notes)
+    if allowed is not None and docid not in allowed:
+        notes.append("the filter does not allow it: no list of this search holds it")
+    elif rank is None:
+        notes.append(f"not in its top {depth} (the depth): a search does not return it from this retriever, "
+                     f"and a fusion takes it as missing from this list")
+    return {"kind": r.kind, "score": ranked[rank - 1][1] if rank else e.score, "rank": rank,
+            "in_list": rank is not None, "list_length": len(ranked), "explained": e.total if e.parts else e.score,
+            "formula": e.formula, "columns": [list(c) for c in e.columns], "parts": e.parts, "details": e.details,
+            "notes": notes}
 
 
 def _document(row) -> Optional[Document]:
@@ -629,6 +701,11 @@ class Snapshot(_View):
         """:meth:`Index.batch_search` on this generation."""
         return self._index._batch_search(self._g, queries, k, retriever, fusion, threads, text, quiet, depth,
                                          batch_size, timings, dimsel, filter)
+
+    def explain(self, query: str, docid: str, retriever: str = PRIMARY, fusion: Optional[str] = None,
+                depth: Optional[int] = None, dimsel=None, filter=None) -> dict:
+        """:meth:`Index.explain` on this generation."""
+        return self._index._explain(self._g, query, docid, retriever, fusion, depth, dimsel, filter)
 
     def close(self) -> None:
         g, self._held = self._held, None

@@ -36,7 +36,7 @@ and no module is imported just for the side effect of registering something.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Protocol, Sequence, Tuple,
                     runtime_checkable)
@@ -88,6 +88,27 @@ class BuildContext:
         return ((docid, contents(title, text)) for docid, title, text, _meta in DocStore(self.store_path).iter_docs())
 
 
+@dataclass
+class Explained:
+    """A retriever's account of one document's score for one query (``Retriever.explain``): the
+    parts its search added up, read from the sub-index itself (Lucene's explanation of a term, a
+    stored impact, a stored vector). ``parts`` are dicts with a ``label`` (a query term, a step)
+    and a ``value``; the values add up to ``score``, the score its search gives the document.
+    ``columns`` are the parts' further keys worth a column in a table, with their headings."""
+
+    score: Optional[float]                  # None: the sub-index does not hold the document
+    parts: List[Dict[str, Any]] = field(default_factory=list)
+    formula: str = ""                       # how the parts make the score, in one line
+    columns: Tuple[Tuple[str, str], ...] = ()
+    details: Dict[str, Any] = field(default_factory=dict)   # parameters and statistics (k1, b, N, dimensions)
+    notes: List[str] = field(default_factory=list)
+
+    @property
+    def total(self) -> float:
+        """The parts added up (what ``score`` must be, to float precision)."""
+        return float(sum(p["value"] for p in self.parts))
+
+
 @runtime_checkable
 class Retriever(Protocol):
     """What a kind's retriever answers (``SubIndexKind.retriever``); the reader and fusion call
@@ -115,6 +136,12 @@ class Retriever(Protocol):
 
     def configure(self, **options: Any) -> Any:
         """Set search options (keys of ``options``) for later searches."""
+        ...
+
+    def explain(self, text: str, docid: str, ranked: Scored) -> Explained:
+        """How its search scores ``docid`` for ``text``, part by part (:class:`Explained`), with the
+        options in use. ``ranked``: the list its search returned for ``text`` (the score there is
+        the one to account for, where the document is in it)."""
         ...
 
     def confidence(self, texts: Sequence[str], lists: Sequence[Scored]) -> List[Confidence]:
@@ -158,6 +185,9 @@ class RetrieverBase:
 
     def confidence(self, texts: Sequence[str], lists: Sequence[Scored]) -> List[Confidence]:
         return [None] * len(texts)
+
+    def explain(self, text: str, docid: str, ranked: Scored) -> Explained:
+        raise InputError(f"the {self.kind or type(self).__name__} retriever cannot explain its scores")
 
     def rebind(self, new: Retriever) -> Optional[Retriever]:
         return None

@@ -9,7 +9,7 @@ from typing import ClassVar, Dict, List, Optional, Sequence, Tuple
 
 from indexes import manifest as mf
 from indexes.errors import InputError
-from retrieval.kinds import BuildContext, RetrieverBase, SubIndexKind
+from retrieval.kinds import BuildContext, Explained, RetrieverBase, SubIndexKind
 from retrieval.types import Query, Scored
 
 
@@ -77,6 +77,22 @@ class BM25Retriever(RetrieverBase):
             else:
                 out.append(("share", float(hits[0][1]) / m if hits and m > 0 else 0.0))
         return out
+
+    def explain(self, text: str, docid: str, ranked: Scored) -> Explained:
+        """Lucene's own explanation of each query term's BM25 score for ``docid`` (tf, df, idf,
+        length normalisation, the term's share of the score), and Anserini's rounding."""
+        from indexes.lucene import BM25_COLUMNS, explain_notes
+
+        ex = self._index.explain(text, docid, dict(ranked).get(docid))
+        if ex is None:
+            return Explained(None, notes=["not in this Lucene index (Anserini skips a passage without text)"])
+        return Explained(ex["score"], ex["parts"], columns=BM25_COLUMNS, notes=explain_notes(ex),
+                         formula=f"BM25 (k1={self.k1:g}, b={self.b:g}): sum over the query's terms of "
+                                 "qw x idf x tf-part, tf-part = tf / (tf + k1 x len-norm), "
+                                 "len-norm = 1 - b + b x dl / avgdl",
+                         details={**ex["statistics"], "k1": self.k1, "b": self.b, "raw": ex["raw"],
+                                  "lucene": ex["lucene"], "unmatched": ex["unmatched"],
+                                  "lucene_explanation": ex["text"]})
 
     def close(self) -> None:
         self._index.close()

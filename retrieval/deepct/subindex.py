@@ -29,7 +29,7 @@ from retrieval.deepct.tuning import apply_tuning, tune_bm25, tune_default_fusion
 from retrieval.deepct.weights import (DEFAULT_B, DEFAULT_K1, DEFAULT_MODE, MODES, SCALES, compact_weights,
                                       open_variant, plain_query_terms, term_weights, variant_name, variants_of,
                                       write_variants)
-from retrieval.kinds import BuildContext, RetrieverBase, SubIndexKind
+from retrieval.kinds import BuildContext, Explained, RetrieverBase, SubIndexKind
 from retrieval.types import Query, Scored
 
 QUERY_MODES = ("plain", "deepct")
@@ -227,6 +227,31 @@ class DeepCTRetriever(RetrieverBase):
         s.set_bm25(self.k1, self.b)
         weights = self.query_terms([q.text for q in queries])
         return s.batch(weights, [q.qid for q in queries], k, threads)
+
+    def explain(self, text: str, docid: str, ranked: Scored) -> Explained:
+        """Each query term the passage has, in the variant searched (mode and scale): in impact mode
+        the query weight times the stored impact; in bm25 mode Lucene's BM25 explanation over the
+        pseudo term frequencies (the stored weights)."""
+        from indexes.lucene import BM25_COLUMNS, IMPACT_COLUMNS, explain_notes
+
+        s = self._searcher(self.mode, self.scale)
+        s.set_bm25(self.k1, self.b)
+        weights = self.query_terms([text])[0]
+        ex = s.explain(weights, docid, dict(ranked).get(docid))
+        if ex is None:
+            return Explained(None, notes=["not in this DeepCT variant (Anserini skips a passage without a term "
+                                          "of weight 1 or more)"])
+        qw = "DeepCT-Query weight" if self.query == "deepct" else "the term's count in the query"
+        if self.mode == "impact":
+            formula = f"sum over the query's terms of query weight ({qw}) x stored impact ({self.scale} scale)"
+        else:
+            formula = (f"BM25 (k1={self.k1:g}, b={self.b:g}) over pseudo term frequencies (the stored {self.scale} "
+                       f"weights): sum of qw ({qw}) x idf x tf-part, tf-part = tf / (tf + k1 x len-norm)")
+        return Explained(ex["score"], ex["parts"], formula=formula, notes=explain_notes(ex),
+                         columns=IMPACT_COLUMNS if self.mode == "impact" else BM25_COLUMNS,
+                         details={**ex["statistics"], "mode": self.mode, "scale": self.scale, "query": self.query,
+                                  "k1": self.k1, "b": self.b, "query_weights": weights, "raw": ex["raw"],
+                                  "lucene": ex["lucene"], "unmatched": ex["unmatched"]})
 
     def close(self) -> None:
         with self._lock:

@@ -15,7 +15,7 @@ from typing import ClassVar, Dict, Iterator, List, Optional, Sequence, Tuple
 from indexes import manifest as mf
 from indexes.errors import InputError, RetrError
 from retrieval.filters import first_allowed
-from retrieval.kinds import BuildContext, RetrieverBase, SubIndexKind
+from retrieval.kinds import BuildContext, Explained, RetrieverBase, SubIndexKind
 from retrieval.types import Query, Scored, contents
 
 
@@ -231,6 +231,34 @@ def _encode_shards_on(runner, enc, store_path: Path, cache: Path, spec: DenseSpe
     return paths, dict(run.record(), resumed_shards=done)
 
 
+def _inner_product(q, d) -> float:
+    """q.d as faiss computes it for one query against a stored float32 vector (its own kernel, so
+    the score is the one a Flat index's search gives, to the bit)."""
+    import faiss
+    import numpy as np
+
+    ix = faiss.IndexFlatIP(len(d))
+    ix.add(np.ascontiguousarray(d[None], dtype=np.float32))
+    scores, _ = ix.search(np.ascontiguousarray(q[None], dtype=np.float32), 1)
+    return float(scores[0, 0])
+
+
+def _vector_details(q, qk, d, normalized: bool, factory: str) -> dict:
+    """What :meth:`DenseRetriever.explain_vector` tells of a query vector ``q`` (``qk``: as scored,
+    masked or not) and a passage vector ``d``: norms, cosine, the dimensions that gave most."""
+    import numpy as np
+
+    full = float(q @ d)
+    qn, dn = float(np.linalg.norm(q)), float(np.linalg.norm(d))
+    prod = qk * d
+    top = np.argsort(-prod, kind="stable")[:8]
+    return {"dim": int(len(q)), "dimensions_counted": int(len(q)), "query_norm": qn, "doc_norm": dn,
+            "cosine": full / (qn * dn) if qn and dn else 0.0, "score_all_dimensions": full,
+            "normalized": normalized, "factory": factory,
+            "top_dimensions": [{"dim": int(i), "query": float(q[i]), "doc": float(d[i]), "product": float(prod[i])}
+                               for i in top]}
+
+
 class DenseRetriever(RetrieverBase):
     """faiss search over vectors from the dense encoder recorded in the manifest.
     The encoder (torch + transformers) loads on the first query. A folder changed since
@@ -281,6 +309,52 @@ class DenseRetriever(RetrieverBase):
         res = self.search_vectors(self.encode_queries([q.text for q in queries]), k)
         return {q.qid: r for q, r in zip(queries, res)}
 
+
+    def explain(self, text: str, docid: str, ranked: Scored) -> Explained:
+        """The inner product of the encoded query and the vector stored for ``docid`` (read back
+        from faiss), the cosine it is when both are normalised, and the dimensions that gave most."""
+        return self.explain_vector(self.encode_queries([text])[0], docid)
+
+    def explain_vector(self, q, docid: str, mask=None, selection: Optional[dict] = None) -> Explained:
+        """:meth:`explain` for the query vector ``q``; ``mask`` (booleans per dimension): only those
+        dimensions count (dimension selection, ``selection`` says how they were chosen)."""
+        import numpy as np
+
+        from indexes.faiss_live import lossy
+        from retrieval.dense.dimsel.masks import doc_positions, doc_vectors
+
+        pos = doc_positions(self).get(docid)
+        if pos is None:
+            return Explained(None, notes=["not in this faiss index"])
+        d = doc_vectors(self, np.array([pos]))[0].astype(np.float64)
+        q = np.asarray(q, dtype=np.float64)
+        qk = q if mask is None else np.where(mask, q, 0.0)
+        score = _inner_product(qk, d)
+        details = _vector_details(q, qk, d, bool(self.entry.get("encoder", {}).get("normalize", True)),
+                                  self._index.factory)
+        notes = []
+        if mask is not None:
+            kept = np.flatnonzero(mask)
+            details.update(dimensions_counted=int(len(kept)), selection=selection or {},
+                           dimensions=[int(i) for i in kept])
+            shown = ", ".join(str(int(i)) for i in kept[:40]) + (", ..." if len(kept) > 40 else "")
+            notes.append(f"dimension selection kept {len(kept)} of {len(q)} dimensions ({shown}); over all of "
+                         f"them q.d would be {details['score_all_dimensions']:.6f}")
+        if lossy(self._index.factory):
+            notes.append(f"a {self._index.factory} index scores compressed vectors: q.d over the vector read back "
+                         "approximates the search's score")
+        part = {"label": f"q.d over {details['dimensions_counted']} dimensions", "value": score}
+        if mask is not None:
+            part["label"] += " (selected)"
+            formula = ("inner product of the query and passage vectors over the selected dimensions only (the "
+                       "query's others set to 0)")
+        else:
+            formula = "inner product of the query and passage vectors" + \
+                (": their cosine, as both are normalised" if details["normalized"] else "")
+            if details["normalized"]:
+                part["cosine"] = details["cosine"]
+        return Explained(score, [part], formula=formula, details=details, notes=notes,
+                         columns=(("cosine", "cosine"),) if "cosine" in part else ())
 
     def confidence(self, texts: Sequence[str], lists: Sequence[Scored]):
         """Per query, ``("cosine", top score)`` when the vectors are L2-normalised (inner product is

@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Dict, List, Optional, Sequence
 from indexes import impact
 from indexes import manifest as mf
 from indexes.errors import InputError, ParameterError
-from retrieval.kinds import BuildContext, RetrieverBase, SubIndexKind
+from retrieval.kinds import BuildContext, Explained, RetrieverBase, SubIndexKind
 from retrieval.splade.model import DEFAULT_MODEL, QUANTIZATION, token_counts
 from retrieval.types import Query, Scored
 
@@ -148,6 +148,23 @@ class SpladeRetriever(RetrieverBase):
     def search_filtered(self, text: str, k: int, allowed) -> Scored:
         """The first ``k`` documents of ``allowed`` in this retriever's ranking."""
         return self._lucene().search_filtered(self.query_terms([text])[0], k, allowed)
+
+    def explain(self, text: str, docid: str, ranked: Scored) -> Explained:
+        """Each word-piece the query and the passage share: the query's weight times the passage's
+        stored impact, read back from the Lucene impact index."""
+        from indexes.lucene import IMPACT_COLUMNS, explain_notes
+
+        weights = self.query_terms([text])[0]
+        ex = self._lucene().explain(weights, docid, dict(ranked).get(docid))
+        if ex is None:
+            return Explained(None, notes=["not in the SPLADE impact index (Anserini skips a passage without "
+                                          "a word-piece of impact 1 or more)"])
+        how = "the model's impacts" if self.query == "splade" else "word-piece counts"
+        return Explained(ex["score"], ex["parts"], columns=IMPACT_COLUMNS, notes=explain_notes(ex),
+                         formula=f"sum over the word-pieces the query and the passage share of query weight "
+                                 f"({how}) x stored impact (round(w / 5 x 256))",
+                         details={"query": self.query, "query_weights": weights, "raw": ex["raw"],
+                                  "lucene": ex["lucene"], "unmatched": ex["unmatched"]})
 
     def close(self) -> None:
         with self._lock:

@@ -23,7 +23,7 @@ import numpy as np
 from retrieval.dense.dimsel.masks import (MODES, DimSelError, DimSelParameterError, apply_mask, check_alpha,
                                           dime_importance, doc_positions, doc_vectors, oracle_importance, top_mask)
 from retrieval.dense.dimsel.selector import Selector, selector_folder
-from retrieval.kinds import RetrieverBase
+from retrieval.kinds import Explained, RetrieverBase
 from retrieval.types import Query, Scored
 
 
@@ -152,6 +152,20 @@ class DimSel(RetrieverBase):
     def batch_search(self, queries: Sequence[Query], k: int, threads: int = 1) -> Dict[str, Scored]:
         res = self.search_vectors(self.dense.encode_queries([q.text for q in queries]), k, [q.qid for q in queries])
         return {q.qid: r for q, r in zip(queries, res)}
+
+    def explain(self, text: str, docid: str, ranked: Scored, qid: Optional[str] = None) -> Explained:
+        """The dense retriever's explanation over the dimensions this selection keeps for ``text``
+        (the same masks as its search: the score is q.d with the other dimensions of q set to 0)."""
+        Q = np.atleast_2d(self.dense.encode_queries([text]))
+        mask = self.masks(Q, [qid] if qid is not None else None)
+        selection = {"mode": self.mode, "alpha": self.alpha, "adaptive": self.adaptive}
+        if self.mode == "prf":
+            selection["prf_k"] = self.prf_k
+        if mask is None:
+            e = self.dense.explain_vector(Q[0], docid)
+            e.details["selection"] = selection
+            return e
+        return self.dense.explain_vector(Q[0], docid, mask[0], selection)
 
 
 def wrap(index, retriever: str = "dense", dimsel=None) -> "DimSel":
