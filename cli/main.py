@@ -1,6 +1,6 @@
 """`retr`: the command-line face of the retrieval package. Thin by design:
 this module only wires the commands, which live one module per method beside
-it (index_cmds, search_cmds, dense_cmds, quality_cmds, live_cmds, eval_cmd, train_cmd,
+it (index_cmds, search_cmds, explain_cmd, dense_cmds, quality_cmds, live_cmds, eval_cmd, train_cmd,
 serve_cmds) or in a sub-index kind's package (its cli.OPTIONS.commands()), and turns
 every known error into one line."""
 from __future__ import annotations
@@ -42,6 +42,7 @@ def _register():
         ("cli.index_cmds", "info_cmd", None, "info"),
         ("cli.search_cmds", "search_cmd", None, "search"),
         ("cli.search_cmds", "tune_cmd", None, "tune"),
+        ("cli.explain_cmd", "explain_cmd", None, "explain"),
         ("cli.eval_cmd", "eval_cmd", None, "eval"),
         ("cli.dense_cmds", "ditto_select", None, "ditto-select"),
         ("cli.dense_cmds", "sts", "eval", "sts"),
