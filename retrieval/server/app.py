@@ -70,7 +70,8 @@ def create_app(registry: Registry, token: Optional[str] = None, writable: bool =
                   metrics=metrics, writable=writable)
     R.add_health_routes(app, st)  # on the app itself, as before the split: plain routes, not an included router
     v1 = APIRouter(prefix="/v1", responses=ERRORS)
-    for add in (R.add_index_routes, R.add_search_routes, R.add_document_read_routes, R.add_document_write_routes):
+    for add in (R.add_index_routes, R.add_search_routes, R.add_explain_routes, R.add_document_read_routes,
+                R.add_document_write_routes):
         add(v1, st)  # in this order: /v1/indexes before /v1/{index}
     app.include_router(v1)
     if mcp_app is not None:

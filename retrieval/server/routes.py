@@ -20,7 +20,7 @@ import anyio.to_thread
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import PlainTextResponse, Response
 
-from indexes.errors import IndexFormatError, InputError, RetrError
+from indexes.errors import IndexFormatError, InputError, NotFound, RetrError
 from retrieval.server import guard as G
 from retrieval.server import schemas as S
 from retrieval.server.gate import ApiError
@@ -293,6 +293,34 @@ def _lines(st: Shared, snap, first: bytes, chunk, qs):
                 return
     finally:
         snap.close()
+
+
+# ---------------------------------------------------------------------- explain
+def add_explain_routes(v1: APIRouter, st: Shared) -> None:
+    """POST /v1/{index}/explain."""
+    @v1.post("/{index}/explain", response_model=S.ExplainResponse, tags=["search"])
+    async def explain(index: str, body: S.ExplainRequest, request: Request):
+        """How a document got its score and rank for a query (Index.explain): each member retriever's
+        score, rank and the parts of its score, then the fusion's arithmetic. 404 for a document the
+        index does not hold."""
+        return await anyio.to_thread.run_sync(_explain, st, index, body, request, limiter=st.limiter)
+
+
+def _explain(st: Shared, index: str, body: S.ExplainRequest, request: Request):
+    s = st.served(index)
+    idx = s.index()
+    p = idx.pipeline(body.retriever, body.fusion)
+    request.state.retriever = p.base
+    try:
+        out = idx.explain(body.query, body.docid, retriever=str(p), depth=body.depth, dimsel=_dimsel(body.dimsel),
+                          filter=body.filter)
+    except NotFound as e:
+        raise ApiError(404, clean(input_message(e), st.registry)) from None
+    data = encode(out)
+    if len(data) > st.budget:
+        raise G.TooLarge(f"the explanation has {len(data):,} characters, over this server's --max-response-chars "
+                         f"({st.budget:,})")
+    return Response(data, media_type="application/json")
 
 
 # ---------------------------------------------------------------------- documents

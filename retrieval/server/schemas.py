@@ -70,6 +70,57 @@ class SearchRequest(SearchOptions):
         return _utf8(v)
 
 
+class ExplainRequest(Strict):
+    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, description="Query text.")
+    docid: str = Field(min_length=1, max_length=512, description="The document to explain.")
+    retriever: str = Field(PRIMARY, min_length=1, max_length=MAX_SPEC_CHARS,
+                           description="A sub-index or a fused pipeline, as search takes it.")
+    fusion: Optional[str] = Field(None, max_length=MAX_SPEC_CHARS, description="Fusion for a+b retrievers.")
+    depth: Optional[int] = Field(None, ge=1, le=MAX_DEPTH,
+                                 description="Candidates per retriever: the lists the document's ranks are looked "
+                                             "up in and the fusion fuses [default: 100].")
+    filter: Optional[Dict[str, Any]] = Field(None, description=FILTER_DOC)
+    dimsel: Optional[DimselOptions] = None
+
+    @field_validator("query", "docid", "retriever", "fusion")
+    @classmethod
+    def _u(cls, v):
+        return _utf8(v)
+
+
+class MemberExplanation(BaseModel):
+    kind: str
+    score: Optional[float] = Field(description="Its score of the document: the one in its list, else what it gives "
+                                               "the document (null: its sub-index does not hold it).")
+    rank: Optional[int] = Field(description="The document's rank in its list (null: not within the depth).")
+    in_list: bool
+    list_length: int
+    explained: Optional[float] = Field(description="The parts added up (equal to score, to float precision).")
+    formula: str = Field(description="How the parts make the score.")
+    columns: List[List[str]] = Field(description="Keys of the parts worth a column in a table, with their headings.")
+    parts: List[Dict[str, Any]] = Field(description="Each {label, value, ...}: a query term with its figures "
+                                                    "(tf, df, idf, ...; query weight and stored impact), a "
+                                                    "vector's inner product, a rounding step.")
+    details: Dict[str, Any]
+    notes: List[str]
+
+
+class ExplainResponse(BaseModel):
+    docid: str
+    query: str
+    retriever: str = Field(description="The pipeline as run, with its fusion spelled out.")
+    depth: int
+    filter: Optional[Dict[str, Any]] = None
+    score: Optional[float] = Field(description="The score the search gives the document (fused, for a pipeline).")
+    rank: Optional[int] = Field(description="Its rank (fused: among every document of the members' lists); null "
+                                            "where it is not there.")
+    retrievers: Dict[str, MemberExplanation]
+    fusion: Optional[Dict[str, Any]] = Field(description="The fusion's arithmetic: per list its raw and normalised "
+                                                         "scores, weights and contribution; the sum, multiplier, "
+                                                         "fused score and rank. Null for one retriever.")
+    notes: List[str]
+
+
 class QueryItem(Strict):
     qid: str = Field(min_length=1, max_length=200)
     query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
