@@ -557,7 +557,7 @@ class Index:
         rs = {name: self._pick(g, name, dimsel, p.fused) for name in p.retrievers}
         lists = {name: r.search(query, n) if allowed is None else self._filtered(g, r, query, n, allowed)
                  for name, r in rs.items()}
-        members = {name: _member(r, query, docid, lists[name], n, allowed) for name, r in rs.items()}
+        members = {name: _member(r, query, docid, lists[name], n, allowed, p.fused) for name, r in rs.items()}
         out = {"docid": docid, "query": query, "retriever": str(p), "depth": n, "filter": filter,
                "retrievers": members, "fusion": None, "notes": []}
         if not p.fused:
@@ -615,7 +615,7 @@ class Index:
         return Snapshot(self, self._enter())
 
 
-def _member(r: Retriever, query: str, docid: str, ranked, depth: int, allowed) -> dict:
+def _member(r: Retriever, query: str, docid: str, ranked, depth: int, allowed, fused: bool) -> dict:
     """One member's part of :meth:`Index.explain`: its explanation of ``docid`` and where the
     document stands in ``ranked``, the list the member's search returned."""
     e = r.explain(query, docid, ranked)
@@ -624,8 +624,8 @@ def _member(r: Retriever, query: str, docid: str, ranked, depth: int, allowed) -
     if allowed is not None and docid not in allowed:
         notes.append("the filter does not allow it: no list of this search holds it")
     elif rank is None:
-        notes.append(f"not in its top {depth} (the depth): a search does not return it from this retriever, "
-                     f"and a fusion takes it as missing from this list")
+        notes.append(f"not in its top {depth} (the depth)" +
+                     (": the fusion takes it as missing from this list" if fused else ""))
     return {"kind": r.kind, "score": ranked[rank - 1][1] if rank else e.score, "rank": rank,
             "in_list": rank is not None, "list_length": len(ranked), "explained": e.total if e.parts else e.score,
             "formula": e.formula, "columns": [list(c) for c in e.columns], "parts": e.parts, "details": e.details,
