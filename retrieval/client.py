@@ -195,6 +195,18 @@ class Client:
             finally:
                 conn.close()
 
+    def explain(self, query: str, docid: str, retriever: str = PRIMARY, fusion: Optional[str] = None,
+                depth: Optional[int] = None, dimsel=None, filter=None) -> dict:
+        """As :meth:`retrieval.index.Index.explain`, answered by the server (a document the index
+        lacks: :class:`ServerError` with status 404)."""
+        body: Dict[str, Any] = {"query": query, "docid": docid, "retriever": retriever}
+        for key, v in (("fusion", fusion), ("depth", depth), ("filter", filter)):
+            if v is not None:
+                body[key] = v
+        if dimsel is not None:
+            body["dimsel"] = {"mode": dimsel} if isinstance(dimsel, str) else dict(dimsel)
+        return self.request("POST", self._path("/explain"), body)
+
     def get(self, docid: str) -> Optional[Document]:
         try:
             d = self.request("GET", self._path(f"/documents/{quote(docid, safe='')}"))
