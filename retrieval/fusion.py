@@ -314,7 +314,30 @@ def _ranked(p: Prepared, lists: Mapping[str, Scored]) -> List[Tuple[str, float, 
     for n in p.names:
         for d, s in lists[n]:
             raw.setdefault(d, dict.fromkeys(p.names))[n] = s
-    order = sorted(((d, p.score(d)) for d in raw), key=lambda x: (-x[1], x[0]))
+    # the arithmetic of Prepared.score (same operations, same order, so explain_fusion's numbers are
+    # these), inlined: a method call per document and list made fusion at depth 1000 ~30% slower
+    fused: Dict[str, float] = {}
+    if p.fusion.method == "rrf":
+        k = p.fusion.k
+        fused = dict.fromkeys(raw, 0.0)
+        for n in p.names:
+            w = p.weight[n]
+            for d, rank in p.ranks[n].items():
+                fused[d] += w / (k + rank)
+    else:
+        mnz = p.fusion.method == "combmnz"
+        per = [(p.weight[n], p.normalised[n], p.floor[n]) for n in p.names]
+        for d in raw:
+            total, present = 0.0, 0
+            for w, ns, floor in per:
+                s = ns.get(d)
+                if s is None:
+                    total += w * floor
+                else:
+                    total += w * s
+                    present += 1
+            fused[d] = total * present if mnz else total
+    order = sorted(fused.items(), key=lambda x: (-x[1], x[0]))
     return [(d, s, raw[d]) for d, s in order]
 
 
