@@ -7,7 +7,7 @@ BIN = $(VENV)/bin
 RETR_DATA ?= ../shared/datasets
 WORK ?= work
 
-.PHONY: install demo test bench java clean
+.PHONY: install demo test bench java clean browser
 
 # Order matters (../shared/ENVIRONMENT.md): the CPU torch wheel first, so that
 # nothing later pulls a multi-GB CUDA build; then the pinned lock file (Java 21
@@ -30,8 +30,15 @@ demo: install
 	$(BIN)/retr eval --qrels $(RETR_DATA)/scifact/qrels/test.tsv $(WORK)/scifact-bm25.trec \
 		-m nDCG@10 -m RR@10 -m R@100 -m R@1000 -m Judged@10
 
-test: install
-	$(BIN)/python -m pytest -q tests
+# The browser tests (tests/browser/) drive Debian's Chromium through Playwright: browsers that download
+# themselves cannot be reached from these machines, the distribution's package can (root or sudo).
+SUDO = $(if $(filter 0,$(shell id -u)),,sudo)
+browser:
+	command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+		($(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends chromium)
+
+test: install browser
+	RETR_BROWSER_REQUIRED=1 $(BIN)/python -m pytest -q tests
 
 bench: install
 	$(BIN)/python benchmarks/run_all.py
