@@ -162,3 +162,16 @@ def analyse_partial(qrels: Mapping[str, Mapping[str, int]], runs: Mapping[str, M
         out["budgets"].append(entry)
     bar.close()
     return out
+
+
+def partial_table(result: Mapping) -> tuple[list[str], list[list[str]], str]:
+    """Head, cells and note of `retr eval partial`'s table (one row per budget; Kendall's tau / swapped
+    pairs / flipped share per measure) for an ``analyse_partial`` result; the HTML report shows the same."""
+    variants = list(result["budgets"][0]["results"])
+    head = ["budget", "kept/q"] + [f"{v} {s}" for v in variants for s in ("tau", "swap", "flip")]
+    rows = [[b["label"], f"{b['kept_per_query']:.1f}"] +
+            [x for v in variants for x in (f"{b['results'][v]['tau_mean']:.3f}", f"{b['results'][v]['swapped_mean']:.1f}",
+                                           f"{b['results'][v]['flipped_mean']:.2f}")] for b in result["budgets"]]
+    note = (f"{len(result['systems'])} systems, {result['queries']} queries, {result['relevant_per_query']:.1f} "
+            f"relevant/query, {result['seeds']} seeds; tau/swap/flip vs the standard measure on the full qrels")
+    return head, rows, note

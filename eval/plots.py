@@ -13,8 +13,33 @@ _PANELS = (("tau_mean", "tau_std", "Kendall's tau vs full"), ("swapped_mean", No
 
 
 def plot_partial(result: dict, path: str | os.PathLike, title: str = "") -> None:
+    """The curves of ``partial_figure`` written to ``path`` (PNG, or the format its suffix names)."""
+    fig = partial_figure(result, title)
+    try:
+        fig.savefig(path, dpi=110)
+    finally:
+        plt.close(fig)
+
+
+def partial_svg(result: dict, title: str = "") -> str:
+    """The curves of ``partial_figure`` as one ``<svg>`` element (no XML prolog), the same bytes for the
+    same result: fixed ids (svg.hashsalt), no date, text drawn as paths (no font needed to view it)."""
+    import io
+
+    with matplotlib.rc_context({"svg.hashsalt": "retr", "svg.fonttype": "path"}):
+        fig = partial_figure(result, title)
+        try:
+            buf = io.StringIO()
+            fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
+        finally:
+            plt.close(fig)
+    text = buf.getvalue()
+    return text[text.index("<svg"):]
+
+
+def partial_figure(result: dict, title: str = ""):
     """One row per budget kind (count, fraction), one column per statistic; solid lines for standard
-    measures, dashed for their condensed variants."""
+    measures, dashed for their condensed variants. The caller closes the figure."""
     modes = [m for m in ("count", "fraction") if any(b["mode"] == m for b in result["budgets"])]
     fig, axes = plt.subplots(len(modes), 3, figsize=(13, 3.6 * len(modes)), squeeze=False)
     variants = list(result["budgets"][0]["results"])
@@ -48,5 +73,4 @@ def plot_partial(result: dict, path: str | os.PathLike, title: str = "") -> None
           f"{result['relevant_per_query']:.1f} relevant/query, {result['seeds']} seeds"
     fig.suptitle(f"{title}  ({sub})" if title else sub)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig

@@ -146,8 +146,8 @@ def pairwise_conclusions(matrix: np.ndarray, alpha: float = 0.05, correction: st
     return np.array([int(s) if p < alpha else 0 for s, p in zip(sign, pvals)], dtype=int)
 
 
-def format_comparison(rows: list[dict], measure: str, alpha: float = 0.05) -> str:
-    """Aligned text table of ``compare`` rows; ``*`` marks a significant difference after Holm."""
+def comparison_table(rows: list[dict], measure: str, alpha: float = 0.05) -> tuple[list[str], list[list[str]]]:
+    """Head and cells of ``compare`` rows as `retr eval significance` prints them (also the HTML report's)."""
     head = ["system", measure, "delta", f"{100 * (1 - alpha):g}% CI", "p", "p(Holm)", "sig"]
     if any("tost_p" in r for r in rows):
         head += ["TOST p", "equiv"]
@@ -157,10 +157,20 @@ def format_comparison(rows: list[dict], measure: str, alpha: float = 0.05) -> st
             line = [r["system"] + " (baseline)", f"{r['mean']:.4f}", "", "", "", "", ""]
             line += ["", ""] if len(head) > 7 else []
         else:
-            line = [r["system"], f"{r['mean']:.4f}", f"{r['delta']:+.4f}",
-                    f"[{r['ci_low']:+.4f}, {r['ci_high']:+.4f}]", f"{r['p']:.4f}", f"{r['p_holm']:.4f}",
-                    "*" if r["significant"] else ""]
+            line = [r["system"], f"{r['mean']:.4f}", f"{r['delta']:+.4f}", ci_text(r), f"{r['p']:.4f}",
+                    f"{r['p_holm']:.4f}", "*" if r["significant"] else ""]
             if len(head) > 7:
                 line += [f"{r['tost_p']:.4f}", "yes" if r["equivalent"] else "no"]
         body.append(line)
+    return head, body
+
+
+def ci_text(row: dict) -> str:
+    """A ``compare`` row's confidence interval of the delta, as printed: ``[-0.0123, +0.0456]``."""
+    return f"[{row['ci_low']:+.4f}, {row['ci_high']:+.4f}]"
+
+
+def format_comparison(rows: list[dict], measure: str, alpha: float = 0.05) -> str:
+    """Aligned text table of ``compare`` rows; ``*`` marks a significant difference after Holm."""
+    head, body = comparison_table(rows, measure, alpha)
     return format_table(head, body) + f"\n* significant at alpha={alpha} after Holm correction"

@@ -29,3 +29,11 @@ def means_table(results: dict[str, dict[str, float]], digits: int = 4, markdown:
 
 def fmt_value(value: float, digits: int) -> str:
     return str(int(value)) if float(value).is_integer() and abs(value) >= 2 else f"{value:.{digits}f}"
+
+
+def unjudged_table(reports: dict[str, dict], k: int) -> tuple[list[str], list[list]]:
+    """Head and cells of `retr eval unjudged`'s table: {run: ``unjudged_report``} at depth k."""
+    head = ["run", "queries", f"Judged@{k}", f"unjudged in top {k}", "of", "queries with unjudged"]
+    rows = [[n, r["queries"], f"{r[f'Judged@{k}']:.4f}", r[f"unjudged@{k}"], r[f"retrieved@{k}"],
+             r["queries_with_unjudged"]] for n, r in reports.items()]
+    return head, rows
