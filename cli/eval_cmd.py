@@ -195,15 +195,10 @@ def partial_cmd(qrels, runs, measures, budgets, seeds, rel_threshold, drop_nonre
 
 def format_partial(result: dict) -> str:
     """Aligned table: one row per budget; Kendall's tau / swapped pairs / flipped share per measure."""
+    from eval.partial import partial_table
     from eval.tables import format_table
 
-    variants = list(result["budgets"][0]["results"])
-    head = ["budget", "kept/q"] + [f"{v} {s}" for v in variants for s in ("tau", "swap", "flip")]
-    rows = [[b["label"], f"{b['kept_per_query']:.1f}"] +
-            [x for v in variants for x in (f"{b['results'][v]['tau_mean']:.3f}", f"{b['results'][v]['swapped_mean']:.1f}",
-                                           f"{b['results'][v]['flipped_mean']:.2f}")] for b in result["budgets"]]
-    note = (f"{len(result['systems'])} systems, {result['queries']} queries, {result['relevant_per_query']:.1f} "
-            f"relevant/query, {result['seeds']} seeds; tau/swap/flip vs the standard measure on the full qrels")
+    head, rows, note = partial_table(result)
     return format_table(head, rows) + "\n" + note
 
 
@@ -248,6 +243,97 @@ def significance_cmd(qrels, baseline, runs, measures, test, alpha, margin, rel_t
         click.echo("\n\n".join(format_comparison(rows, m, alpha) for m, rows in out.items()))
 
 
+@eval_cmd.command("report", context_settings=CONTEXT)
+@click.option("--qrels", required=True, type=click.Path(exists=True, dir_okay=False), help="Relevance judgments.")
+@click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False), metavar="RUN...")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="The HTML file to write.")
+@click.option("--baseline", type=click.Path(exists=True, dir_okay=False),
+              help="The run the others are tested against [default: the first RUN].")
+@click.option("-m", "--measure", "measures", multiple=True,
+              help="Measure (repeatable; the first drives the per-query sections) "
+                   "[default: nDCG@10 RR@10 AP R@100 P@10 Judged@10].")
+@click.option("--queries", type=click.Path(exists=True), help="Query texts (BEIR JSONL, TSV or TREC topics) "
+              "[default: the queries beside the --index's collection, when there are].")
+@click.option("--index", "index_dir", type=click.Path(exists=True, file_okay=False),
+              help="A retr index whose document store gives the top hits' titles.")
+@click.option("--partial", "partial", type=click.Path(exists=True, dir_okay=False),
+              help="The JSON of `retr eval partial --json`: its table and curves.")
+@click.option("--title", default="Evaluation report", show_default=True, help="The report's heading.")
+@click.option("--rel-threshold", "-l", type=int, default=None, help="As for retr eval [default: 1].")
+@click.option("--judged-only", "-J", is_flag=True, help="Condensed lists (trec_eval -J).")
+@click.option("--complete", "-c", is_flag=True, help="Means over all judged queries (trec_eval -c).")
+@click.option("--max-docs", "-M", type=click.IntRange(min=1), default=None, help="Only each query's top N (trec_eval -M).")
+@click.option("--test", type=click.Choice(["t", "perm"]), default="t", show_default=True,
+              help="Paired t-test or randomization (permutation) test.")
+@click.option("--alpha", type=params.LEVEL, default=0.05, show_default=True,
+              help="Significance level (after Holm); the CIs are at 1 - alpha.")
+@click.option("--resamples", type=click.IntRange(min=100), default=10_000, show_default=True,
+              help="Bootstrap / permutation resamples.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Random seed.")
+@click.option("--top", type=click.IntRange(min=0), default=5, show_default=True,
+              help="Largest gains and losses shown per run.")
+@click.option("--hits", type=click.IntRange(min=0), default=3, show_default=True,
+              help="Top documents shown for each of those queries.")
+@click.option("-k", "judged_k", type=click.IntRange(min=1), default=10, show_default=True, help="Depth of Judged@k.")
+def report_cmd(qrels, runs, output, baseline, measures, queries, index_dir, partial, title, rel_threshold, judged_only,
+               complete, max_docs, test, alpha, resamples, seed, top, hits, judged_k):
+    """Write one self-contained HTML report of RUN files against --qrels: the measures with significance
+    marks and CIs against the baseline, per-query deltas, win/tie/loss counts, the largest gains and losses
+    (query text, top hits' titles with --index), Judged@k, and --partial's curves. It fetches nothing."""
+    from eval.io import read_qrels
+    from eval.report import read_partial, write_report
+
+    paths = list(dict.fromkeys(([baseline] if baseline else []) + list(runs)))
+    judged = read_qrels(qrels)
+    all_runs = _read_runs(paths, judged, "score 0" if complete else "are left out of the means and score 0 in the tests")
+    study = read_partial(partial) if partial else None
+    texts, titles, idx = None, None, None
+    try:
+        if index_dir:
+            import retrieval
+
+            idx = retrieval.open_index(index_dir)
+            titles = _titles(idx)
+        source = queries or (_collection_queries(idx) if idx is not None else None)
+        if source:
+            from retrieval.collections import read_queries
+
+            texts = {q.qid: q.text for q in read_queries(source)}
+        write_report(output, judged, all_runs, title=title, qrels_name=os.path.basename(qrels),
+                     measures=list(measures) or None, rel_threshold=rel_threshold, judged_only=judged_only,
+                     complete=complete, max_docs=max_docs, test=test, alpha=alpha, n_resamples=resamples, seed=seed,
+                     judged_k=judged_k, top=top, hits=hits, queries=texts, titles=titles, partial=study)
+    finally:
+        if idx is not None:
+            idx.close()
+    click.echo(f"wrote {output}", err=True)
+
+
+def _titles(idx):
+    """docid -> its title in the index's document store (the passage's opening words when it has none)."""
+    def title(docid: str):
+        doc = idx.get(docid)
+        if doc is None:
+            return None
+        text = (doc.title or "").strip() or " ".join((doc.text or "").split()[:16])
+        return text or None
+    return title
+
+
+def _collection_queries(idx):
+    """The queries file beside the collection the index was built from, if it is still there."""
+    from pathlib import Path
+
+    source = (idx.manifest.get("corpus") or {}).get("source")
+    if not source or source.startswith("<"):
+        return None
+    folder = Path(source) if Path(source).is_dir() else Path(source).parent
+    for name in ("queries.jsonl", "queries.jsonl.gz", "queries.tsv", "topics.txt"):
+        if (folder / name).is_file():
+            return folder / name
+    return None
+
+
 @eval_cmd.command("unjudged", context_settings=CONTEXT)
 @click.option("--qrels", required=True, type=click.Path(exists=True, dir_okay=False), help="Relevance judgments.")
 @click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False), metavar="RUN...")
@@ -257,14 +343,11 @@ def unjudged_cmd(qrels, runs, k, as_json):
     """Per run, how many of its top-k documents have no judgment (Judged@k, counts, affected queries)."""
     from eval.io import read_qrels
     from eval.measures import unjudged_report
-    from eval.tables import format_table
+    from eval.tables import format_table, unjudged_table
 
     q = read_qrels(qrels)
     out = {name: unjudged_report(q, run, k) for name, run in _read_runs(runs, q).items()}
     if as_json:
         click.echo(json.dumps(out, indent=1))
         return
-    head = ["run", "queries", f"Judged@{k}", f"unjudged in top {k}", "of", "queries with unjudged"]
-    rows = [[n, r["queries"], f"{r[f'Judged@{k}']:.4f}", r[f"unjudged@{k}"], r[f"retrieved@{k}"],
-             r["queries_with_unjudged"]] for n, r in out.items()]
-    click.echo(format_table(head, rows))
+    click.echo(format_table(*unjudged_table(out, k)))
