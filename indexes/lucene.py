@@ -575,6 +575,24 @@ class LuceneIndex:
             return None
         return explain_terms(ex, terms_, boosts, self.impact, returned)
 
+    def highlights(self, query: str, texts: Sequence[str]) -> List[List[Tuple[int, int]]]:
+        """Per text, the ``(start, end)`` character spans (Python string indexes) of its tokens
+        whose analysed term is one of ``query``'s: both through the analyser this index's queries
+        go through (Porter-stemmed "effects" in a text matches the query's "effects" or "effect").
+        One Java call for all texts."""
+        if self.impact:
+            raise RetrError("highlighting needs a text index (an impact index has no analyser)")
+        texts = ["" if t is None else str(t) for t in texts]
+        flat = self._call(lambda s: list(s.js.highlights(str(query), texts)))
+        out: List[List[Tuple[int, int]]] = []
+        j = len(texts)
+        for i, text in enumerate(texts):
+            n = flat[i]
+            spans = [(flat[j + 2 * m], flat[j + 2 * m + 1]) for m in range(n)]
+            j += 2 * n
+            out.append(_code_points(text, spans) if spans and not text.isascii() else spans)
+        return out
+
     def query_masses(self, texts: Sequence[str]) -> List[float]:
         """Each text's mass under this index's similarity: the most its terms can score one
         document (for BM25, the sum of boost x idf over the query's terms that occur), from
@@ -695,6 +713,20 @@ def _figures(e, out: Dict[str, float]) -> Dict[str, float]:
 BM25_COLUMNS = (("query_weight", "qw"), ("tf", "tf"), ("df", "df"), ("idf", "idf"), ("dl", "dl"),
                 ("length_norm", "len-norm"), ("tf_part", "tf-part"), ("share", "share"))
 IMPACT_COLUMNS = (("query_weight", "query weight"), ("impact", "stored impact"), ("share", "share"))
+
+
+def _code_points(text: str, spans: List[Tuple[int, int]]) -> List[Tuple[int, int]]:
+    """UTF-16 offsets (Java's) as Python string indexes: they differ after a character outside
+    the Basic Multilingual Plane (two UTF-16 units, one Python character)."""
+    if all(ord(c) < 0x10000 for c in text):
+        return spans
+    at, units = [], 0
+    for i, c in enumerate(text):
+        at.append(units)
+        units += 2 if ord(c) >= 0x10000 else 1
+    at.append(units)
+    index = {u: i for i, u in enumerate(at)}
+    return [(index.get(a, 0), index.get(b, len(text))) for a, b in spans]
 
 
 def explain_notes(ex: Dict[str, object], limit: int = 30) -> List[str]:

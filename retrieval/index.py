@@ -405,7 +405,7 @@ class Index:
 
     def search(self, query: str, k: int = 10, retriever: str = PRIMARY, fusion: Optional[str] = None,
                text: bool = True, depth: Optional[int] = None, timings: Optional[Dict[str, float]] = None,
-               dimsel=None, filter=None) -> List[Hit]:
+               dimsel=None, filter=None, ranks: bool = False) -> List[Hit]:
         """Top-``k`` hits for one query, with title, text and metadata unless ``text=False``.
 
         ``retriever`` is a sub-index name or a fused pipeline spec such as
@@ -420,14 +420,18 @@ class Index:
         own filtered ranking cut at the fusion depth (``max(k, depth or 100)`` matching
         documents), and those lists are fused as an unfiltered search fuses (same
         normalisation over the lists given, same rule for a document a list lacks); the
-        first ``k`` fused. A filter that matches every document returns the unfiltered hits."""
+        first ``k`` fused. A filter that matches every document returns the unfiltered hits.
+
+        ``ranks``: each hit's ``ranks`` holds its rank in each retriever's own list (None where a
+        member's list, cut at the fusion depth, lacks it), as ``scores`` holds their scores."""
         g = self._enter()
         try:
-            return self._search(g, query, k, retriever, fusion, text, depth, timings, dimsel, filter)
+            return self._search(g, query, k, retriever, fusion, text, depth, timings, dimsel, filter, ranks)
         finally:
             self._leave(g)
 
-    def _search(self, g: "_Generation", query, k, retriever, fusion, text, depth, timings, dimsel, filter):
+    def _search(self, g: "_Generation", query, k, retriever, fusion, text, depth, timings, dimsel, filter,
+                ranks=False):
         if not isinstance(query, str) or not query.strip():
             raise InputError("query text is empty")
         _check_k(k)
@@ -441,7 +445,30 @@ class Index:
             lists[name] = r.search(query, kk) if allowed is None else self._filtered(g, r, query, kk, allowed)
             _tick(timings, name, t0)
         conf = self._confidences(g, p, rs, [query], {n: [v] for n, v in lists.items()}, timings)
-        return self._result(g, p, lists, k, text, None, timings, conf and conf[0])
+        hits = self._result(g, p, lists, k, text, None, timings, conf and conf[0])
+        if ranks:
+            _member_ranks(hits, p, lists)
+        return hits
+
+    def highlight(self, query: str, texts: Sequence[str], retriever: str = PRIMARY,
+                  fusion: Optional[str] = None) -> Optional[List[List[Tuple[int, int]]]]:
+        """Per text, the ``(start, end)`` character spans of its words that match ``query``'s terms
+        as a retriever's own analysis matches them (BM25: Anserini's English analyser, so
+        "effects" matches "effect"): the first member of the pipeline ``retriever`` that analyses
+        text, else the primary sub-index. None where no sub-index can tell."""
+        g = self._enter()
+        try:
+            p = self._pipeline(g.manifest, retriever, fusion)
+            for name in dict.fromkeys([*p.retrievers, PRIMARY]):
+                if name not in g.manifest["subindexes"]:
+                    continue
+                mark = getattr(self._pick(g, name), "highlight", None)
+                out = mark(query, list(texts)) if mark is not None else None
+                if out is not None:
+                    return out
+            return None
+        finally:
+            self._leave(g)
 
     @staticmethod
     def _confidences(g, p: Pipeline, rs, texts, lists, timings):
@@ -615,6 +642,14 @@ class Index:
         return Snapshot(self, self._enter())
 
 
+def _member_ranks(hits: List[Hit], p: Pipeline, lists) -> None:
+    """Each hit's rank in each member's list (``Hit.ranks``; None where the list lacks it)."""
+    want = {h.docid for h in hits}
+    pos = {n: {d: i for i, (d, _s) in enumerate(lists[n], 1) if d in want} for n in p.retrievers}
+    for h in hits:
+        h.ranks = {n: pos[n].get(h.docid) for n in p.retrievers}
+
+
 def _member(r: Retriever, query: str, docid: str, ranked, depth: int, allowed, fused: bool) -> dict:
     """One member's part of :meth:`Index.explain`: its explanation of ``docid`` and where the
     document stands in ``ranked``, the list the member's search returned."""
@@ -689,9 +724,10 @@ class Snapshot(_View):
 
     def search(self, query: str, k: int = 10, retriever: str = PRIMARY, fusion: Optional[str] = None,
                text: bool = True, depth: Optional[int] = None, timings: Optional[Dict[str, float]] = None,
-               dimsel=None, filter=None) -> List[Hit]:
+               dimsel=None, filter=None, ranks: bool = False) -> List[Hit]:
         """:meth:`Index.search` on this generation."""
-        return self._index._search(self._g, query, k, retriever, fusion, text, depth, timings, dimsel, filter)
+        return self._index._search(self._g, query, k, retriever, fusion, text, depth, timings, dimsel, filter,
+                                   ranks)
 
     def batch_search(self, queries: Sequence[Union[Query, str]], k: int = 10, retriever: str = PRIMARY,
                      fusion: Optional[str] = None, threads: int = 1, text: bool = False, quiet: bool = True,

@@ -189,6 +189,11 @@ class RetrieverBase:
     def explain(self, text: str, docid: str, ranked: Scored) -> Explained:
         raise InputError(f"the {self.kind or type(self).__name__} retriever cannot explain its scores")
 
+    def highlight(self, text: str, passages: Sequence[str]) -> Optional[List[List[Tuple[int, int]]]]:
+        # per passage, the (start, end) character spans of its words that match the query's terms
+        # under this retriever's own analysis (stemming); None: it has no analyser to tell
+        return None
+
     def rebind(self, new: Retriever) -> Optional[Retriever]:
         return None
 

@@ -65,6 +65,7 @@ class Hit:
     scores: Optional[Dict[str, float]] = None
     qid: Optional[str] = None
     metadata: Optional[Dict[str, Any]] = None
+    ranks: Optional[Dict[str, Optional[int]]] = None   # each retriever's rank of it (search(ranks=True))
 
     def to_dict(self) -> Dict[str, Any]:
         d = {"docid": self.docid, "rank": self.rank, "score": self.score,
@@ -75,4 +76,6 @@ class Hit:
             d["scores"] = dict(self.scores)
         if self.metadata is not None:
             d["metadata"] = dict(self.metadata)
+        if self.ranks is not None:
+            d["ranks"] = dict(self.ranks)
         return d

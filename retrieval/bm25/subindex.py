@@ -94,6 +94,11 @@ class BM25Retriever(RetrieverBase):
                                   "lucene": ex["lucene"], "unmatched": ex["unmatched"],
                                   "lucene_explanation": ex["text"]})
 
+    def highlight(self, text: str, passages: Sequence[str]) -> List[List[Tuple[int, int]]]:
+        """Per passage, the character spans of its tokens whose term (Anserini's default English
+        analyser: lower case, stop words, Porter stemming) is one of the query's."""
+        return self._index.highlights(text, passages)
+
     def close(self) -> None:
         self._index.close()
 

@@ -25,7 +25,10 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicInteger;
 
 import org.apache.lucene.analysis.Analyzer;
+import org.apache.lucene.analysis.TokenStream;
 import org.apache.lucene.analysis.core.WhitespaceAnalyzer;
+import org.apache.lucene.analysis.tokenattributes.CharTermAttribute;
+import org.apache.lucene.analysis.tokenattributes.OffsetAttribute;
 import org.apache.lucene.index.BinaryDocValues;
 import org.apache.lucene.index.DirectoryReader;
 import org.apache.lucene.index.IndexReader;
@@ -312,6 +315,49 @@ public final class HitSearcher implements Closeable {
   public double[] queryMasses(String[] texts) throws IOException {
     double[] out = new double[texts.length];
     for (int i = 0; i < texts.length; i++) out[i] = queryMass(texts[i]);
+    return out;
+  }
+
+  /**
+   * Where the query's terms occur in each of {@code texts}, for highlighting: the query and each
+   * text through the analyser this searcher builds its queries with (so "effects" in a text matches
+   * the query's "effect" under Porter stemming), and the character offsets (UTF-16 units, as Java
+   * strings count) of every token of a text whose term is one of the query's. One array: per text
+   * the number of its spans, then every text's spans as (start, end) pairs, in order.
+   */
+  public int[] highlights(String query, String[] texts) throws IOException {
+    Analyzer a = analyzer;
+    HashSet<String> want = new HashSet<>();
+    try (TokenStream ts = a.tokenStream(CONTENTS, query)) {
+      CharTermAttribute term = ts.addAttribute(CharTermAttribute.class);
+      ts.reset();
+      while (ts.incrementToken()) want.add(term.toString());
+      ts.end();
+    }
+    int[] counts = new int[texts.length];
+    List<int[]> spans = new ArrayList<>();
+    for (int i = 0; i < texts.length; i++) {
+      if (want.isEmpty() || texts[i] == null || texts[i].isEmpty()) continue;
+      try (TokenStream ts = a.tokenStream(CONTENTS, texts[i])) {
+        CharTermAttribute term = ts.addAttribute(CharTermAttribute.class);
+        OffsetAttribute off = ts.addAttribute(OffsetAttribute.class);
+        ts.reset();
+        while (ts.incrementToken()) {
+          if (want.contains(term.toString())) {
+            spans.add(new int[] {off.startOffset(), off.endOffset()});
+            counts[i]++;
+          }
+        }
+        ts.end();
+      }
+    }
+    int[] out = new int[texts.length + 2 * spans.size()];
+    System.arraycopy(counts, 0, out, 0, texts.length);
+    int j = texts.length;
+    for (int[] sp : spans) {
+      out[j++] = sp[0];
+      out[j++] = sp[1];
+    }
     return out;
   }
 
