@@ -205,12 +205,34 @@ def _search(st: Shared, index: str, body: S.SearchRequest, request: Request):
     request.state.retriever = p.base
     G.check_planned(1, body.k, body.text, body.text_chars, st.budget)
     hits = idx.search(body.query, k=body.k, retriever=str(p), text=body.text, depth=body.depth,
-                      dimsel=_dimsel(body.dimsel), filter=body.filter)
+                      dimsel=_dimsel(body.dimsel), filter=body.filter, ranks=body.ranks)
     if body.text:  # without text, check_planned already counted every hit
         G.check_hits(hits, body.text, body.text_chars, st.budget)
     single = None if p.fused else p.retrievers[0]
-    return _dumps({"index": index, "query": body.query, "retriever": str(p), "k": body.k,
-                   "hits": [_hit(h, single, body.text, body.text_chars) for h in hits]})
+    out = [_hit(h, single, body.text, body.text_chars) for h in hits]
+    if body.ranks:
+        for d, h in zip(out, hits):
+            d["ranks"] = h.ranks
+    if body.highlight:
+        _highlights(idx, body, str(p), hits, out)
+    return _dumps({"index": index, "query": body.query, "retriever": str(p), "k": body.k, "hits": out})
+
+
+def _highlights(idx, body: S.SearchRequest, pipeline: str, hits, out) -> None:
+    """Each hit's ``highlights`` (search with ``"highlight": true``): the spans of its title and
+    text whose words match the query's terms (:meth:`Index.highlight`), computed on the whole text
+    and kept within the text as cut by ``text_chars``; null without text."""
+    if not body.text or not hits:
+        for d in out:
+            d["highlights"] = None
+        return
+    spans = idx.highlight(body.query, [h.title for h in hits] + [h.text for h in hits], retriever=pipeline) \
+        or [[] for _ in range(2 * len(hits))]
+    n = len(hits)
+    for i, d in enumerate(out):
+        cut = len(d["text"])
+        d["highlights"] = {"title": [[a, b] for a, b in spans[i]],
+                           "text": [[a, min(b, cut)] for a, b in spans[n + i] if a < cut]}
 
 
 def _queries(body: S.BatchSearchRequest):

@@ -63,6 +63,12 @@ class SearchOptions(Strict):
 
 class SearchRequest(SearchOptions):
     query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, description="Query text.")
+    highlight: bool = Field(False, description="Give each hit its highlights: the character spans of the words "
+                                               "of its title and text that match the query's terms under the "
+                                               "index's own analysis (the BM25 analyser: lower case, stop words, "
+                                               "Porter stemming, so \"effects\" matches \"effect\"). Needs text.")
+    ranks: bool = Field(False, description="Give each hit its ranks: its rank in each retriever's own list "
+                                           "(null: that list, cut at the fusion depth, lacks it).")
 
     @field_validator("query")
     @classmethod
@@ -146,6 +152,12 @@ class BatchSearchRequest(SearchOptions):
         return v
 
 
+class Highlights(BaseModel):
+    title: List[List[int]] = Field(description="[start, end) character spans in the title, in order.")
+    text: List[List[int]] = Field(description="[start, end) character spans in the text as returned (after "
+                                              "text_chars), in order.")
+
+
 class HitOut(BaseModel):
     docid: str
     rank: int
@@ -154,6 +166,12 @@ class HitOut(BaseModel):
     title: Optional[str] = None
     text: Optional[str] = None
     metadata: Optional[Dict[str, Any]] = None
+    ranks: Optional[Dict[str, Optional[int]]] = Field(None, description="Only with \"ranks\": true in the search "
+                                                                        "request: each retriever's rank of the "
+                                                                        "document (null: not in its list).")
+    highlights: Optional[Highlights] = Field(None, description="Only with \"highlight\": true in the search "
+                                                               "request (null without text): where the query's terms "
+                                                               "match, as character offsets (Unicode code points).")
 
 
 class SearchResponse(BaseModel):
