@@ -32,6 +32,7 @@ from retrieval.server import guard as G
 from retrieval.server import routes as R
 from retrieval.server.gate import ApiError, Gate
 from retrieval.server.metrics import Metrics
+from retrieval.server.page import add_page_routes
 from retrieval.server.registry import Registry
 
 log = logging.getLogger("retr.server")
@@ -69,6 +70,7 @@ def create_app(registry: Registry, token: Optional[str] = None, writable: bool =
     st = R.Shared(registry=registry, budget=max_response_chars, limiter=anyio.CapacityLimiter(search_threads),
                   metrics=metrics, writable=writable)
     R.add_health_routes(app, st)  # on the app itself, as before the split: plain routes, not an included router
+    add_page_routes(app)          # the search page at / (static, no token)
     v1 = APIRouter(prefix="/v1", responses=ERRORS)
     for add in (R.add_index_routes, R.add_search_routes, R.add_explain_routes, R.add_document_read_routes,
                 R.add_document_write_routes):

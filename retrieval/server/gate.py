@@ -16,8 +16,9 @@ from typing import Optional
 
 from retrieval.server import guard as G
 from retrieval.server.metrics import Metrics
+from retrieval.server.page import PATHS as PAGE
 
-EXEMPT = ("/healthz", "/readyz", "/metrics")      # never refused for load
+EXEMPT = ("/healthz", "/readyz", "/metrics", *PAGE)   # never refused for load
 MAX_BODY = 64 * 1024 * 1024                        # bytes; writes carry whole documents
 MAX_BODY_READ = 2 * 1024 * 1024                    # for everything but document writes
 
@@ -66,7 +67,7 @@ class Gate:
         await send({"type": "http.response.body", "body": body})
 
     def _authorized(self, path: str, headers: dict) -> bool:
-        if self.token is None or path == "/healthz":
+        if self.token is None or path == "/healthz" or path in PAGE:  # the page is static: its API calls send the token
             return True
         got = headers.get(b"authorization", b"")
         scheme, _, cred = got.partition(b" ")
