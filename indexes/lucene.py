@@ -590,7 +590,7 @@ class LuceneIndex:
             n = flat[i]
             spans = [(flat[j + 2 * m], flat[j + 2 * m + 1]) for m in range(n)]
             j += 2 * n
-            out.append(_code_points(text, spans) if spans and not text.isascii() else spans)
+            out.append(_code_points(text, spans) if spans and _ASTRAL.search(text) else spans)
         return out
 
     def query_masses(self, texts: Sequence[str]) -> List[float]:
@@ -715,11 +715,12 @@ BM25_COLUMNS = (("query_weight", "qw"), ("tf", "tf"), ("df", "df"), ("idf", "idf
 IMPACT_COLUMNS = (("query_weight", "query weight"), ("impact", "stored impact"), ("share", "share"))
 
 
+_ASTRAL = re.compile("[\U00010000-\U0010FFFF]")   # characters that are two UTF-16 units
+
+
 def _code_points(text: str, spans: List[Tuple[int, int]]) -> List[Tuple[int, int]]:
     """UTF-16 offsets (Java's) as Python string indexes: they differ after a character outside
     the Basic Multilingual Plane (two UTF-16 units, one Python character)."""
-    if all(ord(c) < 0x10000 for c in text):
-        return spans
     at, units = [], 0
     for i, c in enumerate(text):
         at.append(units)
