@@ -1,7 +1,9 @@
 """``retrieval.Client``: a ``retr serve`` index through HTTP, with the search API of
 :class:`retrieval.index.Index` (``search``, ``batch_search``, ``get``, ``info``) and the
 same :class:`retrieval.types.Hit` objects. Standard library only (``http.client``), one
-keep-alive connection per thread, so one Client may be shared by threads.
+keep-alive connection per thread, so one Client may be shared by threads. ``asearch`` is the
+same search for asyncio callers, through ``httpx.AsyncClient`` (imported when first used), so
+it never blocks the event loop.
 
     c = retrieval.Client("http://127.0.0.1:8080", token=None, index="sf")
     hits = c.search("does aspirin prevent colorectal cancer", k=5, filter={"shard": "odd"})
@@ -140,6 +142,37 @@ class Client:
         body = self._options(k, retriever, fusion, text, depth, dimsel, filter, text_chars)
         body["query"] = query
         out = self.request("POST", self._path("/search"), body)
+        return self._hits(out["hits"], "+" in out["retriever"])
+
+    async def asearch(self, query: str, k: int = 10, retriever: str = PRIMARY, fusion: Optional[str] = None,
+                      text: bool = True, depth: Optional[int] = None, timings=None, dimsel=None, filter=None,
+                      text_chars: Optional[int] = None) -> List[Hit]:
+        """:meth:`search` for asyncio: the request goes through ``httpx.AsyncClient`` (a 429 is
+        retried after its Retry-After with ``asyncio.sleep``), so the event loop keeps running."""
+        import asyncio
+
+        import httpx
+
+        body = self._options(k, retriever, fusion, text, depth, dimsel, filter, text_chars)
+        body["query"] = query
+        headers = self._headers("application/json", True)
+        async with httpx.AsyncClient(base_url=self.url, timeout=self.timeout) as http:
+            for attempt in range(self.retries + 1):
+                try:
+                    resp = await http.post(self._path("/search"), content=json.dumps(body).encode("utf-8"),
+                                           headers=headers)
+                except httpx.HTTPError as e:
+                    raise ServerError(0, f"cannot reach {self.url} ({type(e).__name__}: {e})") from None
+                if resp.status_code == 429 and attempt < self.retries:
+                    await asyncio.sleep(float(resp.headers.get("Retry-After") or 1))
+                    continue
+                break
+        try:
+            out = resp.json() if resp.content else None
+        except ValueError:
+            out = None
+        if resp.status_code >= 400:
+            raise _error(resp.status_code, out, resp.content)
         return self._hits(out["hits"], "+" in out["retriever"])
 
     def batch_search(self, queries: Sequence[Union[Query, str]], k: int = 10, retriever: str = PRIMARY,

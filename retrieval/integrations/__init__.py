@@ -7,10 +7,23 @@
 Each hit's metadata carries the document's own metadata, then ``docid``, ``rank``,
 ``score``, ``scores`` (each retriever's raw score; for one retriever, its score) and
 ``title`` (these keys win over document metadata of the same name).
+
+Search options come, each overriding the one before: the retriever's own fields (``k``,
+``retriever``, ``fusion``, ``filter``), its ``search_kwargs`` (LangChain's usual form:
+``search_kwargs={"k": 2}``; any other ``search`` argument such as ``depth``, ``dimsel``,
+``text_chars``), then a call's own keyword arguments (LangChain's ``invoke(query, k=2)``).
+The async paths never block the event loop: a ``Client`` (anything with ``asearch``) is
+asked through ``httpx.AsyncClient``, an in-process ``Index`` in the loop's thread pool.
 """
 from __future__ import annotations
 
+import asyncio
+import functools
 from typing import Any, Dict, List, Optional
+
+#: metadata keys that describe the ranking, not the document: kept out of what an LLM sees (a prompt that shows
+#: scores invites the model to weigh them), and, with the docid, out of what an embedding model sees
+RANKING_KEYS = ["rank", "score", "scores"]
 
 
 def hit_metadata(hit, retriever: str) -> Dict[str, Any]:
@@ -19,7 +32,26 @@ def hit_metadata(hit, retriever: str) -> Dict[str, Any]:
             "title": hit.title}
 
 
-def run_search(source, query: str, k: int, retriever: str, fusion: Optional[str], filter: Optional[dict],
-               search_kwargs: Optional[dict]) -> List:
-    return source.search(query, k=k, retriever=retriever, fusion=fusion, filter=filter, text=True,
-                         **(search_kwargs or {}))
+def search_options(k: int, retriever: str, fusion: Optional[str], filter: Optional[dict],
+                   search_kwargs: Optional[dict], call_kwargs: Optional[dict] = None) -> Dict[str, Any]:
+    """The ``search`` keyword arguments: the fields, then ``search_kwargs``, then the call's own."""
+    opts: Dict[str, Any] = {"k": k, "retriever": retriever, "fusion": fusion, "filter": filter}
+    opts.update(search_kwargs or {})
+    opts.update(call_kwargs or {})
+    if not isinstance(opts["k"], int) or isinstance(opts["k"], bool) or opts["k"] < 1:
+        raise ValueError(f"k must be a positive integer, got {opts['k']!r}")
+    opts["text"] = True
+    return opts
+
+
+def run_search(source, query: str, options: Dict[str, Any]) -> List:
+    return source.search(query, **options)
+
+
+async def arun_search(source, query: str, options: Dict[str, Any]) -> List:
+    """``source.asearch`` where it has one (a Client: async HTTP), else ``source.search`` in the
+    running loop's default thread pool (an in-process Index: its search holds no event loop)."""
+    if hasattr(source, "asearch"):
+        return await source.asearch(query, **options)
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(None, functools.partial(source.search, query, **options))

@@ -3,9 +3,14 @@
     from retrieval.integrations.llama_index import RetrRetriever
     r = RetrRetriever(retrieval.open_index("IDX"), k=5, retriever="bm25")
     nodes = r.retrieve("does aspirin prevent colorectal cancer")   # NodeWithScore list
+    nodes = await r.aretrieve("statins")                          # without blocking the event loop
 
 Each node is a ``TextNode`` whose id is the docid and whose text is the passage;
-``score`` is the hit's (fused) score; metadata as in :mod:`retrieval.integrations`.
+``score`` is the hit's (fused) score; metadata as in :mod:`retrieval.integrations`. The
+ranking's keys (``rank``, ``score``, ``scores``) are in the node's ``excluded_llm_metadata_keys``
+(and, with ``docid``, in ``excluded_embed_metadata_keys``), so scores stay out of a prompt:
+``get_content(MetadataMode.LLM)`` shows the document's metadata, docid and title. ``aretrieve`` searches a ``Client`` through ``httpx.AsyncClient`` and
+an in-process ``Index`` in a worker thread.
 """
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ from typing import Any, Dict, List, Optional
 from llama_index.core.retrievers import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
-from retrieval.integrations import hit_metadata, run_search
+from retrieval.integrations import RANKING_KEYS, arun_search, hit_metadata, run_search, search_options
 from retrieval.kinds import PRIMARY
 
 
@@ -25,8 +30,20 @@ class RetrRetriever(BaseRetriever):
         self.index, self.k, self.retriever, self.fusion = index, k, retriever, fusion
         self.filter, self.search_kwargs = filter, dict(search_kwargs or {})
 
-    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
-        hits = run_search(self.index, query_bundle.query_str, self.k, self.retriever, self.fusion, self.filter,
-                          self.search_kwargs)
-        return [NodeWithScore(node=TextNode(id_=h.docid, text=h.text, metadata=hit_metadata(h, self.retriever)),
+    def _options(self) -> Dict[str, Any]:
+        return search_options(self.k, self.retriever, self.fusion, self.filter, self.search_kwargs)
+
+    @staticmethod
+    def _nodes(hits, retriever: str) -> List[NodeWithScore]:
+        return [NodeWithScore(node=TextNode(id_=h.docid, text=h.text, metadata=hit_metadata(h, retriever),
+                                            excluded_llm_metadata_keys=list(RANKING_KEYS),
+                                            excluded_embed_metadata_keys=["docid", *RANKING_KEYS]),
                               score=h.score) for h in hits]
+
+    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        opts = self._options()
+        return self._nodes(run_search(self.index, query_bundle.query_str, opts), opts["retriever"])
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        opts = self._options()
+        return self._nodes(await arun_search(self.index, query_bundle.query_str, opts), opts["retriever"])

@@ -101,3 +101,113 @@ def test_import_retrieval_stays_cheap():
             "if m in sys.modules]; print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "[]", out.stderr
+
+
+def _counting_executor():
+    """The event loop's default executor, counting what is sent to its threads (which path a
+    retriever's async search took: a worker thread, or the loop itself through async HTTP)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    class Counting(ThreadPoolExecutor):
+        submitted = 0
+
+        def submit(self, fn, *args, **kwargs):
+            self.submitted += 1
+            return super().submit(fn, *args, **kwargs)
+
+    return Counting(2)
+
+
+def _while_ticking(make_call):
+    """Run ``make_call()``'s coroutine beside a task that ticks whenever the loop is free; returns
+    (its result, ticks during it, the executor's count). A call that blocks the loop sees no tick."""
+    import asyncio
+    import time
+
+    ex = _counting_executor()
+
+    async def main():
+        asyncio.get_running_loop().set_default_executor(ex)
+        ticks, stop = [], asyncio.Event()
+
+        async def ticker():
+            while not stop.is_set():
+                ticks.append(time.perf_counter())
+                await asyncio.sleep(0)
+        t = asyncio.create_task(ticker())
+        await asyncio.sleep(0.01)
+        t0 = time.perf_counter()
+        out = await make_call()
+        t1 = time.perf_counter()
+        stop.set()
+        await t
+        return out, sum(t0 < x < t1 for x in ticks)
+    out, during = asyncio.run(main())
+    return out, during, ex.submitted
+
+
+@pytest.mark.parametrize("over", ["index", "client"])
+def test_langchain_k_per_call_and_search_kwargs(over, client, meta_dense_index):
+    from retrieval.integrations.langchain import RetrRetriever
+
+    src = meta_dense_index if over == "index" else client
+    want = [h.docid for h in meta_dense_index.search(Q[0], k=6, retriever="bm25+dense")]
+    r = RetrRetriever(index=src, k=6, retriever="bm25+dense")
+    assert [d.id for d in r.invoke(Q[0])] == want
+    assert [d.id for d in r.invoke(Q[0], k=2)] == want[:2]           # per call, as LangChain passes it
+    sk = RetrRetriever(index=src, retriever="bm25+dense", search_kwargs={"k": 3})  # VectorStoreRetriever's form
+    assert [d.id for d in sk.invoke(Q[0])] == want[:3]
+    assert [d.id for d in sk.invoke(Q[0], k=5)] == want[:5]          # the call wins over search_kwargs
+    odd = [h.docid for h in meta_dense_index.search(Q[1], k=4, filter={"shard": "odd"})]
+    assert [d.id for d in RetrRetriever(index=src, search_kwargs={"k": 4, "filter": {"shard": "odd"}})
+            .invoke(Q[1])] == odd
+    assert [d.id for d in RetrRetriever(index=src).invoke(Q[1], k=4, filter={"shard": "odd"})] == odd
+    deep = meta_dense_index.search(Q[2], k=3, retriever="bm25+dense", depth=5)
+    assert [d.id for d in RetrRetriever(index=src, retriever="bm25+dense", search_kwargs={"depth": 5, "k": 3})
+            .invoke(Q[2])] == [h.docid for h in deep]
+    with pytest.raises(ValueError):
+        r.invoke(Q[0], k=0)
+
+
+@pytest.mark.parametrize("over", ["index", "client"])
+def test_langchain_ainvoke_is_async(over, client, meta_dense_index):
+    from retrieval.integrations.langchain import RetrRetriever
+
+    src = meta_dense_index if over == "index" else client
+    r = RetrRetriever(index=src, k=6, retriever="bm25+dense", search_kwargs={"filter": {"shard": "odd"}})
+    want = [h.docid for h in meta_dense_index.search(Q[0], k=2, retriever="bm25+dense", filter={"shard": "odd"})]
+    docs, ticks, threads = _while_ticking(lambda: r.ainvoke(Q[0], k=2))
+    assert [d.id for d in docs] == want
+    assert docs[0].metadata["scores"].keys() == {"bm25", "dense"}
+    assert ticks >= 2, "the event loop was blocked during the search"
+    # over HTTP the loop itself waits on the socket (httpx.AsyncClient); in process a worker thread searches
+    assert (threads == 0) if over == "client" else (threads >= 1)
+
+
+@pytest.mark.parametrize("over", ["index", "client"])
+def test_llama_index_aretrieve_keeps_the_loop_running(over, client, meta_dense_index):
+    from retrieval.integrations.llama_index import RetrRetriever
+
+    src = meta_dense_index if over == "index" else client
+    r = RetrRetriever(src, k=5, retriever="bm25+dense")
+    nodes, ticks, threads = _while_ticking(lambda: r.aretrieve(Q[1]))
+    want = meta_dense_index.search(Q[1], k=5, retriever="bm25+dense")
+    assert [n.node.node_id for n in nodes] == [h.docid for h in want]
+    assert [n.score for n in nodes] == pytest.approx([h.score for h in want], rel=1e-5)
+    assert ticks >= 2, "the event loop was blocked during the search"
+    assert (threads == 0) if over == "client" else (threads >= 1)
+
+
+def test_llama_index_keeps_scores_out_of_the_prompt(meta_dense_index):
+    from llama_index.core.schema import MetadataMode
+
+    from retrieval.integrations.llama_index import RetrRetriever
+
+    nodes = RetrRetriever(meta_dense_index, k=3, retriever="bm25+dense").retrieve(Q[0])
+    for n in nodes:
+        assert {"score", "scores", "rank"} <= set(n.node.metadata)  # still there for the program
+        llm = n.node.get_content(metadata_mode=MetadataMode.LLM)
+        assert n.node.get_content() in llm and f"shard: {n.node.metadata['shard']}" in llm
+        assert "score" not in llm and "rank:" not in llm and n.node.node_id in llm
+        emb = n.node.get_content(metadata_mode=MetadataMode.EMBED)
+        assert "score" not in emb and "rank:" not in emb
