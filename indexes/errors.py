@@ -12,6 +12,12 @@ class RetrError(Exception):
     """Base class for every error retr reports to a user."""
 
 
+class FilterWarning(UserWarning):
+    """A filter names a metadata field that no document of the index carries (a misspelt field, or
+    one this collection lacks): it matches nothing. Raised with :func:`warnings.warn` by
+    ``Index.search``/``batch_search``; ``Index.fields()`` lists the fields there are."""
+
+
 class InputError(RetrError):
     """Bad user input: a malformed file, a missing path, an unknown option value."""
 

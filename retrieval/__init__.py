@@ -7,7 +7,7 @@ Public API::
     for hit in idx.search("what causes fever", k=5):
         print(hit.rank, hit.docid, hit.score, hit.title)
 """
-from indexes.errors import InputError, IndexFormatError, RetrError
+from indexes.errors import FilterWarning, InputError, IndexFormatError, RetrError
 from retrieval.types import Document, Hit, Query
 
 __version__ = "0.1.0"
@@ -32,4 +32,4 @@ def __getattr__(name):
 
 __all__ = ["Document", "Query", "Hit", "open_index", "build_index", "index_corpus", "add_documents",
            "update_documents", "delete_documents", "compact", "Index",
-           "read_corpus", "read_queries", "Client", "RetrError", "InputError", "IndexFormatError"]
+           "read_corpus", "read_queries", "Client", "RetrError", "FilterWarning", "InputError", "IndexFormatError"]

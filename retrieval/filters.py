@@ -42,6 +42,15 @@ class FilterError(InputError):
     pass
 
 
+def unknown_fields_message(unknown: Sequence[str], fields: Mapping[str, int]) -> str:
+    """One sentence for a filter on fields no document carries: the unknown ones and those there are."""
+    have = ", ".join(f"{f} ({n:,})" for f, n in fields.items()) or "none: the documents carry no metadata"
+    names = ", ".join(repr(f) for f in unknown)
+    return (f"filter field{'s' if len(unknown) > 1 else ''} {names} {'are' if len(unknown) > 1 else 'is'} "
+            f"carried by no document, so {'they match' if len(unknown) > 1 else 'it matches'} nothing; "
+            f"the fields there are (documents carrying each): {have}")
+
+
 def _scalar_key(v: Any, where: str) -> Tuple[str, Any]:
     """A hashable key under which equal JSON scalars meet (1 == 1.0, True != 1)."""
     if v is None:
@@ -206,6 +215,7 @@ class MetadataTable:
             self.docids.append(docid)
             self._meta.append(meta or None)
         self._ord = None
+        self._counts: Optional[Dict[str, int]] = None
         self._fields: Dict[str, _Field] = {}
         self._lock = threading.Lock()
         self._cache: "OrderedDict[str, Allowed]" = OrderedDict()
@@ -213,6 +223,25 @@ class MetadataTable:
 
     def __len__(self) -> int:
         return len(self.docids)
+
+    def fields(self) -> Dict[str, int]:
+        """Each top-level metadata field any document carries -> how many documents carry it,
+        by name (computed once, on first use)."""
+        if self._counts is None:
+            counts: Dict[str, int] = {}
+            for m in self._meta:
+                for name in (m or ()):
+                    counts[name] = counts.get(name, 0) + 1
+            self._counts = dict(sorted(counts.items()))
+        return self._counts
+
+    def unknown(self, flt: Optional[Filter]) -> List[str]:
+        """The fields ``flt`` names that no document carries (``docid`` is always known): such a
+        condition matches nothing."""
+        if flt is None:
+            return []
+        have = self.fields()
+        return list(dict.fromkeys(f for f, _, _ in flt.conditions if f != DOCID and f not in have))
 
     def _field(self, name: str) -> _Field:
         f = self._fields.get(name)

@@ -17,16 +17,17 @@ from __future__ import annotations
 import os
 import threading
 import time
+import warnings
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from indexes import generations as gens
 from indexes import folder
 from indexes import manifest as mf
 from indexes.bulk import no_gc
 from indexes.docstore import DocStore
-from indexes.errors import IndexFormatError, InputError, NotFound, ParameterError
-from retrieval.filters import Allowed, MetadataTable, first_allowed, parse_filter
+from indexes.errors import FilterWarning, IndexFormatError, InputError, NotFound, ParameterError
+from retrieval.filters import Allowed, MetadataTable, first_allowed, parse_filter, unknown_fields_message
 from retrieval.fusion import Pipeline, explain_fusion, fuse, list_confidences, parse_pipeline
 from retrieval.kinds import PRIMARY, Retriever, kind_of
 from retrieval.progress import progress
@@ -320,7 +321,11 @@ class Index:
                                        "config": e.get("config", {}), "model": e.get("model"),
                                        "built_at": e.get("built_at"),
                                        "deleted_pending": int(e.get("deleted_pending", 0)),
+                                       "dimsel": e.get("dimsel"),
                                        "stats": {} if e.get("alias_of") else kind_of(e).stats(self.path / e["path"], e)}
+        out["pipelines"] = {base: {k: v for k, v in rec.items() if k != "top"}
+                            for base, rec in m.get("pipelines", {}).items()}
+        out["fields"] = self.fields()
         store = folder.docstore_path(self.path, m)
         out["docstore_bytes"] = sum(p.stat().st_size for p in (store, Path(f"{store}-wal")) if p.exists())
         return out
@@ -401,7 +406,24 @@ class Index:
     @staticmethod
     def _allowed(g: "_Generation", filter) -> Optional[Allowed]:
         flt = parse_filter(filter)
-        return None if flt is None else g.metadata.allowed(flt)
+        if flt is None:
+            return None
+        unknown = g.metadata.unknown(flt)
+        if unknown:  # a misspelt or absent field matches nothing: say so rather than return no hits in silence
+            warnings.warn(unknown_fields_message(unknown, g.metadata.fields()), FilterWarning, stacklevel=4)
+        return g.metadata.allowed(flt)
+
+    def fields(self) -> Dict[str, int]:
+        """The metadata fields the current generation's documents carry, for filters: ``{field name:
+        number of documents carrying it}``, sorted by name (``{}`` when no document has metadata).
+        ``docid`` is not listed: a filter can always name it."""
+        return dict(self._current().metadata.fields())
+
+    def unknown_fields(self, filter) -> List[str]:
+        """The fields of ``filter`` (a filter object, see :mod:`retrieval.filters`) that no document
+        carries, in the filter's order: conditions on them match nothing (what the
+        :class:`~indexes.errors.FilterWarning` of :meth:`search` names)."""
+        return self._current().metadata.unknown(parse_filter(filter))
 
     def search(self, query: str, k: int = 10, retriever: str = PRIMARY, fusion: Optional[str] = None,
                text: bool = True, depth: Optional[int] = None, timings: Optional[Dict[str, float]] = None,
@@ -497,19 +519,24 @@ class Index:
                                  depth=None if native else total)[0]
         return r.search_filtered(query, k, allowed)
 
-    def batch_search(self, queries: Sequence[Union[Query, str]], k: int = 10, retriever: str = PRIMARY,
-                     fusion: Optional[str] = None, threads: int = 1, text: bool = False, quiet: bool = True,
-                     depth: Optional[int] = None, batch_size: Optional[int] = None,
+    def batch_search(self, queries: QueriesArg, qids: Optional[Sequence[str]] = None, k: int = 10,
+                     retriever: str = PRIMARY, fusion: Optional[str] = None, threads: int = 1, text: bool = False,
+                     quiet: bool = True, depth: Optional[int] = None, batch_size: Optional[int] = None,
                      timings: Optional[Dict[str, float]] = None, dimsel=None, filter=None
                      ) -> Dict[str, List[Hit]]:
         """Search many queries; returns ``{qid: hits}`` in the order of ``queries``.
-        Plain strings get ids "0", "1", ... Queries go to the backends in
+
+        ``queries`` is a list of :class:`Query`, a mapping ``{qid: text}``, or a list of
+        texts: with ``qids`` (Pyserini's ``batch_search(queries, qids, k=...)``) those are their
+        ids, else plain strings get ids "0", "1", ... (An int in ``qids``' place is ``k``, as
+        ``batch_search(queries, 10)`` meant before ``qids`` came.) Queries go to the backends in
         batches of ``batch_size`` (default: all at once when quiet, else
         about 20 batches so the progress bar moves). All of them search one generation.
         ``filter`` applies to every query, as in :meth:`search`."""
+        qs, k = as_queries(queries, qids, k)
         g = self._enter()
         try:
-            return self._batch_search(g, queries, k, retriever, fusion, threads, text, quiet, depth, batch_size,
+            return self._batch_search(g, qs, k, retriever, fusion, threads, text, quiet, depth, batch_size,
                                       timings, dimsel, filter)
         finally:
             self._leave(g)
@@ -517,7 +544,7 @@ class Index:
     def _batch_search(self, g: "_Generation", queries, k, retriever, fusion, threads, text, quiet, depth,
                       batch_size, timings, dimsel, filter) -> Dict[str, List[Hit]]:
         _check_k(k)
-        qs = [q if isinstance(q, Query) else Query(str(i), q) for i, q in enumerate(queries)]
+        qs = queries
         p = self._pipeline(g.manifest, retriever, fusion)
         allowed = self._allowed(g, filter)
         rs = {name: self._pick(g, name, dimsel, p.fused) for name in p.retrievers}
@@ -729,13 +756,14 @@ class Snapshot(_View):
         return self._index._search(self._g, query, k, retriever, fusion, text, depth, timings, dimsel, filter,
                                    ranks)
 
-    def batch_search(self, queries: Sequence[Union[Query, str]], k: int = 10, retriever: str = PRIMARY,
-                     fusion: Optional[str] = None, threads: int = 1, text: bool = False, quiet: bool = True,
-                     depth: Optional[int] = None, batch_size: Optional[int] = None,
+    def batch_search(self, queries: QueriesArg, qids: Optional[Sequence[str]] = None, k: int = 10,
+                     retriever: str = PRIMARY, fusion: Optional[str] = None, threads: int = 1, text: bool = False,
+                     quiet: bool = True, depth: Optional[int] = None, batch_size: Optional[int] = None,
                      timings: Optional[Dict[str, float]] = None, dimsel=None, filter=None
                      ) -> Dict[str, List[Hit]]:
-        """:meth:`Index.batch_search` on this generation."""
-        return self._index._batch_search(self._g, queries, k, retriever, fusion, threads, text, quiet, depth,
+        """:meth:`Index.batch_search` on this generation (the same forms of ``queries``)."""
+        qs, k = as_queries(queries, qids, k)
+        return self._index._batch_search(self._g, qs, k, retriever, fusion, threads, text, quiet, depth,
                                          batch_size, timings, dimsel, filter)
 
     def explain(self, query: str, docid: str, retriever: str = PRIMARY, fusion: Optional[str] = None,
@@ -753,6 +781,35 @@ class Snapshot(_View):
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+QueriesArg = Union[Sequence[Union[Query, str]], Mapping[str, str]]
+
+
+def as_queries(queries: QueriesArg, qids: Optional[Sequence[str]] = None, k: int = 10) -> Tuple[List[Query], int]:
+    """The queries of :meth:`Index.batch_search` in any of its forms as a list of :class:`Query`,
+    and ``k`` (``qids`` given as an int is the ``k`` of the older positional form)."""
+    if isinstance(qids, int) and not isinstance(qids, bool):
+        qids, k = None, qids
+    if isinstance(queries, (str, bytes)):
+        raise InputError("batch_search takes a list of queries (or {qid: text}), not one string: use search()")
+    if isinstance(queries, Mapping):
+        if qids is not None:
+            raise InputError("batch_search: give qids with a list of texts, not with a {qid: text} mapping")
+        return [Query(str(q), t) for q, t in queries.items()], k
+    queries = list(queries)
+    if qids is None:
+        return [q if isinstance(q, Query) else Query(str(i), q) for i, q in enumerate(queries)], k
+    if isinstance(qids, (str, bytes)):
+        raise InputError("batch_search: qids must be a list of ids, one per query")
+    qids = [str(q) for q in qids]
+    if len(qids) != len(queries):
+        raise InputError(f"batch_search: {len(queries)} queries but {len(qids)} qids")
+    if any(isinstance(q, Query) for q in queries):
+        raise InputError("batch_search: qids go with plain query texts, not Query objects (they have ids)")
+    if len(set(qids)) != len(qids):
+        raise InputError("batch_search: qids repeat an id; each query needs its own")
+    return [Query(i, t) for i, t in zip(qids, queries)], k
 
 
 def _check_k(k: int) -> None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 Scored = List[Tuple[str, float]]  # a ranking: (docid, score), best first
+PREVIEW = 60  # characters of title (else text) a Hit's repr shows
 
 
 def finite_number(v: Any) -> float:
@@ -66,6 +67,16 @@ class Hit:
     qid: Optional[str] = None
     metadata: Optional[Dict[str, Any]] = None
     ranks: Optional[Dict[str, Optional[int]]] = None   # each retriever's rank of it (search(ranks=True))
+
+    def __repr__(self) -> str:
+        # Short: a list of hits is read in a REPL or a log, and the full text made ten hits 22 KB
+        # (to_dict() and the attributes keep everything).
+        preview = " ".join((self.title or self.text or "").split())
+        if len(preview) > PREVIEW:
+            preview = preview[:PREVIEW - 1].rstrip() + "…"
+        qid = f"qid={self.qid!r}, " if self.qid is not None else ""
+        score = f"{self.score:.4f}" if isinstance(self.score, (int, float)) else repr(self.score)
+        return f"Hit({qid}rank={self.rank}, docid={self.docid!r}, score={score}, {preview!r})"
 
     def to_dict(self) -> Dict[str, Any]:
         d = {"docid": self.docid, "rank": self.rank, "score": self.score,
