@@ -53,9 +53,25 @@ class EvalGroup(click.Group):
 
 
 def _names(paths: Sequence[str]) -> list[str]:
-    """Run names for output: file names, or the paths as given when two file names collide."""
+    """Run names for output: file names, or the paths as given when two file names collide; a path
+    given again is named with ``#2``, ``#3``, ... so that it is shown again rather than merged."""
     base = [os.path.basename(p) for p in paths]
-    return base if len(set(base)) == len(base) else list(paths)
+    distinct = {os.path.normpath(str(p)) for p in paths}
+    names = base if len(set(base)) == len({os.path.basename(p) for p in distinct}) == len(distinct) \
+        else [str(p) for p in paths]
+    seen: dict[str, int] = {}
+    out = []
+    for n in names:
+        seen[n] = seen.get(n, 0) + 1
+        out.append(n if seen[n] == 1 else f"{n}#{seen[n]}")
+    return out
+
+
+def _measures(measures: Sequence[str]) -> list[str]:
+    """``-m`` values, each possibly a comma-separated list (``-m nDCG@10,P@5``)."""
+    from eval.measures import split_measures
+
+    return split_measures(list(measures))
 
 
 def _read_runs(paths: Sequence[str], qrels: dict | None = None, missing: str = "are left out") -> dict[str, dict]:
@@ -109,10 +125,11 @@ def eval_cmd():
 @click.option("--qrels", required=True, type=click.Path(exists=True, dir_okay=False), help="Relevance judgments.")
 @click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False), metavar="RUN...")
 @click.option("-m", "--measure", "measures", multiple=True,
-              help="Measure (repeatable) [default: nDCG@10 RR@10 AP R@100 P@10 Judged@10].")
+              help="Measure (repeatable, or comma-separated) [default: nDCG@10 RR@10 AP R@100 P@10 Judged@10].")
 @click.option("--per-query", is_flag=True, help="Also print every query's values (then 'all').")
 @click.option("--json", "as_json", is_flag=True,
-              help="JSON: {measure: mean} for one run, {run file name: {measure: mean}} for several.")
+              help='JSON: {"measures": [...], "runs": [{"name", "path", "means": {measure: mean}, "queries": N '
+                   '(averaged over), "per_query" (with --per-query)}]}, one entry per RUN given.')
 @click.option("--rel-threshold", "-l", type=int, default=None,
               help="Minimum grade that binary measures count relevant (trec_eval -l; TREC DL: 2) [default: 1].")
 @click.option("--judged-only", "-J", is_flag=True, help="Condensed lists: drop unjudged documents (trec_eval -J).")
@@ -126,19 +143,20 @@ def _evaluate_cmd(qrels, runs, measures, per_query, as_json, rel_threshold, judg
     from eval.measures import DEFAULT_MEASURES, Evaluator
 
     judged = read_qrels(qrels)
-    evaluator = Evaluator(judged, list(measures) or list(DEFAULT_MEASURES), rel_threshold=rel_threshold,
+    evaluator = Evaluator(judged, _measures(measures) or list(DEFAULT_MEASURES), rel_threshold=rel_threshold,
                           judged_only=judged_only, complete=complete, max_docs=max_docs)
-    results = {}
+    from eval.measures import aggregate
+
+    results, records = {}, []
     missing = "score 0" if complete else "are left out of the means (-c scores them 0)"
-    for name, run in _read_runs(runs, judged, missing).items():
-        if per_query:
-            table = evaluator.evaluate(run, per_query=True)
-            from eval.measures import aggregate
-            results[name] = {**table, "all": aggregate(table, evaluator.measures)}
-        else:
-            results[name] = evaluator.evaluate(run)
-    if as_json:
-        click.echo(json.dumps(results[next(iter(results))] if len(results) == 1 else results, indent=1))
+    for (name, run), path in zip(_read_runs(runs, judged, missing).items(), runs):
+        table = evaluator.evaluate(run, per_query=True)
+        means = aggregate(table, evaluator.measures)
+        results[name] = {**table, "all": means} if per_query else means
+        records.append({"name": name, "path": str(path), "means": means, "queries": len(table),
+                        **({"per_query": table} if per_query else {})})
+    if as_json:  # one shape whatever the number of runs
+        click.echo(json.dumps({"measures": list(evaluator.measures), "runs": records}, indent=1))
     elif per_query:
         from eval.tables import fmt_value, format_table
         head = ["run", "query", *evaluator.measures]
@@ -180,7 +198,7 @@ def partial_cmd(qrels, runs, measures, budgets, seeds, rel_threshold, drop_nonre
     if len(runs) < 2:
         raise EvalError("partial needs at least 2 --run files")
     judged = read_qrels(qrels)
-    result = analyse_partial(judged, _read_runs(runs, judged, "score 0"), measures=list(measures) or ["nDCG@10", "AP@100"],
+    result = analyse_partial(judged, _read_runs(runs, judged, "score 0"), measures=_measures(measures) or ["nDCG@10", "AP@100"],
                              budgets=[parse_budget(b) for b in budgets] or DEFAULT_BUDGETS, seeds=seeds,
                              rel_threshold=rel_threshold, keep_nonrel=not drop_nonrel, alpha=alpha,
                              correction="holm" if holm else None, quiet=quiet)
@@ -230,7 +248,7 @@ def significance_cmd(qrels, baseline, runs, measures, test, alpha, margin, rel_t
     judged = read_qrels(qrels)
     all_runs = _read_runs(paths, judged, "score 0")
     base_name = next(iter(all_runs))
-    evaluator = Evaluator(judged, list(measures) or ["nDCG@10"], rel_threshold=rel_threshold,
+    evaluator = Evaluator(judged, _measures(measures) or ["nDCG@10"], rel_threshold=rel_threshold,
                           judged_only=judged_only, complete=True)
     tables = {name: evaluator.evaluate(run, per_query=True) for name, run in all_runs.items()}
     out = {}
@@ -300,7 +318,7 @@ def report_cmd(qrels, runs, output, baseline, measures, queries, index_dir, part
 
             texts = {q.qid: q.text for q in read_queries(source)}
         write_report(output, judged, all_runs, title=title, qrels_name=os.path.basename(qrels),
-                     measures=list(measures) or None, rel_threshold=rel_threshold, judged_only=judged_only,
+                     measures=_measures(measures) or None, rel_threshold=rel_threshold, judged_only=judged_only,
                      complete=complete, max_docs=max_docs, test=test, alpha=alpha, n_resamples=resamples, seed=seed,
                      judged_k=judged_k, top=top, hits=hits, queries=texts, titles=titles, partial=study)
     finally:

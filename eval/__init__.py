@@ -1,8 +1,8 @@
 """retr's standalone evaluator: trec_eval-exact ranking measures (wrapping pytrec_eval), condensed lists
 for unjudged documents, partial-annotation analysis and significance tests. Imports nothing else of retr."""
 from .errors import EvalError
-from .io import read_qrels, read_run, write_qrels, write_run
+from .io import as_run, read_qrels, read_run, write_qrels, write_run
 from .measures import DEFAULT_MEASURES, Evaluator, Measure, aggregate, evaluate, evaluate_runs, parse_measure, unjudged_report
 
-__all__ = ["EvalError", "read_qrels", "read_run", "write_qrels", "write_run", "DEFAULT_MEASURES", "Evaluator", "Measure",
+__all__ = ["EvalError", "as_run", "read_qrels", "read_run", "write_qrels", "write_run", "DEFAULT_MEASURES", "Evaluator", "Measure",
            "aggregate", "evaluate", "evaluate_runs", "parse_measure", "unjudged_report"]

@@ -9,7 +9,7 @@ import gzip
 import io
 import os
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import IO
 
 from .errors import EvalError
@@ -125,6 +125,59 @@ def read_run(path: str | os.PathLike, strict: bool = True) -> Run:
     if sum(map(len, run.values())) != count:
         _raise_duplicate(path)
     return run
+
+
+def as_run(run) -> Mapping[str, Mapping[str, float]]:
+    """A run in any form the evaluator takes, as ``{qid: {docid: score}}`` (which passes unchanged):
+
+    - ``{qid: [hit, ...]}`` where a hit has ``.docid`` and ``.score`` (what retr's
+      ``Index.batch_search`` returns; duck-typed, so the evaluator imports no retrieval code),
+      or is a ``(docid, score)`` pair (what a Pyserini-style ranking list holds);
+    - a pandas DataFrame with columns ``query_id``, ``doc_id``, ``score`` (ir_measures' run frame).
+
+    A document listed twice for one query is an error, as in a run file."""
+    if hasattr(run, "columns") and hasattr(run, "itertuples"):  # a pandas DataFrame, without importing pandas
+        missing = {"query_id", "doc_id", "score"} - set(map(str, run.columns))
+        if missing:
+            raise EvalError(f"a run DataFrame needs the columns query_id, doc_id, score (missing: "
+                            f"{', '.join(sorted(missing))})")
+        out: dict[str, dict[str, float]] = {}
+        for q, d, sc in zip(run["query_id"], run["doc_id"], run["score"]):
+            _put(out.setdefault(str(q), {}), str(q), str(d), sc)
+        return out
+    if not isinstance(run, Mapping):
+        raise EvalError(f"a run is a mapping {{qid: {{docid: score}}}} or {{qid: [hits]}}, got {type(run).__name__}")
+    if all(isinstance(docs, Mapping) for docs in run.values()):
+        return run
+    out = {}
+    for qid, docs in run.items():
+        if isinstance(docs, Mapping):
+            out[qid] = docs
+            continue
+        if isinstance(docs, (str, bytes)) or not isinstance(docs, Iterable):
+            raise EvalError(f"run query {qid!r}: expected {{docid: score}} or a list of hits, got "
+                            f"{type(docs).__name__}")
+        row: dict[str, float] = {}
+        for h in docs:
+            if hasattr(h, "docid") and hasattr(h, "score"):
+                _put(row, qid, h.docid, h.score)
+            elif isinstance(h, (tuple, list)) and len(h) == 2:
+                _put(row, qid, h[0], h[1])
+            else:
+                raise EvalError(f"run query {qid!r}: a hit needs .docid and .score (or is a (docid, score) "
+                                f"pair), got {type(h).__name__}")
+        out[qid] = row
+    return out
+
+
+def _put(row: dict, qid, docid, score) -> None:
+    docid = str(docid)
+    if docid in row:
+        raise EvalError(f"run query {qid!r}: document {docid!r} listed twice")
+    try:
+        row[docid] = float(score)
+    except (TypeError, ValueError):
+        raise EvalError(f"run query {qid!r}: document {docid!r} has score {score!r}, not a number") from None
 
 
 def query_overlap(run: Mapping[str, Mapping], qrels: Mapping[str, Mapping]) -> tuple[int, int, int]:

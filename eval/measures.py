@@ -16,7 +16,7 @@ import numpy as np
 import pytrec_eval
 
 from .errors import EvalError
-from .io import ranked
+from .io import as_run, ranked
 
 # family -> (cut-off: "optional" | "required" | "none", binary: uses a relevance threshold)
 FAMILIES: dict[str, tuple[str, bool]] = {
@@ -53,11 +53,44 @@ class Measure:
         return text + (f"@{self.cutoff}" if self.cutoff is not None else "")
 
 
+def _is_irm(m) -> bool:
+    """An ir_measures measure object (``ir_measures.nDCG@10``, ``ir_measures.parse_measure("P@5")``),
+    known by its attributes so that ir_measures need not be imported; its ``str`` is our syntax."""
+    return not isinstance(m, (str, Measure)) and hasattr(m, "NAME") and hasattr(m, "params")
+
+
+def split_measures(measures) -> list:
+    """Measures as a flat list: a string may hold several, comma-separated (``"nDCG@10,P@5"``;
+    commas inside parentheses, as in ``AP(rel=2,judged_only=True)``, stay); a Measure or an
+    ir_measures object is one; any iterable of these is flattened."""
+    if isinstance(measures, str):
+        parts, depth, cur = [], 0, ""
+        for c in measures:
+            depth += (c == "(") - (c == ")")
+            if c == "," and depth == 0:
+                parts.append(cur)
+                cur = ""
+            else:
+                cur += c
+        parts.append(cur)
+        return [p.strip() for p in parts if p.strip()]
+    if isinstance(measures, Measure) or _is_irm(measures):
+        return [measures]
+    if not isinstance(measures, Iterable):
+        raise EvalError(f"measures: expected a name, a list of names or measure objects, got {type(measures).__name__}")
+    return [m for x in measures for m in split_measures(x)]
+
+
 def parse_measure(text: str | Measure) -> Measure:
     """Parse ``nDCG@10``, ``AP(rel=2)@100``, ``nDCG(judged_only=True)@10``, ``nDCG'@10`` (condensed,
-    nDCG-prime) or a trec_eval name (``ndcg_cut.10``, ``map``, ``P_10``...)."""
+    nDCG-prime) or a trec_eval name (``ndcg_cut.10``, ``map``, ``P_10``...); an ir_measures
+    measure object (``ir_measures.nDCG@10``) is read through its name."""
     if isinstance(text, Measure):
         return text
+    if _is_irm(text):
+        text = str(text)
+    if not isinstance(text, str):
+        raise EvalError(f"a measure is a name such as nDCG@10 or an ir_measures measure, got {type(text).__name__}")
     s = text.strip()
     trec = _TREC.match(s)
     if trec and trec.group(1).lower() in _TREC_CUT and "@" not in s:
@@ -157,10 +190,8 @@ class Evaluator:
     def __init__(self, qrels: Mapping[str, Mapping[str, int]],
                  measures: Iterable[str | Measure] | str = DEFAULT_MEASURES, rel_threshold: int | None = None,
                  judged_only: bool = False, complete: bool = False, max_docs: int | None = None):
-        if isinstance(measures, (str, Measure)):
-            measures = [measures]
         self.measures: dict[str, Measure] = {}
-        for text in measures:
+        for text in split_measures(measures):
             self.measures.setdefault(text.strip() if isinstance(text, str) else str(text), parse_measure(text))
         if not self.measures:
             raise EvalError("no measure given")
@@ -182,8 +213,10 @@ class Evaluator:
                             for key, requests in groups.items()}
 
     def evaluate(self, run: Mapping[str, Mapping[str, float]], per_query: bool = False) -> dict:
-        """{measure: mean}, or with ``per_query`` {qid: {measure: value}}."""
+        """{measure: mean}, or with ``per_query`` {qid: {measure: value}}. ``run`` in any form
+        :func:`eval.io.as_run` takes (a batch_search result, a run DataFrame)."""
         qrels = self.qrels
+        run = as_run(run)
         if self.max_docs is not None:
             run = _truncate(run, self.max_docs)
         # trec_eval cannot see a query without result lines; pytrec_eval would score it, so drop it.
@@ -213,7 +246,11 @@ def evaluate(qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Mapping[s
              max_docs: int | None = None) -> dict:
     """Evaluate one run against qrels; values equal trec_eval's.
 
-    measures: ir_measures-style names (see ``parse_measure``); results are keyed by the text given.
+    run: {qid: {docid: score}}, or a batch_search result {qid: [hits with .docid, .score]}, or a run
+        DataFrame (query_id, doc_id, score): see ``eval.io.as_run``.
+    measures: ir_measures-style names (see ``parse_measure``), a comma-separated string of them, or
+        ir_measures measure objects (``ir_measures.nDCG@10``); results are keyed by the text given
+        (an object's ``str``).
     rel_threshold: minimum grade counted relevant by binary measures (trec_eval ``-l``; TREC DL uses 2).
         nDCG always uses the graded gains and Judged@k any judgment.
     judged_only: condensed lists for every measure (trec_eval ``-J``).
@@ -251,6 +288,7 @@ def unjudged_report(qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Ma
     unjudged documents among all top-k documents, and queries with at least one unjudged one."""
     if k < 1:
         raise EvalError("k must be >= 1")
+    run = as_run(run)
     name = f"Judged@{k}"
     per_q = evaluate(qrels, run, [name, "NumRet"], per_query=True)
     shown = {q: min(k, int(row["NumRet"])) for q, row in per_q.items()}

@@ -41,7 +41,7 @@ def made(tmp_path_factory):
 def printed(capsys, qrels, runs) -> dict:
     capsys.readouterr()
     assert main(["eval", "--qrels", str(qrels), "-l", "2", *map(str, runs), "--json"]) == 0
-    return json.loads(capsys.readouterr().out)
+    return {r["name"]: r["means"] for r in json.loads(capsys.readouterr().out)["runs"]}
 
 
 def test_report_in_chromium(page, made, capsys):

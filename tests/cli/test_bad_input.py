@@ -228,7 +228,7 @@ def test_eval_of_part_of_the_queries_warns_and_scores(tmp_path):
     part.write_text("".join(line + "\n" for line in lines if line.split()[0] in qids))
     r = run_retr("eval", "--qrels", ms / "qrels" / "dl19.tsv", part, "-m", "nDCG@10", "--json")
     assert r.returncode == 0, r.stderr
-    assert set(json.loads(r.stdout)) == {"nDCG@10"}
+    assert set(json.loads(r.stdout)["runs"][0]["means"]) == {"nDCG@10"}
     assert r.stderr.strip() == ("retr: warning: part.trec: 5 queries in the run, 43 in the qrels, 5 in both; 38 judged "
                                 "queries missing from the run are left out of the means (-c scores them 0)")
     r = run_retr("eval", "--qrels", ms / "qrels" / "dl19.tsv", ms / "runs" / "BM25.dl19.top100.trec")

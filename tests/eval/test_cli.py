@@ -35,11 +35,42 @@ def test_json_one_and_several_runs(files):
     assert res.stderr.strip() == ("retr: warning: one.trec: 2 queries in the run, 3 in the qrels, 2 in both; 1 judged "
                                   "queries missing from the run are left out of the means (-c scores them 0)")
     qrels, run = E.read_qrels(files / "qrels.txt"), E.read_run(files / "one.trec")
-    assert json.loads(res.stdout) == pytest.approx(E.evaluate(qrels, run, MEASURES))
+    one = json.loads(res.stdout)
+    assert one["measures"] == MEASURES and [r["name"] for r in one["runs"]] == ["one.trec"]
+    assert one["runs"][0]["means"] == pytest.approx(E.evaluate(qrels, run, MEASURES))
+    assert one["runs"][0]["queries"] == 2 and one["runs"][0]["path"] == str(files / "one.trec")
     res = invoke(args + [files / "one.trec", files / "two.trec", "--json", "-l", "2"])
     out = json.loads(res.stdout)
-    assert set(out) == {"one.trec", "two.trec"}
-    assert out["two.trec"] == pytest.approx(E.evaluate(qrels, E.read_run(files / "two.trec"), MEASURES, rel_threshold=2))
+    assert set(out) == set(one) == {"measures", "runs"}               # the same shape for one run and for two
+    assert [r["name"] for r in out["runs"]] == ["one.trec", "two.trec"]
+    assert out["runs"][1]["means"] == pytest.approx(
+        E.evaluate(qrels, E.read_run(files / "two.trec"), MEASURES, rel_threshold=2))
+
+
+def test_same_run_twice_is_shown_twice(files):
+    res = invoke(["--qrels", files / "qrels.txt", files / "one.trec", files / "one.trec", "-m", "AP", "--json"])
+    runs = json.loads(res.stdout)["runs"]
+    assert [r["name"] for r in runs] == ["one.trec", "one.trec#2"] and runs[0]["means"] == runs[1]["means"]
+    res = invoke(["--qrels", files / "qrels.txt", files / "one.trec", files / "one.trec", "-m", "AP"])
+    assert [line.split()[0] for line in res.stdout.splitlines()[1:]] == ["one.trec", "one.trec#2"]
+
+
+def test_measures_comma_separated_and_ir_measures_names(files):
+    import ir_measures
+
+    res = invoke(["--qrels", files / "qrels.txt", files / "one.trec", "-m", "nDCG@10,P@2", "-m", "AP(rel=2),RR",
+                  "--json"])
+    out = json.loads(res.stdout)
+    assert out["measures"] == ["nDCG@10", "P@2", "AP(rel=2)", "RR"]
+    qrels, run = E.read_qrels(files / "qrels.txt"), E.read_run(files / "one.trec")
+    irm = E.evaluate(qrels, run, [ir_measures.nDCG@10, ir_measures.parse_measure("P@2"), ir_measures.AP(rel=2),
+                                  ir_measures.RR])
+    assert irm == pytest.approx(out["runs"][0]["means"])
+    # and the values are ir_measures' own (over the queries both hold: ir_measures scores a missing one 0)
+    both = {q: j for q, j in qrels.items() if q in run}
+    theirs = ir_measures.calc_aggregate([ir_measures.nDCG@10, ir_measures.parse_measure("P@2")], both, run)
+    assert irm["nDCG@10"] == pytest.approx(theirs[ir_measures.nDCG@10])
+    assert irm["P@2"] == pytest.approx(theirs[ir_measures.parse_measure("P@2")])
 
 
 def test_table_and_per_query(files):
@@ -48,10 +79,12 @@ def test_table_and_per_query(files):
     assert lines[0].split() == ["run", "AP", "P@2"]
     assert lines[1].split()[0] == "one.trec" and len({len(line) for line in lines}) == 1  # aligned
     res = invoke(["--qrels", files / "qrels.txt", files / "one.trec", "-m", "AP", "--per-query", "--json"])
-    out = json.loads(res.stdout)
-    assert set(out) == {"q1", "q2", "all"} and out["all"]["AP"] == pytest.approx((out["q1"]["AP"] + out["q2"]["AP"]) / 2)
+    rec = json.loads(res.stdout)["runs"][0]
+    out = rec["per_query"]
+    assert set(out) == {"q1", "q2"} and rec["means"]["AP"] == pytest.approx((out["q1"]["AP"] + out["q2"]["AP"]) / 2)
     res = invoke(["--qrels", files / "qrels.txt", files / "one.trec", "-m", "AP", "-c", "--json"])
-    assert json.loads(res.stdout)["AP"] == pytest.approx((out["q1"]["AP"] + out["q2"]["AP"]) / 3)
+    rec = json.loads(res.stdout)["runs"][0]
+    assert rec["means"]["AP"] == pytest.approx((out["q1"]["AP"] + out["q2"]["AP"]) / 3) and rec["queries"] == 3
 
 
 def test_bad_input_raises_eval_error_with_location(files):

@@ -222,3 +222,48 @@ def test_unjudged_report():
     assert rep == {"queries": 2, "Judged@2": pytest.approx(0.75), "unjudged@2": 1, "retrieved@2": 3,
                    "queries_with_unjudged": 1}
     assert math.isclose(rep["Judged@2"], E.evaluate(qrels, run, ["Judged@2"])["Judged@2"])
+
+
+# --- issue #29: a batch_search result, a run DataFrame and ir_measures objects, as they come
+
+class _Hit:  # what retr's Hit offers the evaluator (eval imports no retrieval: duck-typed)
+    def __init__(self, docid, score):
+        self.docid, self.score = docid, score
+
+
+def test_evaluate_takes_hit_lists_pairs_and_a_dataframe():
+    import pandas as pd
+    import pytrec_eval
+
+    qrels = {"q1": {"a": 2, "b": 1, "c": 0}, "q2": {"d": 1}}
+    plain = {"q1": {"a": 3.0, "z": 2.0, "b": 1.0}, "q2": {"d": 5.0, "y": 4.0}}
+    hits = {q: [_Hit(d, s) for d, s in docs.items()] for q, docs in plain.items()}
+    pairs = {q: list(docs.items()) for q, docs in plain.items()}
+    frame = pd.DataFrame([(q, d, s) for q, docs in plain.items() for d, s in docs.items()],
+                         columns=["query_id", "doc_id", "score"])
+    want = E.evaluate(qrels, plain, ["nDCG@10", "AP", "Judged@2"])
+    with pytest.raises(TypeError, match="Unable to extract"):   # what pytrec_eval says of hits as they are
+        pytrec_eval.RelevanceEvaluator(qrels, {"map"}).evaluate(hits)
+    for run in (hits, pairs, frame):
+        assert E.evaluate(qrels, run, ["nDCG@10", "AP", "Judged@2"]) == want
+    assert E.unjudged_report(qrels, hits, k=2) == E.unjudged_report(qrels, plain, k=2)
+    with pytest.raises(EvalError, match="listed twice"):
+        E.evaluate(qrels, {"q1": [_Hit("a", 1.0), _Hit("a", 0.5)]}, ["AP"])
+    with pytest.raises(EvalError, match="query_id, doc_id, score"):
+        E.evaluate(qrels, pd.DataFrame({"qid": ["q1"], "docno": ["a"], "score": [1.0]}), ["AP"])
+
+
+def test_ir_measures_objects_and_comma_lists():
+    import ir_measures
+
+    qrels = {"q1": {"a": 2, "b": 1, "c": 0}, "q2": {"d": 1}}
+    run = {"q1": {"a": 3.0, "z": 2.0, "b": 1.0}, "q2": {"d": 5.0, "y": 4.0}}
+    ms = [ir_measures.nDCG@10, ir_measures.parse_measure("P@5"), ir_measures.AP(rel=2), ir_measures.RR@10]
+    got = E.evaluate(qrels, run, ms)
+    assert list(got) == ["nDCG@10", "P@5", "AP(rel=2)", "RR@10"]
+    assert got == E.evaluate(qrels, run, "nDCG@10, P@5,AP(rel=2),RR@10")
+    theirs = ir_measures.calc_aggregate(ms, qrels, run)
+    for m in ms:
+        assert got[str(m)] == pytest.approx(theirs[m])
+    assert E.evaluate(qrels, run, ir_measures.nDCG@10) == {"nDCG@10": got["nDCG@10"]}
+    assert E.parse_measure(ir_measures.AP(rel=2)) == E.Measure("AP", rel=2)

@@ -88,7 +88,7 @@ def report(dl19, tmp_path_factory):
 def test_measures_table_equals_retr_eval(report, dl19, capsys):
     qrels, runs, _ = dl19
     rc, out, _ = run_cli(capsys, "eval", "--qrels", qrels, "-l", "2", *runs, "--json")
-    printed = json.loads(out)
+    printed = {r["name"]: r["means"] for r in json.loads(out)["runs"]}
     rc, text, _ = run_cli(capsys, "eval", "--qrels", qrels, "-l", "2", *runs)
     lines = [line.split() for line in text.splitlines()]
     t = Tables(report).find("measures")
