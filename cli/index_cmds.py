@@ -117,6 +117,21 @@ def info_cmd(index_dir, as_json):
         click.echo(f"  {name:<10} {s['kind']:<8} {s['doc_count']:>10,} docs  {_mb(s['size_bytes']):>9}  {cfg}{pending}")
         if s.get("stats"):
             click.echo(" " * 13 + "; ".join(f"{k.replace('_', ' ')} {_figure(v)}" for k, v in s["stats"].items()))
+        model = s.get("model") or {}
+        if model.get("path"):
+            about = ", ".join(x for x in (model.get("architecture"), model.get("sha256") and
+                                          f"sha256 {model['sha256']}") if x)
+            click.echo(" " * 13 + f"model {model['path']}" + (f" ({about})" if about else ""))
+        sel = s.get("dimsel") or {}
+        if sel:
+            click.echo(" " * 13 + f"dimension selector {sel.get('path')}: alpha {sel.get('alpha')}, "
+                       f"{sel.get('dim')} dims, trained {sel.get('trained_at')}")
+    for base, rec in (info.get("pipelines") or {}).items():
+        click.echo(f"tuned      {base} -> {rec.get('spec')}   ({rec.get('metric')} {rec.get('value', 0):.4f} on "
+                   f"{rec.get('queries')} queries of {rec.get('tuned_on')}, {rec.get('tuned_at')})")
+    fields = info.get("fields") or {}
+    click.echo("fields     " + (", ".join(f"{f} ({n:,} docs)" for f, n in fields.items()) if fields
+                                else "none (no document carries metadata; filters can use docid)"))
     v = info["versions"]
     click.echo("versions   " + ", ".join(f"{k} {v[k]}" for k in v))
 

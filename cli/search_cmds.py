@@ -10,6 +10,7 @@ from cli import params
 from indexes import folder
 from indexes.errors import InputError
 from retrieval.kinds import PRIMARY
+from retrieval.runs import run_tag
 
 
 # -------------------------------------------------------------------- search
@@ -18,7 +19,7 @@ from retrieval.kinds import PRIMARY
 @click.option("--index", "index_dir", required=True, type=click.Path(path_type=Path), help="Index folder.")
 @click.option("--queries", type=click.Path(path_type=Path), help="Queries: BEIR JSONL, TSV or TREC topics.")
 @click.option("--output", "-o", type=click.Path(path_type=Path, dir_okay=False),
-              help="Where to write the run (batch mode).")
+              help="Where to write the run (of --queries, or of free TEXT as query 0).")
 @click.option("--format", "fmt", type=click.Choice(["trec", "jsonl"]), default=None,
               help="Output format: TREC run (default for --output) or JSONL hits with text.")
 @click.option("--qrels", type=click.Path(path_type=Path), help="Search only the queries that appear in these qrels.")
@@ -55,10 +56,16 @@ def search_cmd(text, index_dir, queries, output, fmt, qrels, split, retriever, f
         options = {key: v for o in params.each_kind() for key, v in o.configure(kind_values).items()}
         idx.configure(spec, **options)
         extra = {key: v for o in params.each_kind() for key, v in o.search_args(kind_values).items()}
+        tag = tag or run_tag(spec, [o.tag(kind_values) for o in params.each_kind()])
         _search(idx, text, queries, output, fmt, qrels, split, spec, depth, k, threads, tag, quiet, extra)
 
 
 def _search(idx, text, queries, output, fmt, qrels, split, spec, depth, k, threads, tag, quiet, extra):
+    if text is not None and output is not None:  # one query into a run file: query id "0"
+        results = idx.batch_search([text], k=k or 10, retriever=spec, depth=depth, text=(fmt == "jsonl"),
+                                   **extra)
+        _write(results, output, fmt or "trec", tag, quiet)
+        return
     if text is not None:
         hits = idx.search(text, k=k or 10, retriever=spec, depth=depth, **extra)
         if fmt == "jsonl":
@@ -76,7 +83,6 @@ def _search(idx, text, queries, output, fmt, qrels, split, spec, depth, k, threa
 
     from eval.io import read_qrels
     from retrieval.collections import read_queries, split_qrels
-    from retrieval.runs import write_run
 
     qs = read_queries(queries)
     if split:
@@ -93,13 +99,19 @@ def _search(idx, text, queries, output, fmt, qrels, split, spec, depth, k, threa
         if fmt == "trec":
             for qid, hits in results.items():
                 for h in hits:
-                    click.echo(f"{qid} Q0 {h.docid} {h.rank} {h.score:.6f} {tag or spec}")
+                    click.echo(f"{qid} Q0 {h.docid} {h.rank} {h.score:.6f} {tag}")
         else:
             for qid, hits in results.items():
                 for h in hits:
                     click.echo(json.dumps(h.to_dict(), ensure_ascii=False))
         return
-    n = write_run(results, output, fmt=fmt, tag=tag or spec)
+    _write(results, output, fmt, tag, quiet)
+
+
+def _write(results, output, fmt, tag, quiet):
+    from retrieval.runs import write_run
+
+    n = write_run(results, output, fmt=fmt, tag=tag)
     if not quiet:
         click.echo(f"wrote {n:,} hits for {len(results):,} queries to {output}", err=True)
 

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -111,7 +112,8 @@ def run_indexer(input_dir: Path, index_dir: Path, threads: int = 2, impact: bool
     if not quiet:
         for line in output.splitlines():
             if "Total" in line and "documents indexed" in line:
-                print(line.split(" - ")[-1], flush=True)
+                # stderr: retr's stdout carries only what was asked for (a run, hits, JSON)
+                print(line.split(" - ")[-1], file=sys.stderr, flush=True)
     return dt
 
 

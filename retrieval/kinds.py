@@ -286,6 +286,11 @@ class KindOptions:
         """Further keyword arguments of ``Index.search`` / ``batch_search`` (``dimsel``)."""
         return {}
 
+    def tag(self, values: Dict[str, Any]) -> Optional[str]:
+        """What these `retr search` values change in how the pipeline runs, as one word for a run's
+        tag (``dimsel-learned``; :func:`retrieval.runs.run_tag`), or None when they change nothing."""
+        return None
+
     def commands(self) -> Sequence[Tuple[Optional[str], Any]]:
         """Commands it adds: (group, click command), group None for a top-level one, else the
         name of a group such as ``train``."""

@@ -3,13 +3,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import List, Mapping
+from typing import Iterable, List, Mapping, Optional
 
 from indexes.atomic import atomic_write
 from indexes.errors import InputError
 from retrieval.types import Hit
 
 FORMATS = ("trec", "jsonl")
+
+
+def run_tag(spec: str, parts: Iterable[Optional[str]] = ()) -> str:
+    """A run's tag (a TREC run's last column): the pipeline as run (``bm25+dense:rrf(k=60)``) and,
+    joined by ``+``, what the search options changed in it (``dense+dimsel-learned``), so that
+    runs of different methods never carry the same tag."""
+    return "+".join([spec, *(p for p in parts if p)])
 
 
 def write_run(results: Mapping[str, List[Hit]], path: Path | str, fmt: str = "trec", tag: str = "retr") -> int:

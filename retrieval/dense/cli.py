@@ -30,6 +30,9 @@ class DenseOptions(KindOptions):
                      help="faiss factory string for the dense index (Flat, HNSW32, IVF1024,PQ32, ...)."),
         click.option("--dtype", type=click.Choice(["float32", "float16"]), default="float32", show_default=True,
                      help="Precision of the stored dense vectors."),
+        click.option("--sts-dir", type=click.Path(path_type=Path, file_okay=False), default=None,
+                     help="STS data folder, for --pooling ditto when no (layer, head) is stored for the model "
+                          "(`retr ditto-select`) [default: $RETR_STS, $RETR_DATA/sts or ../shared/datasets/sts]."),
     )
     search = (
         click.option("--dimsel", type=click.Choice(["none", "prf", "learned", "oracle"]), default=None,
@@ -42,7 +45,8 @@ class DenseOptions(KindOptions):
                      help="Labels for --dimsel oracle (an upper-bound analysis, not a search method)."),
     )
     flags = {"dense": "--dense", "pooling": "--pooling", "factory": "--faiss", "dtype": "--dtype",
-             "alpha": "--alpha", "prf_k": "--prf-k", "dimsel": "--dimsel", "qrels": "--dimsel-qrels"}
+             "alpha": "--alpha", "prf_k": "--prf-k", "dimsel": "--dimsel", "qrels": "--dimsel-qrels",
+             "sts_dir": "--sts-dir"}
 
     def specs(self, values):
         if values["dense_model"] is None:
@@ -52,11 +56,24 @@ class DenseOptions(KindOptions):
         model = values["dense_model"]
         return {"dense": DenseSpec(model=None if model == "minilm" else model, pooling=values["pooling"],
                                    factory=values["factory"], dtype=values["dtype"], device=values["device"],
-                                   batch_size=values["batch_size"])}
+                                   batch_size=values["batch_size"],
+                                   sts_dir=str(values["sts_dir"]) if values["sts_dir"] else None)}
 
     def search_args(self, values):
         return {"dimsel": dimsel_options(values["dimsel"], values["alpha"], values["prf_k"], values["dimsel_qrels"],
                                          values["adaptive"])}
+
+    def tag(self, values):
+        # a run with dimension selection is not the plain dense run: its tag says which selection ran
+        mode = values.get("dimsel")
+        if mode is None:
+            return None
+        word = f"dimsel-{mode}" + ("-adaptive" if values.get("adaptive") else "")
+        if values.get("alpha") is not None:
+            word += f"(alpha={values['alpha']:g})"
+        if mode == "prf" and values.get("prf_k") is not None:
+            word += f"(prf_k={values['prf_k']})"
+        return word
 
     def commands(self):
         return [("train", dimsel), ("train", dense_train)]

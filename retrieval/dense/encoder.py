@@ -60,11 +60,12 @@ class DenseEncoder:
                  ditto_layer_head: Optional[Sequence[int]] = None, device: str = "auto",
                  ditto_states: Optional[str] = None,
                  max_length: Optional[int] = None, normalize: bool = True, dtype: str = "float32",
-                 auto_select: bool = True, quiet: bool = False):
+                 auto_select: bool = True, quiet: bool = False, sts_dir: str | os.PathLike | None = None):
         if str(dtype).lower() not in _DTYPES:
             raise InputError(f"unknown vector dtype {dtype!r} (choose from: float32, float16)")
         self.out_dtype = _DTYPES[str(dtype).lower()]
         self.pooling = canonical_name(pooling)
+        self._sts_dir = sts_dir  # where Ditto's (layer, head) is chosen when none is stored
         self.model_path = resolve_model_path(model)
         self.device = pick_device(device)
         self.normalize = bool(normalize)
@@ -119,7 +120,7 @@ class DenseEncoder:
                 if not quiet:
                     print(f"retr: no Ditto (layer, head) stored for {self.model_path.name}; selecting on STS-B dev "
                           f"(stored in {ditto_store.choice_path(self.model_hash)})", file=sys.stderr)
-                rec = sts.select_ditto_head(self, store=True, quiet=quiet)
+                rec = sts.select_ditto_head(self, store=True, quiet=quiet, sts_dir=self._sts_dir)
                 pair, self.ditto_source = (rec["layer"], rec["head"]), "selected"
                 states = states or rec.get("states")
             else:

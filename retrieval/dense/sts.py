@@ -47,7 +47,7 @@ def find_sts_dir(sts_dir: str | os.PathLike | None = None) -> Path:
         cands += [os.environ.get("RETR_STS"),
                   os.environ.get("RETR_DATA") and Path(os.environ["RETR_DATA"]) / "sts",
                   Path("../shared/datasets/sts"),
-                  Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "sts"]
+                  Path(__file__).resolve().parents[3] / "shared" / "datasets" / "sts"]  # beside the checkout
     for c in cands:
         if c and (Path(c) / "stsb" / "dev.tsv").is_file():
             return Path(c)

@@ -32,14 +32,30 @@ class DenseSpec:
     batch_size: int = 64
     max_length: Optional[int] = None
     shard_size: int = 50_000              # encoding shards (resumable)
+    sts_dir: Optional[str] = None         # STS data for choosing Ditto's (layer, head) when none is stored
 
     def validate(self) -> "DenseSpec":
         from retrieval.dense.pooling import canonical_name
 
-        canonical_name(self.pooling)  # raises on an unknown pooling
+        pooling = canonical_name(self.pooling)  # raises on an unknown pooling
         if self.batch_size < 1 or self.shard_size < 1:
             raise InputError("batch size and shard size must be positive")
+        if pooling == "ditto":
+            self._check_ditto()
         return self
+
+    def _check_ditto(self) -> None:
+        """Ditto pooling needs a (layer, head): stored by `retr ditto-select`, the paper's for its
+        checkpoints, or chosen on STS-B dev during the build. In the last case the STS data must be
+        there, and this is checked with the spec, before a build reads the corpus or builds BM25
+        (a build used to index BM25 first and then fail for want of it)."""
+        from retrieval.dense import ditto_store
+        from retrieval.dense.sts import find_sts_dir
+        from retrieval.models import model_hash, resolve_model_path
+
+        path = resolve_model_path(self.model)
+        if ditto_store.paper_default(path) is None and ditto_store.load_choice(model_hash(path)) is None:
+            find_sts_dir(self.sts_dir)  # STSDataNotFound names sts_dir (the CLI: --sts-dir)
 
 
 def _docs(store_path: Path) -> Iterator[Tuple[str, str]]:
@@ -90,7 +106,7 @@ def build_dense(folder: Path, name: str, store_path: Path, spec: DenseSpec, fing
     spec.validate()
     t0 = time.perf_counter()
     enc = DenseEncoder(spec.model, pooling=spec.pooling, device=spec.device, max_length=spec.max_length,
-                       dtype=spec.dtype, quiet=quiet)
+                       dtype=spec.dtype, quiet=quiet, sts_dir=spec.sts_dir)
     FaissIndex.create(enc.dim, spec.factory, use_gpu=False)  # reject a bad factory string before encoding
     cfg = enc.config()
     cache = _shard_cache(cache_base, cfg, fingerprint, spec)
