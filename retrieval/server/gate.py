@@ -5,7 +5,9 @@ constant time; /healthz needs none), 413/400 (a Content-Length over the limit or
 and a body that turns out longer than it said), 429 with ``Retry-After`` once
 ``--max-inflight`` requests are running (one count with the MCP tools': see
 :mod:`retrieval.server.guard`), and records every request in the metrics. Its errors have the
-app's one shape, ``{"error": {"status", "message"}}``.
+app's one shape, ``{"error": {"status", "message"}}``; a 401 on ``/mcp`` is also a JSON-RPC error
+(code :data:`AUTH_CODE`, the same message), which MCP clients show as it is instead of a bare
+"Server returned an error response" (-32603).
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from retrieval.server.page import PATHS as PAGE
 EXEMPT = ("/healthz", "/readyz", "/metrics", *PAGE)   # never refused for load
 MAX_BODY = 64 * 1024 * 1024                        # bytes; writes carry whole documents
 MAX_BODY_READ = 2 * 1024 * 1024                    # for everything but document writes
+AUTH_CODE = -32001                                 # JSON-RPC "server error" range: the MCP endpoint's 401
 
 
 class ApiError(Exception):
@@ -59,19 +62,26 @@ class Gate:
         self.metrics = metrics
         self.max_body = max_body
 
-    async def _reply(self, send, status: int, message: str, headers=()):
-        body = error_bytes(status, message)
+    async def _reply(self, send, status: int, message: str, headers=(), body: Optional[bytes] = None):
+        body = body if body is not None else error_bytes(status, message)
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                                 *headers]})
         await send({"type": "http.response.body", "body": body})
 
-    def _authorized(self, path: str, headers: dict) -> bool:
+    def _refusal(self, path: str, headers: dict) -> Optional[str]:
+        """None when the request may pass, else why not (no token sent, or a wrong one)."""
         if self.token is None or path == "/healthz" or path in PAGE:  # the page is static: its API calls send the token
-            return True
-        got = headers.get(b"authorization", b"")
+            return None
+        got = headers.get(b"authorization")
+        if not got:
+            return "missing bearer token: send 'Authorization: Bearer <token>' (the server's --token-file)"
         scheme, _, cred = got.partition(b" ")
-        return scheme.lower() == b"bearer" and hmac.compare_digest(cred.strip(), self.token)
+        if scheme.lower() != b"bearer":
+            return "the Authorization header is not a bearer token: send 'Authorization: Bearer <token>'"
+        if not hmac.compare_digest(cred.strip(), self.token):
+            return "invalid bearer token: it does not match the server's --token-file"
+        return None
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -92,10 +102,14 @@ class Gate:
             self.metrics.observe(endpoint, method, status[0], retriever, time.perf_counter() - t0)
 
         headers = dict(scope["headers"])
-        if not self._authorized(path, headers):
+        why = self._refusal(path, headers)
+        if why is not None:
             status[0] = 401
-            await self._reply(sending, 401, "missing or wrong bearer token (send 'Authorization: Bearer <token>')",
-                              [(b"www-authenticate", b'Bearer realm="retr"')])
+            body = None
+            if path == "/mcp" or path.startswith("/mcp/"):  # a JSON-RPC error the MCP client can show
+                body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {
+                    "code": AUTH_CODE, "message": f"unauthorized: {why}", "data": {"status": 401}}}).encode()
+            await self._reply(sending, 401, why, [(b"www-authenticate", b'Bearer realm="retr"')], body)
             return done()
         limit = self.max_body if method in ("POST", "PUT") and path.endswith("/documents") else MAX_BODY_READ
         refused = _content_length(headers, limit)

@@ -123,6 +123,20 @@ def validate_search(**fields):
         raise ValueError(validation_message(e.errors())) from None
 
 
+def dimsel_options(o) -> Optional[dict]:
+    """A request's :class:`schemas.DimselOptions` as ``Index.search``'s ``dimsel`` (None: none)."""
+    if o is None:
+        return None
+    d = {"mode": o.mode}
+    if o.alpha is not None:
+        d["alpha"] = o.alpha
+    if o.prf_k is not None:
+        d["prf_k"] = o.prf_k
+    if o.adaptive:
+        d["adaptive"] = True
+    return d
+
+
 # A path token: path characters (word characters, . + ~ -) and at least one '/', bounded by
 # characters that cannot be part of a path (spaces, quotes, ':', ',', brackets, ...).
 _PCH = r"[\w.+~-]"

@@ -4,10 +4,15 @@
 The tools keep the HTTP API's limits (:mod:`retrieval.server.guard`): each call counts
 against the same ``--max-inflight`` as ``/v1`` requests (beyond it: a JSON-RPC error,
 code -32000, "server busy"), search arguments are checked by the HTTP request model
-(query length, ``k``, ...), and results are held to the response budget."""
+(query length, ``k``, ...), and results are held to the response budget. The search tool's
+input schema carries the same bounds (``k`` 1 to 1,000, ``depth``, ``text_chars``, the
+dimension-selection modes), and the server reports retr's version, not fastmcp's."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+from typing_extensions import Annotated
 
 from indexes.errors import RetrError
 from retrieval.kinds import PRIMARY
@@ -17,10 +22,34 @@ from retrieval.server.registry import Registry
 
 MAX_DOCID_CHARS = 512  # as schemas.IdsRequest / DocumentIn
 SEARCH_DOC = (f"Search an index. retriever: bm25, dense, deepct or a fused pipeline such as bm25+dense. "
+              f"fusion: for a fused pipeline, e.g. rrf(k=60) or combmnz(norm=zscore). depth: candidates per fused "
+              f"retriever. dimsel: query-aware dimension selection for dense retrievers, e.g. "
+              f"{{\"mode\": \"prf\", \"alpha\": 0.5}}. "
               f"filter: metadata conditions, e.g. {{\"year\": {{\"gte\": 2000}}}}, {{\"shard\": \"odd\"}}, "
               f"{{\"docid\": {{\"in\": [...]}}}}. Returns ranked hits with docid, score, title, text and metadata. "
               f"query: at most {S.MAX_QUERY_CHARS:,} characters; k: 1 to {S.MAX_K:,}; text_chars: each hit's "
               f"text is cut to that many characters (null: the whole text).")
+
+
+def retr_version() -> str:
+    """retr's own version (the installed distribution's; the package's when run from a checkout)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("retr")
+    except PackageNotFoundError:  # pragma: no cover - a source tree on PYTHONPATH
+        import retrieval
+
+        return retrieval.__version__
+
+
+class Dimsel(BaseModel):
+    """The search tool's ``dimsel``: :class:`schemas.DimselOptions`' fields and bounds."""
+    model_config = ConfigDict(extra="forbid")
+    mode: Literal["none", "prf", "learned"] = Field(description="none, prf (pseudo-relevance feedback) or learned.")
+    alpha: Optional[float] = Field(None, gt=0, le=1, description="Share of dimensions kept.")
+    prf_k: Optional[int] = Field(None, ge=1, le=100, description="Feedback documents (prf).")
+    adaptive: bool = Field(False, description="learned: a per-query count of dimensions.")
 
 
 def build_mcp(registry: Registry, admission: Optional[G.Admission] = None,
@@ -30,7 +59,7 @@ def build_mcp(registry: Registry, admission: Optional[G.Admission] = None,
     from fastmcp import FastMCP
 
     admission = admission or G.Admission(64)
-    mcp = FastMCP("retr", instructions="Search document collections indexed by retr (BM25, dense, DeepCT, fused "
+    mcp = FastMCP("retr", version=retr_version(), instructions="Search document collections indexed by retr (BM25, dense, DeepCT, fused "
                                        "pipelines) and read documents by id.", middleware=[_admit(admission)])
     pick, run = _picker(registry), _runner(registry)
     _add_search_tool(mcp, pick, run, max_response_chars)
@@ -103,19 +132,29 @@ def _add_search_tool(mcp, pick, run, budget: int) -> None:
     from fastmcp.exceptions import ToolError
 
     @mcp.tool(description=SEARCH_DOC)
-    async def search(query: str, index: Optional[str] = None, k: int = 10, retriever: str = PRIMARY,
-                     filter: Optional[Dict[str, Any]] = None, text_chars: Optional[int] = 1000) -> Dict[str, Any]:
+    async def search(query: Annotated[str, Field(min_length=1, max_length=S.MAX_QUERY_CHARS)],
+                     index: Optional[str] = None,
+                     k: Annotated[int, Field(ge=1, le=S.MAX_K, description="Hits to return.")] = 10,
+                     retriever: Annotated[str, Field(min_length=1, max_length=S.MAX_SPEC_CHARS)] = PRIMARY,
+                     fusion: Annotated[Optional[str], Field(max_length=S.MAX_SPEC_CHARS)] = None,
+                     depth: Annotated[Optional[int], Field(ge=1, le=S.MAX_DEPTH)] = None,
+                     dimsel: Optional[Dimsel] = None,
+                     filter: Optional[Dict[str, Any]] = None,
+                     text_chars: Annotated[Optional[int], Field(ge=0, le=1_000_000)] = 1000) -> Dict[str, Any]:
         try:
-            req = G.validate_search(query=query, k=k, retriever=retriever, filter=filter, text_chars=text_chars)
+            req = G.validate_search(query=query, k=k, retriever=retriever, fusion=fusion, depth=depth,
+                                    dimsel=dimsel.model_dump() if dimsel is not None else None, filter=filter,
+                                    text_chars=text_chars)
         except ValueError as e:
             raise ToolError(str(e)) from None
         name, s = pick(index)
 
         def go():
             idx = s.index()
-            p = idx.pipeline(req.retriever)
+            p = idx.pipeline(req.retriever, req.fusion)
             G.check_planned(1, req.k, True, req.text_chars, budget)
-            hits = idx.search(req.query, k=req.k, retriever=str(p), filter=req.filter)
+            hits = idx.search(req.query, k=req.k, retriever=str(p), depth=req.depth,
+                              dimsel=G.dimsel_options(req.dimsel), filter=req.filter)
             G.check_hits(hits, True, req.text_chars, budget)
             return {"index": name, "retriever": str(p), "hits": [
                 {"docid": h.docid, "rank": h.rank, "score": h.score,

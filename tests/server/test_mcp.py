@@ -109,3 +109,56 @@ def test_mcp_over_stdio_answers_a_malformed_line_and_keeps_serving(meta_index):
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+def test_mcp_reports_retr_version_and_search_bounds(server, token, meta_dense_index):
+    """serverInfo carries retr's version; the search tool's schema carries k's range and the fusion,
+    depth and dimsel parameters, which reach the search as the HTTP API's do."""
+    from importlib.metadata import version
+
+    from fastmcp import Client
+
+    async def go():
+        async with Client(f"{server.url}/mcp/", auth=token) as c:
+            info = c.server_info
+            assert (info.name, info.version) == ("retr", version("retr"))
+            tool = next(t for t in await c.list_tools() if t.name == "search")
+            props = tool.input_schema["properties"]
+            assert (props["k"]["minimum"], props["k"]["maximum"]) == (1, 1000)
+            assert {"fusion", "depth", "dimsel", "text_chars"} <= set(props)
+            assert props["query"]["minLength"] == 1
+            args = {"query": Q, "index": "hy", "k": 4, "retriever": "bm25+dense", "fusion": "combsum(norm=minmax)",
+                    "depth": 7, "dimsel": {"mode": "prf", "alpha": 0.5}}
+            res = _content(await c.call_tool("search", args))
+            want = meta_dense_index.search(Q, k=4, retriever="bm25+dense", fusion="combsum(norm=minmax)", depth=7,
+                                           dimsel={"mode": "prf", "alpha": 0.5})
+            assert [h["docid"] for h in res["hits"]] == [h.docid for h in want]
+            assert [h["score"] for h in res["hits"]] == pytest.approx([h.score for h in want], rel=1e-5)
+            assert "combsum" in res["retriever"]
+            for bad in ({"k": 0}, {"k": 1001}, {"depth": 0}, {"dimsel": {"mode": "magic"}},
+                        {"dimsel": {"mode": "prf", "alpha": 2}}, {"query": ""}, {"fusion": "nope(x=1)"}):
+                r = await c.call_tool("search", {"query": Q, "index": "hy", **bad}, raise_on_error=False)
+                assert r.is_error, bad
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("auth", [None, "wrong-token-0123456789"])
+def test_mcp_client_without_the_token_is_told_why(server, auth):
+    """An MCP client without the bearer token (or with a wrong one) gets the reason, not a bare
+    -32603 "Server returned an error response"; raw HTTP still sees 401 + WWW-Authenticate."""
+    import httpx
+    from fastmcp import Client
+    from mcp.shared.exceptions import MCPError
+
+    async def go():
+        async with Client(f"{server.url}/mcp/", auth=auth, timeout=30):
+            pass
+    with pytest.raises(Exception) as e:
+        asyncio.run(go())
+    msg = str(e.value)
+    assert "bearer token" in msg and ("missing" in msg if auth is None else "invalid" in msg), msg
+    assert isinstance(e.value, MCPError) and e.value.error.code == -32001, repr(e.value)
+    r = httpx.post(f"{server.url}/mcp/", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, timeout=30,
+                   headers={"Authorization": f"Bearer {auth}"} if auth else {})
+    assert r.status_code == 401 and r.headers["www-authenticate"].startswith("Bearer")
+    assert r.json()["error"]["code"] == -32001
