@@ -14,12 +14,12 @@ import http.client
 import json
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence
 from urllib.parse import quote, urlsplit
 
 from indexes.errors import InputError, RetrError
 from retrieval.kinds import PRIMARY
-from retrieval.types import Document, Hit, Query
+from retrieval.types import Document, Hit, QueriesArg, as_queries
 
 MAX_BATCH = 1_000  # queries per request: the server's limit (retrieval.server.schemas.MAX_BATCH, not imported here)
 
@@ -175,14 +175,16 @@ class Client:
             raise _error(resp.status_code, out, resp.content)
         return self._hits(out["hits"], "+" in out["retriever"])
 
-    def batch_search(self, queries: Sequence[Union[Query, str]], k: int = 10, retriever: str = PRIMARY,
-                     fusion: Optional[str] = None, threads: int = 1, text: bool = False, quiet: bool = True,
-                     depth: Optional[int] = None, batch_size: Optional[int] = None, timings=None, dimsel=None,
-                     filter=None, text_chars: Optional[int] = None) -> Dict[str, List[Hit]]:
-        """As :meth:`retrieval.index.Index.batch_search`: ``{qid: hits}`` in the order of ``queries``
+    def batch_search(self, queries: QueriesArg, qids: Optional[Sequence[str]] = None, k: int = 10,
+                     retriever: str = PRIMARY, fusion: Optional[str] = None, threads: int = 1, text: bool = False,
+                     quiet: bool = True, depth: Optional[int] = None, batch_size: Optional[int] = None,
+                     timings=None, dimsel=None, filter=None, text_chars: Optional[int] = None
+                     ) -> Dict[str, List[Hit]]:
+        """As :meth:`retrieval.index.Index.batch_search` (the same forms of ``queries``: Query objects,
+        ``{qid: text}``, texts with ``qids``): ``{qid: hits}`` in the order of ``queries``
         (``threads`` and ``quiet`` are the server's business; ``batch_size`` queries per request, 1,000 at
         most, each request streamed back a query at a time)."""
-        qs = [q if isinstance(q, Query) else Query(str(i), q) for i, q in enumerate(queries)]
+        qs, k = as_queries(queries, qids, k)
         size = min(batch_size or MAX_BATCH, MAX_BATCH)
         fused = "+" in retriever
         out: Dict[str, List[Hit]] = {}

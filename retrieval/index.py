@@ -19,7 +19,7 @@ import threading
 import time
 import warnings
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from indexes import generations as gens
 from indexes import folder
@@ -31,7 +31,7 @@ from retrieval.filters import Allowed, MetadataTable, first_allowed, parse_filte
 from retrieval.fusion import Pipeline, explain_fusion, fuse, list_confidences, parse_pipeline
 from retrieval.kinds import PRIMARY, Retriever, kind_of
 from retrieval.progress import progress
-from retrieval.types import Document, Hit, Query
+from retrieval.types import Document, Hit, QueriesArg, as_queries
 
 DEPTH = 100  # candidates each fused retriever returns, at least (more when k is larger)
 FOLLOW_GRACE = 2.0  # seconds a reader answers from its generation while the newest one cannot be opened
@@ -781,35 +781,6 @@ class Snapshot(_View):
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-QueriesArg = Union[Sequence[Union[Query, str]], Mapping[str, str]]
-
-
-def as_queries(queries: QueriesArg, qids: Optional[Sequence[str]] = None, k: int = 10) -> Tuple[List[Query], int]:
-    """The queries of :meth:`Index.batch_search` in any of its forms as a list of :class:`Query`,
-    and ``k`` (``qids`` given as an int is the ``k`` of the older positional form)."""
-    if isinstance(qids, int) and not isinstance(qids, bool):
-        qids, k = None, qids
-    if isinstance(queries, (str, bytes)):
-        raise InputError("batch_search takes a list of queries (or {qid: text}), not one string: use search()")
-    if isinstance(queries, Mapping):
-        if qids is not None:
-            raise InputError("batch_search: give qids with a list of texts, not with a {qid: text} mapping")
-        return [Query(str(q), t) for q, t in queries.items()], k
-    queries = list(queries)
-    if qids is None:
-        return [q if isinstance(q, Query) else Query(str(i), q) for i, q in enumerate(queries)], k
-    if isinstance(qids, (str, bytes)):
-        raise InputError("batch_search: qids must be a list of ids, one per query")
-    qids = [str(q) for q in qids]
-    if len(qids) != len(queries):
-        raise InputError(f"batch_search: {len(queries)} queries but {len(qids)} qids")
-    if any(isinstance(q, Query) for q in queries):
-        raise InputError("batch_search: qids go with plain query texts, not Query objects (they have ids)")
-    if len(set(qids)) != len(qids):
-        raise InputError("batch_search: qids repeat an id; each query needs its own")
-    return [Query(i, t) for i, t in zip(qids, queries)], k
 
 
 def _check_k(k: int) -> None:

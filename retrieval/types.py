@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from indexes.errors import InputError
 
 Scored = List[Tuple[str, float]]  # a ranking: (docid, score), best first
 PREVIEW = 60  # characters of title (else text) a Hit's repr shows
@@ -90,3 +92,32 @@ class Hit:
         if self.ranks is not None:
             d["ranks"] = dict(self.ranks)
         return d
+
+
+QueriesArg = Union[Sequence[Union[Query, str]], Mapping[str, str]]
+
+
+def as_queries(queries: QueriesArg, qids: Optional[Sequence[str]] = None, k: int = 10) -> Tuple[List[Query], int]:
+    """The queries of :meth:`Index.batch_search` in any of its forms as a list of :class:`Query`,
+    and ``k`` (``qids`` given as an int is the ``k`` of the older positional form)."""
+    if isinstance(qids, int) and not isinstance(qids, bool):
+        qids, k = None, qids
+    if isinstance(queries, (str, bytes)):
+        raise InputError("batch_search takes a list of queries (or {qid: text}), not one string: use search()")
+    if isinstance(queries, Mapping):
+        if qids is not None:
+            raise InputError("batch_search: give qids with a list of texts, not with a {qid: text} mapping")
+        return [Query(str(q), t) for q, t in queries.items()], k
+    queries = list(queries)
+    if qids is None:
+        return [q if isinstance(q, Query) else Query(str(i), q) for i, q in enumerate(queries)], k
+    if isinstance(qids, (str, bytes)):
+        raise InputError("batch_search: qids must be a list of ids, one per query")
+    qids = [str(q) for q in qids]
+    if len(qids) != len(queries):
+        raise InputError(f"batch_search: {len(queries)} queries but {len(qids)} qids")
+    if any(isinstance(q, Query) for q in queries):
+        raise InputError("batch_search: qids go with plain query texts, not Query objects (they have ids)")
+    if len(set(qids)) != len(qids):
+        raise InputError("batch_search: qids repeat an id; each query needs its own")
+    return [Query(i, t) for i, t in zip(qids, queries)], k
