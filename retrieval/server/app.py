@@ -76,6 +76,7 @@ def create_app(registry: Registry, token: Optional[str] = None, writable: bool =
                 R.add_document_write_routes):
         add(v1, st)  # in this order: /v1/indexes before /v1/{index}
     app.include_router(v1)
+    app.state.routes = route_table(app, [v1])  # for the Allow header of a 405
     if mcp_app is not None:
         app.mount("/mcp", mcp_app)
     app.openapi = _openapi(app, registry, token)
@@ -108,7 +109,10 @@ def _add_error_handlers(app: FastAPI, registry: Registry) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request, e):
-        return error_json(e.status_code, str(e.detail) if e.detail else "error", getattr(e, "headers", None))
+        headers = getattr(e, "headers", None)
+        if e.status_code == 405:  # Starlette names the methods of the first route on the path only
+            headers = {**(headers or {}), "Allow": ", ".join(allowed_methods(app.state.routes, request.url.path))}
+        return error_json(e.status_code, str(e.detail) if e.detail else "error", headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request, e: RequestValidationError):
@@ -127,6 +131,31 @@ def _add_error_handlers(app: FastAPI, registry: Registry) -> None:
     async def _crash(request, e: Exception):
         log.exception("internal error on %s %s", request.method, request.url.path)
         return error_json(500, f"internal error ({type(e).__name__}); see the server log")
+
+
+def route_table(app: FastAPI, routers) -> list:
+    """(path regex, methods) of every route that answers something: the app's own and those of
+    the included ``routers`` (whose routes' paths carry their prefix; FastAPI no longer copies them
+    into ``app.router.routes``), without the routes that only answer 405."""
+    from starlette.routing import compile_path
+
+    table = []
+    for routes in [app.router.routes, *(r.routes for r in routers)]:
+        for route in routes:
+            if getattr(route, "name", None) == R.NOT_ALLOWED or not getattr(route, "methods", None):
+                continue
+            table.append((compile_path(route.path)[0], frozenset(route.methods)))
+    return table
+
+
+def allowed_methods(table, path: str) -> list:
+    """Every method some route answers on ``path`` (a 405's Allow), in the usual order."""
+    methods = set()
+    for regex, ms in table:
+        if regex.match(path):
+            methods |= ms
+    order = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
+    return sorted(methods, key=lambda m: (order.index(m) if m in order else len(order), m))
 
 
 def _openapi(app: FastAPI, registry: Registry, token: Optional[str]):

@@ -103,17 +103,7 @@ def _hit(h, single: Optional[str], text: bool, text_chars: Optional[int]) -> Dic
     return d
 
 
-def _dimsel(o: Optional[S.DimselOptions]):
-    if o is None:
-        return None
-    d = {"mode": o.mode}
-    if o.alpha is not None:
-        d["alpha"] = o.alpha
-    if o.prf_k is not None:
-        d["prf_k"] = o.prf_k
-    if o.adaptive:
-        d["adaptive"] = True
-    return d
+_dimsel = G.dimsel_options  # shared with the MCP search tool
 
 
 # ---------------------------------------------------------------------- health
@@ -350,8 +340,25 @@ def _doc_out(row) -> Dict[str, Any]:
     return {"docid": row[0], "title": row[1], "text": row[2], "metadata": row[3] or {}}
 
 
+RESERVED_DOC_PATHS = ("get", "delete")  # /v1/{index}/documents/<these> are POST operations, not document ids
+NOT_ALLOWED = "method-not-allowed"      # the name of the routes that only answer 405 (app.allowed_methods skips them)
+ALL_METHODS = ("GET", "HEAD", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE")
+
+
+def _post_only(router: APIRouter, path: str) -> None:
+    """A route on ``path`` that answers every method but POST with 405 and ``Allow: POST``."""
+    async def not_allowed(index: str):
+        raise ApiError(405, "method not allowed", headers={"Allow": "POST"})
+    router.add_api_route(path, not_allowed, methods=list(ALL_METHODS), include_in_schema=False, name=NOT_ALLOWED)
+
+
 def add_document_read_routes(v1: APIRouter, st: Shared) -> None:
-    """GET /v1/{index}/documents/{docid} and POST /v1/{index}/documents/get."""
+    """GET /v1/{index}/documents/{docid} and POST /v1/{index}/documents/get; before them, the
+    paths of the POST-only operations under /documents/, so that another method there is a 405
+    naming POST instead of a GET of a document named "get" or "delete"."""
+    for op in RESERVED_DOC_PATHS:
+        _post_only(v1, f"/{{index}}/documents/{op}")
+
     @v1.get("/{index}/documents/{docid:path}", response_model=S.DocumentOut, tags=["documents"])
     def get_document(index: str, docid: str):
         """One document by id."""

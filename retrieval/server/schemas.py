@@ -1,9 +1,14 @@
-"""Request and response bodies of the HTTP API; FastAPI turns them into the OpenAPI document."""
+"""Request and response bodies of the HTTP API; FastAPI turns them into the OpenAPI document.
+
+Numbers and booleans of requests are strict (``"k": "3"``, ``"k": true`` and ``"text_chars": false`` are
+422, as the document says they are integers and booleans), and a string the server would refuse empty
+says ``minLength`` in the document."""
 from __future__ import annotations
 
 from typing import Any, Dict, List, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from typing_extensions import Annotated
 
 from retrieval.kinds import PRIMARY
 
@@ -31,9 +36,9 @@ class Strict(BaseModel):
 
 class DimselOptions(Strict):
     mode: Literal["none", "prf", "learned"] = Field(description="Query-aware dimension selection on dense retrievers.")
-    alpha: Optional[float] = Field(None, gt=0, le=1, description="Share of dimensions kept.")
-    prf_k: Optional[int] = Field(None, ge=1, le=100, description="Feedback documents (prf).")
-    adaptive: bool = Field(False, description="learned: a per-query count of dimensions.")
+    alpha: Optional[float] = Field(None, gt=0, le=1, strict=True, description="Share of dimensions kept.")
+    prf_k: Optional[int] = Field(None, ge=1, le=100, strict=True, description="Feedback documents (prf).")
+    adaptive: bool = Field(False, strict=True, description="learned: a per-query count of dimensions.")
 
 
 FILTER_DOC = ("Metadata filter: {\"field\": value} for equality, {\"field\": {\"in\": [..]}}, "
@@ -43,16 +48,17 @@ FILTER_DOC = ("Metadata filter: {\"field\": value} for equality, {\"field\": {\"
 
 
 class SearchOptions(Strict):
-    k: int = Field(10, ge=1, le=MAX_K, description="Hits to return.")
+    k: int = Field(10, ge=1, le=MAX_K, strict=True, description="Hits to return.")
     retriever: str = Field(PRIMARY, min_length=1, max_length=MAX_SPEC_CHARS,
                            description="A sub-index (bm25, dense, deepct, ...) or a fused pipeline such as "
                                        "bm25+dense or bm25+dense:rrf(k=60).")
-    fusion: Optional[str] = Field(None, max_length=MAX_SPEC_CHARS,
+    fusion: Optional[str] = Field(None, min_length=1, max_length=MAX_SPEC_CHARS,
                                   description="Fusion for a+b retrievers, e.g. rrf(k=60), combmnz(norm=zscore).")
-    depth: Optional[int] = Field(None, ge=1, le=MAX_DEPTH, description="Candidates per fused retriever.")
+    depth: Optional[int] = Field(None, ge=1, le=MAX_DEPTH, strict=True, description="Candidates per fused retriever.")
     filter: Optional[Dict[str, Any]] = Field(None, description=FILTER_DOC)
-    text: bool = Field(True, description="Return title, text and metadata with each hit.")
-    text_chars: Optional[int] = Field(None, ge=0, le=1_000_000, description="Cut each hit's text to this many characters.")
+    text: bool = Field(True, strict=True, description="Return title, text and metadata with each hit.")
+    text_chars: Optional[int] = Field(None, ge=0, le=1_000_000, strict=True,
+                                      description="Cut each hit's text to this many characters.")
     dimsel: Optional[DimselOptions] = None
 
     @field_validator("retriever", "fusion")
@@ -63,11 +69,11 @@ class SearchOptions(Strict):
 
 class SearchRequest(SearchOptions):
     query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, description="Query text.")
-    highlight: bool = Field(False, description="Give each hit its highlights: the character spans of the words "
+    highlight: bool = Field(False, strict=True, description="Give each hit its highlights: the character spans of the words "
                                                "of its title and text that match the query's terms under the "
                                                "index's own analysis (the BM25 analyser: lower case, stop words, "
                                                "Porter stemming, so \"effects\" matches \"effect\"). Needs text.")
-    ranks: bool = Field(False, description="Give each hit its ranks: its rank in each retriever's own list "
+    ranks: bool = Field(False, strict=True, description="Give each hit its ranks: its rank in each retriever's own list "
                                            "(null: that list, cut at the fusion depth, lacks it).")
 
     @field_validator("query")
@@ -81,8 +87,9 @@ class ExplainRequest(Strict):
     docid: str = Field(min_length=1, max_length=512, description="The document to explain.")
     retriever: str = Field(PRIMARY, min_length=1, max_length=MAX_SPEC_CHARS,
                            description="A sub-index or a fused pipeline, as search takes it.")
-    fusion: Optional[str] = Field(None, max_length=MAX_SPEC_CHARS, description="Fusion for a+b retrievers.")
-    depth: Optional[int] = Field(None, ge=1, le=MAX_DEPTH,
+    fusion: Optional[str] = Field(None, min_length=1, max_length=MAX_SPEC_CHARS,
+                                  description="Fusion for a+b retrievers.")
+    depth: Optional[int] = Field(None, ge=1, le=MAX_DEPTH, strict=True,
                                  description="Candidates per retriever: the lists the document's ranks are looked "
                                              "up in and the fusion fuses [default: 100].")
     filter: Optional[Dict[str, Any]] = Field(None, description=FILTER_DOC)
@@ -138,7 +145,7 @@ class QueryItem(Strict):
 
 
 class BatchSearchRequest(SearchOptions):
-    queries: List[Union[str, QueryItem]] = Field(min_length=1, max_length=MAX_BATCH,
+    queries: List[Union[Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS)], QueryItem]] = Field(min_length=1, max_length=MAX_BATCH,
                                                  description="Query texts (ids \"0\", \"1\", ...) or {qid, query}.")
 
     @field_validator("queries")
@@ -214,7 +221,7 @@ class DocumentOut(BaseModel):
 
 
 class IdsRequest(Strict):
-    ids: List[str] = Field(min_length=1, max_length=MAX_IDS)
+    ids: List[Annotated[str, Field(min_length=1, max_length=512)]] = Field(min_length=1, max_length=MAX_IDS)
 
     @field_validator("ids")
     @classmethod
