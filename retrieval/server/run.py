@@ -6,6 +6,8 @@ import ipaddress
 import os
 import signal
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -86,12 +88,44 @@ def serve(index_specs: Sequence[str], host: str = "127.0.0.1", port: int = 8080,
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False, lifespan="on",
                             timeout_graceful_shutdown=30, server_header=False)
     server = uvicorn.Server(config)
+    threading.Thread(target=_announce, args=(server, registry, host, mcp), name="retr-ready", daemon=True).start()
     # uvicorn drains, restores the handler it found and raises the signal again: this one makes
     # that a clean exit (status 0) instead of death by signal.
     signal.signal(signal.SIGTERM, _exit_cleanly)
     server.run()
     if not server.started:
         raise InputError(f"could not listen on {host}:{port} (in use, or not allowed)")
+
+
+def ready_line(names: Sequence[str], url: str, mcp: bool) -> str:
+    extra = ", MCP at /mcp" if mcp else ""
+    return f"retr: serving {', '.join(names)} at {url} (search page at /, API at /v1, docs at /docs{extra})"
+
+
+def _announce(server, registry, host: str, mcp: bool, stream=None) -> None:
+    """Once uvicorn listens and the warm-up is done (what /readyz waits for), one line on stderr
+    naming the indexes and the URL (stdout stays free for whatever else uses it); a failed
+    warm-up adds a line saying so."""
+    while not server.started:
+        if server.should_exit:
+            return
+        time.sleep(0.05)
+    registry.ready.wait()
+    if server.should_exit:
+        return
+    port = None
+    for srv in getattr(server, "servers", None) or []:
+        for sock in getattr(srv, "sockets", None) or []:
+            port = sock.getsockname()[1]
+            break
+        if port is not None:
+            break
+    shown = f"[{host.strip('[]')}]" if ":" in host else host
+    stream = stream or sys.stderr
+    print(ready_line(registry.names(), f"http://{shown}:{port}/", mcp), file=stream, flush=True)
+    if registry.warm_error:
+        print(f"retr: warning: warm-up failed ({registry.warm_error}); /readyz answers 503", file=stream,
+              flush=True)
 
 
 def serve_mcp_stdio(index_specs: Sequence[str], max_inflight: int = 64,

@@ -408,3 +408,42 @@ def test_numbers_a_double_cannot_hold_are_400_and_the_index_still_filters(tmp_pa
         assert [h["docid"] for h in hits] == want
     finally:
         s.stop()
+
+
+def test_serve_prints_where_it_listens_once_ready(meta_index, meta_dense_index, tmp_path):
+    """`retr serve` says, on stderr and once warm (/readyz is 200 by then), which indexes it
+    serves at which URL; stdout stays empty."""
+    import os
+    import queue
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    import httpx
+
+    from tests.conftest import ROOT
+    from tests.server.conftest import free_port
+
+    port = free_port()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    p = subprocess.Popen([sys.executable, "-m", "cli.main", "serve", "--port", str(port), "--index",
+                          f"sf={meta_index.path}", "--index", f"hy={meta_dense_index.path}"], cwd=ROOT, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: "queue.Queue[str]" = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in p.stderr], daemon=True).start()
+    try:
+        line = ""
+        while not line.startswith("retr: serving"):
+            line = lines.get(timeout=180)
+        assert line.rstrip("\n") == (f"retr: serving sf, hy at http://127.0.0.1:{port}/ (search page at /, API at "
+                                     f"/v1, docs at /docs, MCP at /mcp)")
+        r = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=10)
+        assert r.status_code == 200 and r.json()["ready"] is True  # warm by the time the line is printed
+        p.send_signal(signal.SIGTERM)
+        out, _ = p.communicate(timeout=60)
+        assert p.returncode == 0 and out == ""
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
