@@ -9,10 +9,9 @@ input schema carries the same bounds (``k`` 1 to 1,000, ``depth``, ``text_chars`
 dimension-selection modes), and the server reports retr's version, not fastmcp's."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Literal, Optional
+from typing import Annotated, Any, Dict, List, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
-from typing_extensions import Annotated
 
 from indexes.errors import RetrError
 from retrieval.kinds import PRIMARY
@@ -69,8 +68,11 @@ def build_mcp(registry: Registry, admission: Optional[G.Admission] = None,
 
 def _admit(admission: G.Admission):
     """The middleware by which every tool call takes a place in the shared count first."""
+    from fastmcp.exceptions import ToolError
+    from fastmcp.exceptions import ValidationError as FastMCPValidationError
     from fastmcp.server.middleware import Middleware
     from mcp.shared.exceptions import MCPError
+    from pydantic import ValidationError as PydanticValidationError
 
     class Admit(Middleware):
         """Every tool call takes a place in the shared count first: over the limit it is
@@ -83,6 +85,12 @@ def _admit(admission: G.Admission):
                 raise MCPError(code=G.BUSY_CODE, message=str(e), data={"retry_after": 1}) from None
             try:
                 return await call_next(context)
+            except FastMCPValidationError as e:
+                # arguments outside the input schema's bounds: in the HTTP API's words (guard.validation_message)
+                cause = e.__cause__
+                if isinstance(cause, PydanticValidationError):
+                    raise ToolError(G.validation_message(cause.errors())) from None
+                raise
             finally:
                 admission.leave()
 

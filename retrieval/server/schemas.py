@@ -5,10 +5,9 @@ Numbers and booleans of requests are strict (``"k": "3"``, ``"k": true`` and ``"
 says ``minLength`` in the document."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Literal, Optional, Union
+from typing import Annotated, Any, Dict, List, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from typing_extensions import Annotated
 
 from retrieval.kinds import PRIMARY
 
