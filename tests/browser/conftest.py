@@ -18,7 +18,9 @@ def chromium_path():
     return None
 
 
-@pytest.fixture(scope="session")
+# module-scoped: Playwright's sync API keeps an asyncio loop running in this thread while it is open, and
+# tests elsewhere (the MCP client, the async integrations) call asyncio.run, which a running loop refuses
+@pytest.fixture(scope="module")
 def browser():
     path = chromium_path()
     if path is None:
