@@ -29,11 +29,8 @@ def explain_cmd(index_dir, query, docid, retriever, fusion, depth, as_json, **ki
     from retrieval.index import open_index
 
     idx = open_index(index_dir)
+    spec, extra = params.configured_pipeline(idx, retriever, fusion, kind_values)
     with params.flags(dict(params.kind_flags(), retriever="--retriever", fusion="--fusion")):
-        spec = str(idx.pipeline(retriever, fusion))
-        options = {key: v for o in params.each_kind() for key, v in o.configure(kind_values).items()}
-        idx.configure(spec, **options)
-        extra = {key: v for o in params.each_kind() for key, v in o.search_args(kind_values).items()}
         out = idx.explain(query, docid, retriever=spec, depth=depth, **extra)
     if as_json:
         click.echo(json.dumps(out, ensure_ascii=False))

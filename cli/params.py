@@ -167,6 +167,17 @@ def each_kind():
     return [options_of(k) for k in known()]
 
 
+def configured_pipeline(idx, retriever, fusion, kind_values) -> tuple:
+    """The pipeline spec of ``--retriever``/``--fusion`` with every kind's options applied to ``idx``
+    (errors name the flags), and the search arguments those options add: what `retr search` and
+    `retr explain` both search with."""
+    with flags(dict(kind_flags(), retriever="--retriever", fusion="--fusion")):
+        spec = str(idx.pipeline(retriever, fusion))
+        idx.configure(spec, **{key: v for o in each_kind() for key, v in o.configure(kind_values).items()})
+        extra = {key: v for o in each_kind() for key, v in o.search_args(kind_values).items()}
+    return spec, extra
+
+
 class SectionedCommand(click.Command):
     """A command whose ``--help`` lists the kinds' options (:func:`kind_options`) under their
     kinds' headings, after the command's own."""

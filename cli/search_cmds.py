@@ -51,12 +51,9 @@ def search_cmd(text, index_dir, queries, output, fmt, qrels, split, retriever, f
     if qrels and split:
         raise click.UsageError("--qrels and --split are alternatives; give one")
     idx = open_index(index_dir)
+    spec, extra = params.configured_pipeline(idx, retriever, fusion, kind_values)
+    tag = tag or run_tag(spec, [o.tag(kind_values) for o in params.each_kind()])
     with params.flags(dict(params.kind_flags(), retriever="--retriever", fusion="--fusion")):
-        spec = str(idx.pipeline(retriever, fusion))
-        options = {key: v for o in params.each_kind() for key, v in o.configure(kind_values).items()}
-        idx.configure(spec, **options)
-        extra = {key: v for o in params.each_kind() for key, v in o.search_args(kind_values).items()}
-        tag = tag or run_tag(spec, [o.tag(kind_values) for o in params.each_kind()])
         _search(idx, text, queries, output, fmt, qrels, split, spec, depth, k, threads, tag, quiet, extra)
 
 

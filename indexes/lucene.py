@@ -550,6 +550,16 @@ class LuceneIndex:
             snap, batch = self._call(lambda s: (s, s.js.batchSearch(texts, k, threads)))
         return snap, batch.data.tostring(), batch.errors
 
+    def _query_maker(self, query):
+        """A function of a snapshot that makes ``query``'s Lucene query there: integer-weighted terms
+        on an impact index, analysed text otherwise; None for impact weights with no term left."""
+        if not self.impact:
+            return lambda s: s.js.textQuery(query)
+        terms, weights = _int_weights(query)
+        if not terms:
+            return None
+        return lambda s: s.js.weightQuery(terms, weights, 0, len(terms))
+
     def explain(self, query, docid: str, returned: Optional[float] = None) -> Optional[Dict[str, object]]:
         """How the live document ``docid`` scores for ``query`` (text, or a ``{term: weight}`` dict for
         an impact index), from Lucene's own ``IndexSearcher.explain`` under the similarity the search
@@ -558,16 +568,8 @@ class LuceneIndex:
         ``returned``: the score the search returned for it, where it is in a ranking; the parts
         then add up to it (Anserini's rounding and tie offset are parts of their own), else to the
         score a search deep enough would return before any tie offset."""
-        if self.impact:
-            terms, weights = _int_weights(query)
-
-            def make(s):  # no term left: a query that matches nothing, so the document is still looked up
-                if not terms:
-                    return jvm.autoclass("org.apache.lucene.search.MatchNoDocsQuery")()
-                return s.js.weightQuery(terms, weights, 0, len(terms))
-        else:
-            def make(s):
-                return s.js.textQuery(query)
+        # no term left: a query that matches nothing, so the document is still looked up
+        make = self._query_maker(query) or (lambda s: jvm.autoclass("org.apache.lucene.search.MatchNoDocsQuery")())
 
         def run(s):
             q = make(s)
@@ -610,16 +612,9 @@ class LuceneIndex:
         from indexes import lucene_filter as lf
 
         k = _check_k(k)
-        if self.impact:
-            terms, weights = _int_weights(query)
-            if not terms:
-                return []
-
-            def make(s):
-                return s.js.weightQuery(terms, weights, 0, len(terms))
-        else:
-            def make(s):
-                return s.js.textQuery(query)
+        make = self._query_maker(query)
+        if make is None:
+            return []
 
         def run(s):
             q = make(s)
