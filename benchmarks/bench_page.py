@@ -80,6 +80,7 @@ def main() -> int:
         print("no Chromium (make browser)", file=sys.stderr)
         return 1
     idx = subset_index(a.passages, a.queries)
+    load_before = os.getloadavg()[0]
     queries = [q.text for q in SCIFACT.queries()][:a.queries]
     token = secrets.token_hex(16)
     tf = WORK / f".page-token-{os.getpid()}"
@@ -105,7 +106,8 @@ def main() -> int:
             r.raise_for_status()
             return dt
 
-        rows = {"httpx_page_request": [], "httpx_plain_request": [], "browser_bare_fetch": [], "browser_fetch": [],
+        rows = {"httpx_page_request": [], "httpx_plain_request": [], "browser_bare_fetch": [],
+                "browser_bare_fetch_page_options": [], "browser_bare_fetch_after_typing": [], "browser_fetch": [],
                 "browser_submit_to_rendered": []}
         with sync_playwright() as p:
             b = p.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
@@ -120,7 +122,10 @@ def main() -> int:
                 before = page.get_attribute("#hits", "data-seq") or ""
                 page.fill("#query", q)
                 page.press("#query", "Enter")
-                page.wait_for_function("b => (document.getElementById('hits').dataset.seq || '') !== b", arg=before)
+                # polled on a timer, not Playwright's default requestAnimationFrame: that polling makes Chromium
+                # produce a frame on every tick while the search is in flight and slows the page being measured
+                page.wait_for_function("b => (document.getElementById('hits').dataset.seq || '') !== b", arg=before,
+                                       polling=50)
                 d = page.evaluate("({...document.body.dataset})")
                 return float(d["fetchMs"]), float(d["renderMs"])
 
@@ -132,17 +137,41 @@ def main() -> int:
             def bare(q):  # the same request by fetch() in the page, nothing rendered: the browser's own cost
                 return float(page.evaluate(bare_js, [{**page_body, "query": q}, token]))
 
+            # the same bare fetch with page.js's fetch options (cache, credentials, referrer policy): whether an
+            # option, not the page's code, is what costs
+            opts_js = bare_js.replace("{method: 'POST',", "{method: 'POST', cache: 'no-store', credentials: 'omit', "
+                                                        "referrerPolicy: 'no-referrer',")
+
+            def bare_opts(q):
+                return float(page.evaluate(opts_js, [{**page_body, "query": q}, token]))
+
+            typed_js = bare_js.replace("async ([body, token]) => {", "async ([body, token]) => { "
+                                       "document.getElementById('query').value = body.query + ' ';")
+
+            def bare_typed(q):  # the bare fetch right after a change to the page (the query box), as a submit has
+                return float(page.evaluate(typed_js, [{**page_body, "query": q}, token]))
+
+            def page_run(q):
+                f, r = browser(q)
+                rows["browser_fetch"].append(f)
+                rows["browser_submit_to_rendered"].append(r)
+
+            steps = [lambda q: rows["httpx_page_request"].append(timed({**page_body, "query": q})),
+                     lambda q: rows["httpx_plain_request"].append(timed({**plain_body, "query": q})),
+                     page_run,
+                     lambda q: rows["browser_bare_fetch"].append(bare(q)),
+                     lambda q: rows["browser_bare_fetch_page_options"].append(bare_opts(q)),
+                     lambda q: rows["browser_bare_fetch_after_typing"].append(bare_typed(q))]
             for q in queries[:20]:  # warm-up: the JIT (the analyser, the search), caches, connections
                 timed({**page_body, "query": q})
                 browser(q)
                 bare(q)
-            for q in queries:
-                rows["httpx_page_request"].append(timed({**page_body, "query": q}))
-                rows["httpx_plain_request"].append(timed({**plain_body, "query": q}))
-                f, r = browser(q)
-                rows["browser_fetch"].append(f)
-                rows["browser_submit_to_rendered"].append(r)
-                rows["browser_bare_fetch"].append(bare(q))
+                bare_opts(q)
+            for i, q in enumerate(queries):
+                # each query repeats the same search six ways; the order turns with the query so that no way
+                # is always the first (cold) or the last (warmest) to run it
+                for j in range(len(steps)):
+                    steps[(i + j) % len(steps)](q)
 
             shots = RESULTS / "screenshots"
             shots.mkdir(parents=True, exist_ok=True)
@@ -160,6 +189,7 @@ def main() -> int:
             proc.kill()
         tf.unlink(missing_ok=True)
 
+    load_after = os.getloadavg()[0]
     s = {k: stats(v) for k, v in rows.items()}
     over = [r - h for r, h in zip(rows["browser_submit_to_rendered"], rows["httpx_page_request"])]
     dom = [r - f for r, f in zip(rows["browser_submit_to_rendered"], rows["browser_fetch"])]
@@ -170,7 +200,7 @@ def main() -> int:
                                                                        rows["browser_bare_fetch"])])
     s["highlight_and_ranks_server_cost"] = stats(hl)
     payload = {"machine": machine(), "collection": "scifact", "passages": len(idx), "queries": len(queries),
-               "k": 10, "retriever": "bm25", "ms": s, "raw_ms": rows}
+               "k": 10, "retriever": "bm25", "load_1min": [load_before, load_after], "ms": s, "raw_ms": rows}
     md = [f"# The search page's overhead (`benchmarks/bench_page.py`)\n",
           f"SciFact subset: {len(idx)} passages, BM25, {len(queries)} test queries, k=10 with text; one `retr serve` "
           f"on loopback; the system Chromium driven by Playwright. Milliseconds per query.\n",
@@ -178,12 +208,15 @@ def main() -> int:
                    [[k.replace("_", " "), v["median"], v["p90"], v["mean"]] for k, v in s.items()]),
           "\n- *httpx page request*: the page's body (`highlight`, `ranks`) through httpx; *plain*: without them.",
           "- *browser bare fetch*: the same request by `fetch()` from the page's context, nothing rendered: "
-          "what Chromium's own network path costs over httpx.",
+          "what Chromium's own network path costs over httpx; *with page options*: the same with page.js's fetch "
+          "options (`cache`, `credentials`, `referrerPolicy`).",
           "- *browser submit to rendered*: Enter in the query box to hits in the DOM, timed in the page.",
           "- *page overhead vs httpx*: that minus the httpx page request, per query; *render after fetch*: the "
           "page's own work after its fetch returned (parsing, DOM, highlights); *page overhead vs bare fetch*: "
           "what page.js adds over the browser's plain fetch of the same request.",
-          f"\nMachine: {machine()['cpus']} CPUs, shared with other work while it ran; {machine()['date']}."]
+          "- Per query the six are run in an order that turns with the query (none always first or last).",
+          f"\nMachine: {machine()['cpus']} CPUs, 1-minute load average {load_before:.2f} before and "
+          f"{load_after:.2f} after the run; {machine()['date']}."]
     write_results("page", payload, "\n".join(md))
     print(md_table(["measure", "median", "p90"], [[k, v["median"], v["p90"]] for k, v in s.items()]))
     return 0

@@ -149,20 +149,21 @@
     try { filter = readFilter(); } catch (e) { return status(errorText(e), true); }
     if (filter) body.filter = filter;
     const index = $("index").value;
-    status("Searching…");
-    $("go").disabled = true;
+    // "Searching…" only once a search has taken a noticeable time: changing the page before the fetch makes
+    // Chromium lay out and paint while the answer is on its way, which cost ~5 ms a search here
+    // (benchmarks/bench_page.py). A second submit needs no disabled button: `seq` drops stale answers.
+    const slow = setTimeout(() => { if (mine === seq) status("Searching…"); }, 150);
     let data;
     try {
       data = await api("POST", "/v1/" + encodeURIComponent(index) + "/search", body);
     } catch (e) {
       if (mine !== seq) return;
-      $("go").disabled = false;
       $("hits").replaceChildren();
       document.body.dataset.renderMs = "";
       if (e.status === 401) { sessionStorage.removeItem(KEY); return askToken(errorText(e)); }
       return status(errorText(e), true);
     } finally {
-      if (mine === seq) $("go").disabled = false;
+      clearTimeout(slow);
     }
     if (mine !== seq) return;
     const t1 = performance.now();
