@@ -148,6 +148,20 @@ class Retriever(Protocol):
         """Per text, its confidence in the list it returned for it (``retrieval.fusion``), or None."""
         ...
 
+    merge_rule: str  # how a sharded index merges its shards' lists (retrieval.sharded.merge.merge_lists)
+
+    def collection_stats(self, texts: Sequence[str]) -> Any:
+        """The statistics its scores of ``texts`` read from this sub-index, as nested dicts/lists of
+        integers that add up over shards (``retrieval.sharded.merge.sum_stats``): BM25's document
+        count, lengths and the terms' document frequencies; None: its scores need none."""
+        ...
+
+    def with_stats(self, stats: Any) -> "Retriever":
+        """This retriever scoring with ``stats`` (:meth:`collection_stats` summed over a sharded
+        index's shards; None: its own) and returning scores as :attr:`merge_rule` merges them
+        (Lucene's: before Anserini's rounding and tie offsets). Its confidence uses ``stats`` too."""
+        ...
+
     def rebind(self, new: "Retriever") -> Optional["Retriever"]:
         """The same retriever over ``new``, another generation's retriever of its sub-index (a
         wrapper such as dimension selection follows the index so), or None: it does not follow."""
@@ -193,6 +207,14 @@ class RetrieverBase:
         # per passage, the (start, end) character spans of its words that match the query's terms
         # under this retriever's own analysis (stemming); None: it has no analyser to tell
         return None
+
+    merge_rule = "score"  # score descending (faiss); Lucene's retrievers: "anserini"
+
+    def collection_stats(self, texts: Sequence[str]) -> Any:
+        return None  # its scores read no collection statistics
+
+    def with_stats(self, stats: Any) -> "RetrieverBase":
+        return self
 
     def rebind(self, new: Retriever) -> Optional[Retriever]:
         return None

@@ -1,0 +1,66 @@
+"""Sharded indexes (issue #30): one index split into N ordinary retr folders, searched as one.
+
+    SHARDED/shards.json        the sharded manifest (:mod:`indexes.sharded`): format, its ``id``, the
+                               number of shards, the routing rule, and the shard folders' names
+    SHARDED/shard-000/ ...     ordinary retr folders (live indexes as any other); each one's manifest
+                               records ``sharded: {id, shard, shards}``, checked against shards.json
+
+Routing: a document lives in shard ``int.from_bytes(blake2b(docid.encode("utf-8"), digest_size=8)
+.digest(), "big") % shards`` (:func:`indexes.sharded.shard_of`), so adding, updating or deleting a
+document touches its shard only.
+
+The search protocol: scatter/gather over shard objects
+-----------------------------------------------------
+:class:`retrieval.sharded.index.ShardedIndex` runs a search as explicit rounds over a sequence of
+*shard-like* objects. In-process they are :class:`retrieval.sharded.shard.ShardSearcher` (one per
+shard folder); a Ray Serve router may pass remote handles with the same methods instead, as long as
+each call returns the value (``ShardedIndex(shards, call=...)`` says how to call a method and wait
+for the answers of all shards at once; the default calls them one after the other). Every argument
+and every answer is plain picklable data (dicts, lists, tuples, str, int, float, None).
+
+A shard-like object has these methods:
+
+``describe() -> dict``
+    ``{"id": sharded index id, "shard": i, "shards": n, "generation": int, "documents": int,
+    "retrievers": {name: merge rule}, "pipelines": the manifest's tuned pipelines,
+    "fields": {metadata field: documents carrying it}}``. ``ShardedIndex`` checks that every shard
+    answers the same ``id`` and ``shards`` and that shard i is at position i.
+
+``stats(texts: list[str], retrievers: list[str], options: dict) -> dict``
+    Round 1 (DFS): per retriever name, the statistics its scoring needs for these query texts, from
+    this shard (``Retriever.collection_stats``): nested dicts/lists of integers, or None for a
+    retriever that needs none (dense, impact scores). ``options``: {retriever name: configure
+    options} (BM25's k1/b, DeepCT's mode...), applied before the statistics are read, since they
+    can change which index is read (DeepCT's variants).
+
+``search(queries: list[tuple[qid, text]], retrievers: list[str], k: int, stats: dict,
+options: dict, filter) -> dict``
+    Round 2 (query): per retriever name, ``{qid: [(docid, score), ...]}``: this shard's first ``k``
+    documents (among those ``filter`` allows: the same filter object ``Index.search`` takes), scored
+    with ``stats`` (round 1's statistics summed over all shards by :func:`merge.sum_stats`), with
+    scores in the form its merge rule merges (Lucene: the float sum before Anserini's rounding and
+    tie offsets).
+
+``confidence(texts: list[str], lists: dict, stats: dict, options: dict) -> list[dict]``
+    Only for fusions that weigh by confidence, on any ONE shard after the merge: per text,
+    ``{retriever name: (kind, value) or None}`` for the merged global lists ``lists`` ({name: [one
+    list per text]}), under the global statistics.
+
+``fetch(docids: list[str]) -> dict``
+    ``{docid: (title, text, metadata)}`` for those of ``docids`` this shard holds (the router asks
+    each document's own shard, :func:`indexes.sharded.shard_of`).
+
+``get(docid) / count() / close()``: one document as ``retrieval.Document`` fields, the live
+document count, release (local shards).
+
+The router's steps (:mod:`retrieval.sharded.merge` holds the pure functions):
+ 1. ``stats`` on every shard, ``merge.sum_stats`` over their answers;
+ 2. ``search`` on every shard with the summed stats;
+ 3. per retriever ``merge.merge_lists(rule, [each shard's list], depth)``: the exact global list
+    (``"anserini"``: raw float score descending, then the docid's UTF-8 bytes, then Anserini's
+    rounding to 4 decimals and its 1e-6 tie offsets over the merged list, as one Lucene index
+    orders and rounds; ``"score"``: score descending, ties in shard order);
+ 4. a fused pipeline: ``confidence`` on one shard where the fusion asks for it, then
+    ``retrieval.fusion.fuse`` on the merged lists (``merge.fuse_lists``), cut at k;
+ 5. with ``text``: ``fetch`` from each hit's shard.
+"""

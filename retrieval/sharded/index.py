@@ -1,0 +1,224 @@
+"""The router of a sharded index: :class:`ShardedIndex` has the search API of
+:class:`retrieval.index.Index` and runs each search as the rounds of :mod:`retrieval.sharded`
+(statistics, search, merge, fusion, text) over shard-like objects."""
+from __future__ import annotations
+
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+from indexes import sharded as sh
+from indexes.errors import FilterWarning, IndexFormatError, InputError
+from retrieval.filters import DOCID, parse_filter, unknown_fields_message
+from retrieval.fusion import Pipeline, parse_pipeline
+from retrieval.kinds import PRIMARY
+from retrieval.sharded import merge
+from retrieval.types import Document, Hit, QueriesArg, as_queries
+
+DEPTH = 100  # as retrieval.index.DEPTH: candidates per fused member, at least
+
+#: how the router calls one method on every shard: call(shards, method, args, kwargs) -> answers in shard order
+Caller = Callable[[Sequence[Any], str, tuple, dict], List[Any]]
+
+
+def call_each(shards: Sequence[Any], method: str, args: tuple, kwargs: dict) -> List[Any]:
+    """The in-process caller: one shard after the other."""
+    return [getattr(s, method)(*args, **kwargs) for s in shards]
+
+
+def _tick(timings: Optional[Dict[str, float]], stage: str, t0: float) -> None:
+    if timings is not None:
+        timings[stage] = timings.get(stage, 0.0) + time.perf_counter() - t0
+
+
+class ShardedIndex:
+    """A sharded index searched as one: ``shards`` in shard order (local
+    :class:`~retrieval.sharded.shard.ShardSearcher` objects or remote handles with their methods),
+    ``call`` how to call them all (default: one after the other in this thread). Results equal the
+    search of one folder holding every shard's documents (see the package docstring)."""
+
+    def __init__(self, shards: Sequence[Any], call: Optional[Caller] = None, path: Optional[Path] = None):
+        if not shards:
+            raise InputError("a sharded index needs at least one shard")
+        self.shards = list(shards)
+        self.path = path
+        self._call = call or call_each
+        self._options: Dict[str, dict] = {}
+        self.describe()
+
+    @classmethod
+    def open(cls, path: Union[str, Path]) -> "ShardedIndex":
+        from retrieval.sharded.shard import open_shards
+
+        _record, shards = open_shards(path)
+        return cls(shards, path=Path(path))
+
+    def _all(self, method: str, *args, **kwargs) -> List[Any]:
+        return self._call(self.shards, method, args, kwargs)
+
+    def describe(self) -> List[dict]:
+        """Every shard's ``describe()``, checked to be the shards of one index, in order."""
+        infos = self._all("describe")
+        first = infos[0]
+        for i, d in enumerate(infos):
+            if len(infos) > 1 and (d.get("id") != first.get("id") or d.get("shards") != len(infos)
+                                   or d.get("shard") != i):
+                raise IndexFormatError(f"shard {i} answers as shard {d.get('shard')!r} of {d.get('shards')!r} of "
+                                       f"index {d.get('id')!r}: not shard {i} of {len(infos)} of {first.get('id')!r}")
+            if d.get("retrievers") != first.get("retrievers"):
+                raise IndexFormatError(f"shard {i} has the sub-indexes {sorted(d.get('retrievers') or {})}, shard 0 "
+                                       f"{sorted(first.get('retrievers') or {})}")
+        self._info = infos
+        return infos
+
+    # -- introspection ---------------------------------------------------------------------
+    @property
+    def retrievers(self) -> List[str]:
+        return list(self._info[0]["retrievers"])
+
+    def __len__(self) -> int:
+        return sum(self._all("count"))
+
+    def fields(self) -> Dict[str, int]:
+        out: Dict[str, int] = {}
+        for d in self.describe():
+            for f, n in d.get("fields", {}).items():
+                out[f] = out.get(f, 0) + int(n)
+        return dict(sorted(out.items()))
+
+    def info(self) -> dict:
+        infos = self.describe()
+        return {"path": str(self.path) if self.path else None, "sharded": True, "shards": len(infos),
+                "id": infos[0].get("id"), "documents": sum(d["documents"] for d in infos),
+                "generations": [d["generation"] for d in infos], "retrievers": infos[0]["retrievers"],
+                "fields": self.fields()}
+
+    def pipeline(self, retriever: str = PRIMARY, fusion: Optional[str] = None) -> Pipeline:
+        base = retriever.split(":", 1)[0].strip()
+        tuned = self._info[0].get("pipelines", {}).get(base, {}).get("spec")
+        p = parse_pipeline(retriever, fusion, default=tuned)
+        have = self._info[0]["retrievers"]
+        for name in p.retrievers:
+            if name not in have:
+                raise InputError(f"index has no {name!r} sub-index (it has: {', '.join(have) or 'none'})", self.path)
+        return p
+
+    def configure(self, retriever: str = PRIMARY, **options) -> List[str]:
+        """Search options for the pipeline ``retriever`` (as :meth:`retrieval.index.Index.configure`),
+        sent with every round to every shard."""
+        given = {k: v for k, v in options.items() if v is not None}
+        if not given:
+            return []
+        done = self._all("configure", retriever, given)
+        self._options[retriever] = dict(self._options.get(retriever, {}), **given)
+        return done[0]
+
+    # -- search ----------------------------------------------------------------------------
+    def search(self, query: str, k: int = 10, retriever: str = PRIMARY, fusion: Optional[str] = None,
+               text: bool = True, depth: Optional[int] = None, timings: Optional[Dict[str, float]] = None,
+               dimsel=None, filter=None, ranks: bool = False) -> List[Hit]:
+        """:meth:`retrieval.index.Index.search` across the shards."""
+        if not isinstance(query, str) or not query.strip():
+            raise InputError("query text is empty")
+        hits = self._run([("0", query)], k, retriever, fusion, text, depth, timings, dimsel, filter, ranks)["0"]
+        for h in hits:
+            h.qid = None
+        return hits
+
+    def batch_search(self, queries: QueriesArg, qids: Optional[Sequence[str]] = None, k: int = 10,
+                     retriever: str = PRIMARY, fusion: Optional[str] = None, threads: int = 1, text: bool = False,
+                     quiet: bool = True, depth: Optional[int] = None, batch_size: Optional[int] = None,
+                     timings: Optional[Dict[str, float]] = None, dimsel=None, filter=None
+                     ) -> Dict[str, List[Hit]]:
+        """:meth:`retrieval.index.Index.batch_search` across the shards (every form of ``queries``)."""
+        qs, k = as_queries(queries, qids, k)
+        size = batch_size or max(len(qs), 1)
+        out: Dict[str, List[Hit]] = {}
+        for i in range(0, len(qs), size):
+            chunk = [(q.qid, q.text) for q in qs[i:i + size]]
+            out.update(self._run(chunk, k, retriever, fusion, text, depth, timings, dimsel, filter, False, threads))
+        return out
+
+    def _run(self, queries: List[Tuple[str, str]], k, retriever, fusion, text, depth, timings, dimsel, filter,
+             ranks, threads: int = 1) -> Dict[str, List[Hit]]:
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise InputError(f"k must be a positive integer, got {k!r}")
+        p = self.pipeline(retriever, fusion)
+        self._warn_fields(filter)
+        kk = k if not p.fused else max(k, depth or DEPTH)
+        texts = [t for _, t in queries]
+        names = list(p.retrievers)
+        t0 = time.perf_counter()
+        stats = merge.sum_stats_by_name(self._all("stats", texts, names, self._options), names)
+        _tick(timings, "stats", t0)
+        t0 = time.perf_counter()
+        answers = self._all("search", queries, names, kk, stats, self._options, filter, dimsel, threads)
+        _tick(timings, "search", t0)
+        t0 = time.perf_counter()
+        rules = {n: self._info[0]["retrievers"][n] for n in names}
+        lists = merge.merge_all(rules, answers, [q for q, _ in queries], kk)
+        _tick(timings, "merge", t0)
+        conf = None
+        if p.fused and p.fusion.confidence:
+            per = {n: [lists[n][q] for q, _ in queries] for n in names}
+            conf = self.shards[0].confidence(texts, per, stats, self._options) if len(self.shards) == 1 else \
+                self._call(self.shards[:1], "confidence", (texts, per, stats, self._options), {})[0]
+        out = {}
+        for j, (qid, _t) in enumerate(queries):
+            out[qid] = self._hits(p, {n: lists[n][qid] for n in names}, k, qid, conf and conf[j], ranks)
+        if text:
+            t0 = time.perf_counter()
+            self._texts([h for hs in out.values() for h in hs])
+            _tick(timings, "text", t0)
+        return out
+
+    @staticmethod
+    def _hits(p: Pipeline, lists, k: int, qid: str, conf, ranks: bool) -> List[Hit]:
+        if not p.fused:
+            return [Hit(docid=d, score=s, rank=i, qid=qid) for i, (d, s) in enumerate(lists[p.retrievers[0]], 1)]
+        hits = [Hit(docid=d, score=s, rank=i, qid=qid, scores=raw)
+                for i, (d, s, raw) in enumerate(merge.fuse_lists(p, lists, k, conf), 1)]
+        if ranks:
+            pos = {n: {d: i for i, (d, _s) in enumerate(lists[n], 1)} for n in p.retrievers}
+            for h in hits:
+                h.ranks = {n: pos[n].get(h.docid) for n in p.retrievers}
+        return hits
+
+    def _texts(self, hits: List[Hit]) -> None:
+        n = len(self.shards)
+        want: Dict[int, List[str]] = {}
+        for h in hits:
+            want.setdefault(sh.shard_of(h.docid, n), []).append(h.docid)
+        rows: Dict[str, tuple] = {}
+        for i, ids in want.items():
+            rows.update(self._call(self.shards[i:i + 1], "fetch", (ids,), {})[0])
+        for h in hits:
+            row = rows.get(h.docid)
+            if row is not None:
+                h.title, h.text, h.metadata = row[0], row[1], row[2] or {}
+
+    def _warn_fields(self, filter) -> None:
+        flt = parse_filter(filter)
+        if flt is None:
+            return
+        fields = self.fields()
+        unknown = list(dict.fromkeys(f for f, _, _ in flt.conditions if f != DOCID and f not in fields))
+        if unknown:
+            warnings.warn(unknown_fields_message(unknown, fields), FilterWarning, stacklevel=4)
+
+    def get(self, docid: str) -> Optional[Document]:
+        i = sh.shard_of(docid, len(self.shards))
+        return self._call(self.shards[i:i + 1], "get", (docid,), {})[0]
+
+    def close(self) -> None:
+        for s in self.shards:
+            close = getattr(s, "close", None)
+            if close is not None:
+                close()
+
+    def __enter__(self) -> "ShardedIndex":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

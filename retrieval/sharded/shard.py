@@ -1,0 +1,140 @@
+"""One shard of a sharded index, seen by the router: :class:`ShardSearcher` answers the protocol
+of :mod:`retrieval.sharded` (describe, stats, search, confidence, fetch) over one shard folder's
+:class:`retrieval.index.Index`, with plain picklable arguments and answers, so that a Ray Serve
+deployment can hold one and answer remote calls with it."""
+from __future__ import annotations
+
+import threading
+import warnings
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from indexes import sharded as sh
+from indexes.errors import FilterWarning
+from retrieval.index import Index
+from retrieval.types import Query, Scored
+
+
+class ShardSearcher:
+    """Shard ``position`` of the sharded index whose manifest is ``record`` (both None: a folder
+    searched alone, e.g. a test's single folder). Opening checks the shard's own record of the
+    sharded index it belongs to (:func:`indexes.sharded.check_member`)."""
+
+    def __init__(self, path: Union[str, Path], record: Optional[dict] = None, position: Optional[int] = None):
+        self.path = Path(path)
+        self.index = Index.open(self.path)
+        self.record, self.position = record, position
+        if record is not None:
+            try:
+                sh.check_member(self.index.manifest, record, int(position or 0), self.path)
+            except BaseException:
+                self.index.close()
+                raise
+        self._applied: Dict[str, dict] = {}
+        self._lock = threading.Lock()
+
+    # -- the protocol ----------------------------------------------------------------------
+    def describe(self) -> Dict[str, Any]:
+        m = self.index.manifest
+        rec = m.get("sharded") or {}
+        return {"id": rec.get("id"), "shard": rec.get("shard"), "shards": rec.get("shards"),
+                "generation": int(m.get("generation", 0)), "documents": len(self.index),
+                "retrievers": {n: self.index.retriever(n).merge_rule for n in self.index.retrievers},
+                "pipelines": {b: dict(v) for b, v in m.get("pipelines", {}).items()},
+                "fields": self.index.fields()}
+
+    def stats(self, texts: Sequence[str], retrievers: Sequence[str], options: Optional[dict] = None) -> Dict[str, Any]:
+        """Round 1: per retriever, its statistics for ``texts`` in this shard (None: it needs none)."""
+        self._configure(options)
+        with self.index.snapshot() as s:
+            return {name: s.retriever(name).collection_stats(list(texts)) for name in retrievers}
+
+    def search(self, queries: Sequence[Tuple[str, str]], retrievers: Sequence[str], k: int,
+               stats: Optional[Mapping[str, Any]] = None, options: Optional[dict] = None, filter=None,
+               dimsel=None, threads: int = 1) -> Dict[str, Dict[str, Scored]]:
+        """Round 2: per retriever, ``{qid: this shard's first k (docid, score)}`` scored with the
+        global ``stats``, scores in the form of the retriever's merge rule."""
+        self._configure(options)
+        idx = self.index
+        qs = [Query(str(q), str(t)) for q, t in queries]
+        stats = stats or {}
+        with idx.snapshot() as s:
+            allowed = self._allowed(s, filter)
+            out: Dict[str, Dict[str, Scored]] = {}
+            for name in retrievers:
+                r = idx._pick(s._g, name, dimsel, len(retrievers) > 1).with_stats(stats.get(name))
+                if allowed is None:
+                    res = r.batch_search(qs, k, threads)
+                else:
+                    res = {q.qid: idx._filtered(s._g, r, q.text, k, allowed) for q in qs}
+                out[name] = {q.qid: [(d, float(x)) for d, x in res.get(q.qid, [])] for q in qs}
+            return out
+
+    def confidence(self, texts: Sequence[str], lists: Mapping[str, Sequence[Scored]],
+                   stats: Optional[Mapping[str, Any]] = None, options: Optional[dict] = None
+                   ) -> List[Dict[str, Optional[Tuple[str, float]]]]:
+        """Per text, each retriever's confidence in its merged (global) list, under the global stats."""
+        self._configure(options)
+        stats = stats or {}
+        with self.index.snapshot() as s:
+            per = {n: s.retriever(n).with_stats(stats.get(n)).confidence(list(texts), [list(x) for x in ls])
+                   for n, ls in lists.items()}
+        return [{n: (tuple(per[n][i]) if per[n][i] is not None else None) for n in lists} for i in range(len(texts))]
+
+    def configure(self, retriever: str, options: Mapping[str, Any]) -> List[str]:
+        """``Index.configure(retriever, **options)`` on this shard; later rounds also carry options."""
+        with self._lock:
+            done = self.index.configure(retriever, **dict(options))
+            self._applied[retriever] = dict(self._applied.get(retriever, {}), **dict(options))
+            return done
+
+    def fetch(self, docids: Sequence[str]) -> Dict[str, Tuple[str, str, dict]]:
+        rows = self.index.docstore.get_many(list(docids))
+        return {d: (r[1], r[2], r[3] or {}) for d, r in rows.items()}
+
+    def get(self, docid: str):
+        return self.index.get(docid)
+
+    def count(self) -> int:
+        return len(self.index)
+
+    def close(self) -> None:
+        self.index.close()
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _configure(self, options: Optional[dict]) -> None:
+        """Apply ``{pipeline spec: {option: value}}`` (Index.configure's) where they differ from the last applied."""
+        if not options:
+            return
+        with self._lock:
+            for spec, opts in options.items():
+                if opts and self._applied.get(spec) != opts:
+                    self.index.configure(spec, **opts)
+                    self._applied[spec] = dict(opts)
+
+    @staticmethod
+    def _allowed(s, filter):
+        if filter is None:
+            return None
+        with warnings.catch_warnings():
+            # a field only other shards carry is no mistake here; the router warns for the whole index
+            warnings.simplefilter("ignore", FilterWarning)
+            return s._index._allowed(s._g, filter)
+
+
+def open_shards(path: Union[str, Path]) -> Tuple[dict, List[ShardSearcher]]:
+    """The sharded manifest of ``path`` and a :class:`ShardSearcher` per shard, each checked."""
+    record = sh.read(path)
+    shards: List[ShardSearcher] = []
+    try:
+        for i, p in enumerate(sh.shard_paths(path, record)):
+            if not p.is_dir():
+                from indexes.errors import IndexFormatError
+
+                raise IndexFormatError(f"{p}: shard {i} of {record['shards']} is missing")
+            shards.append(ShardSearcher(p, record, i))
+    except BaseException:
+        for s in shards:
+            s.close()
+        raise
+    return record, shards
