@@ -1,16 +1,18 @@
 """``retrieval.Client``: a ``retr serve`` index through HTTP, with the search API of
 :class:`retrieval.index.Index` (``search``, ``batch_search``, ``get``, ``info``) and the
-same :class:`retrieval.types.Hit` objects. Standard library only (``http.client``), one
-keep-alive connection per thread, so one Client may be shared by threads. ``asearch`` is the
-same search for asyncio callers, through ``httpx.AsyncClient`` (imported when first used), so
-it never blocks the event loop.
+same :class:`retrieval.types.Hit` objects. The transport is httpx (imported when the first
+request is made): one ``httpx.Client`` with its keep-alive pool (thread-safe, so one Client may be
+shared by threads) and, for asyncio callers (``asearch``, ``arequest``), one ``httpx.AsyncClient``
+per event loop, so an async search waits on its socket in the loop itself, never in a thread.
 
     c = retrieval.Client("http://127.0.0.1:8080", token=None, index="sf")
     hits = c.search("does aspirin prevent colorectal cancer", k=5, filter={"shard": "odd"})
+    hits = await c.asearch("statins", k=3)
 """
 from __future__ import annotations
 
-import http.client
+import asyncio
+import email.utils
 import json
 import threading
 import time
@@ -18,10 +20,12 @@ from typing import Any, Dict, List, Optional, Sequence
 from urllib.parse import quote, urlsplit
 
 from indexes.errors import InputError, RetrError
+from retrieval.frames import batch_result, search_df
 from retrieval.kinds import PRIMARY
 from retrieval.types import Document, Hit, QueriesArg, as_queries
 
 MAX_BATCH = 1_000  # queries per request: the server's limit (retrieval.server.schemas.MAX_BATCH, not imported here)
+MAX_WAIT = 30.0    # seconds: the longest wait before retrying a 429, whatever its Retry-After says
 
 
 def _error(status: int, answer: Any, raw: bytes) -> "ServerError":
@@ -31,11 +35,43 @@ def _error(status: int, answer: Any, raw: bytes) -> "ServerError":
 
 
 class ServerError(RetrError):
-    """An error answer from the server (``status``: its HTTP status)."""
+    """An error answer from the server (``status``: its HTTP status; 0 when it could not be reached)."""
 
     def __init__(self, status: int, message: str):
         super().__init__(f"server answered {status}: {message}")
         self.status = status
+
+
+def retry_wait(retry_after: Optional[str], attempt: int) -> float:
+    """Seconds to wait before trying a 429 again: its Retry-After (delay-seconds or an HTTP date),
+    else 0.5 s doubled on each attempt; never negative, never over :data:`MAX_WAIT`.
+
+    Hand-written because httpx has no retry for answers: ``HTTPTransport(retries=n)`` retries only
+    failed connection attempts (connect errors and timeouts), never a 429 and never its Retry-After."""
+    wait = None
+    if retry_after:
+        try:
+            wait = float(retry_after)
+        except ValueError:
+            try:
+                when = email.utils.parsedate_to_datetime(retry_after)
+                wait = when.timestamp() - time.time()
+            except (TypeError, ValueError):
+                wait = None
+    if wait is None or wait != wait:  # missing, unreadable or NaN: back off
+        wait = 0.5 * 2 ** attempt
+    return min(max(wait, 0.0), MAX_WAIT)
+
+
+def _decoded(status: int, raw: bytes) -> Any:
+    """The JSON of an answer; raises ServerError for an error status."""
+    try:
+        out = json.loads(raw) if raw else None
+    except ValueError:
+        out = None
+    if status >= 400:
+        raise _error(status, out, raw)
+    return out
 
 
 class Client:
@@ -48,52 +84,85 @@ class Client:
         u = urlsplit(url if "://" in url else f"http://{url}")
         if u.scheme not in ("http", "https") or not u.hostname:
             raise InputError(f"not an http(s) URL: {url!r}")
-        self._https = u.scheme == "https"
-        self._host, self._port = u.hostname, u.port or (443 if self._https else 80)
         parts = [p for p in u.path.split("/") if p]
         if len(parts) >= 2 and parts[-2] == "v1":
             index = index or parts[-1]
         self.token, self.timeout, self.retries = token, timeout, retries
-        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._sync = None                      # httpx.Client, made on the first request
+        self._async: Dict[int, tuple] = {}     # id(loop) -> (loop, httpx.AsyncClient): a pool serves one loop
         self.url = f"{u.scheme}://{u.netloc}"
         self.index = index or self._only_index()
 
     # -- transport --------------------------------------------------------------------------------
-    def _conn(self) -> http.client.HTTPConnection:
-        c = getattr(self._local, "conn", None)
-        if c is None:
-            cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-            c = self._local.conn = cls(self._host, self._port, timeout=self.timeout)
-        return c
+    def _http(self):
+        if self._sync is None:
+            import httpx
+
+            with self._lock:
+                if self._sync is None:  # retries=1: a failed connection attempt is made once more
+                    self._sync = httpx.Client(base_url=self.url, timeout=self.timeout,
+                                              transport=httpx.HTTPTransport(retries=1))
+        return self._sync
+
+    def _ahttp(self):
+        """The running loop's AsyncClient (an httpx pool's connections belong to the loop that
+        opened them, so each loop gets its own; those of closed loops are dropped)."""
+        import httpx
+
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            for key, (lp, _c) in list(self._async.items()):
+                if lp.is_closed():
+                    del self._async[key]
+            held = self._async.get(id(loop))
+            if held is None or held[0] is not loop:
+                held = self._async[id(loop)] = (loop, httpx.AsyncClient(
+                    base_url=self.url, timeout=self.timeout, transport=httpx.AsyncHTTPTransport(retries=1)))
+        return held[1]
+
+    def _unreachable(self, e: Exception) -> ServerError:
+        return ServerError(0, f"cannot reach {self.url} ({type(e).__name__}: {e})")
+
+    def _send(self, method: str, path: str, data: Optional[bytes], accept: str):
+        """One answer, a 429 retried up to ``retries`` times after :func:`retry_wait`."""
+        import httpx
+
+        headers = self._headers(accept, data is not None)
+        for attempt in range(self.retries + 1):
+            try:
+                resp = self._http().request(method, path, content=data, headers=headers)
+            except httpx.HTTPError as e:
+                raise self._unreachable(e) from None
+            if resp.status_code != 429 or attempt >= self.retries:
+                return resp
+            time.sleep(retry_wait(resp.headers.get("Retry-After"), attempt))
+
+    async def _asend(self, method: str, path: str, data: Optional[bytes], accept: str):
+        """:meth:`_send` on the running loop (the wait before a retry is ``asyncio.sleep``)."""
+        import httpx
+
+        headers = self._headers(accept, data is not None)
+        for attempt in range(self.retries + 1):
+            try:
+                resp = await self._ahttp().request(method, path, content=data, headers=headers)
+            except httpx.HTTPError as e:
+                raise self._unreachable(e) from None
+            if resp.status_code != 429 or attempt >= self.retries:
+                return resp
+            await asyncio.sleep(retry_wait(resp.headers.get("Retry-After"), attempt))
 
     def request(self, method: str, path: str, body: Any = None) -> Any:
         """One call to the API; returns the decoded JSON, raises ServerError on an error answer."""
         data = None if body is None else json.dumps(body).encode("utf-8")
-        headers = self._headers("application/json", data is not None)
-        for attempt in range(self.retries + 1):
-            for fresh in (False, True):
-                conn = self._conn()
-                try:
-                    conn.request(method, path, body=data, headers=headers)
-                    resp = conn.getresponse()
-                    raw = resp.read()
-                    break
-                except (http.client.HTTPException, ConnectionError, OSError) as e:
-                    conn.close()
-                    self._local.conn = None
-                    if fresh:  # a stale keep-alive connection gets one more try on a new one
-                        raise ServerError(0, f"cannot reach {self.url} ({type(e).__name__}: {e})") from None
-            if resp.status == 429 and attempt < self.retries:
-                time.sleep(float(resp.getheader("Retry-After") or 1))
-                continue
-            break
-        try:
-            out = json.loads(raw) if raw else None
-        except ValueError:
-            out = None
-        if resp.status >= 400:
-            raise _error(resp.status, out, raw)
-        return out
+        resp = self._send(method, path, data, "application/json")
+        return _decoded(resp.status_code, resp.content)
+
+    async def arequest(self, method: str, path: str, body: Any = None) -> Any:
+        """:meth:`request` for asyncio callers: the event loop keeps running while it waits."""
+        data = None if body is None else json.dumps(body).encode("utf-8")
+        resp = await self._asend(method, path, data, "application/json")
+        return _decoded(resp.status_code, resp.content)
 
     def _headers(self, accept: str, has_body: bool) -> Dict[str, str]:
         headers = {"Accept": accept}
@@ -113,10 +182,20 @@ class Client:
         return names[0]
 
     def close(self) -> None:
-        c = getattr(self._local, "conn", None)
-        if c is not None:
-            c.close()
-            self._local.conn = None
+        """Close the connections (a later call opens new ones). Async pools are dropped; close the
+        running loop's with :meth:`aclose`."""
+        with self._lock:
+            sync, self._sync = self._sync, None
+            self._async.clear()
+        if sync is not None:
+            sync.close()
+
+    async def aclose(self) -> None:
+        """Close the running loop's async connections."""
+        with self._lock:
+            held = self._async.pop(id(asyncio.get_running_loop()), None)
+        if held is not None:
+            await held[1].aclose()
 
     # -- the Index API ----------------------------------------------------------------------------
     @staticmethod
@@ -147,41 +226,22 @@ class Client:
     async def asearch(self, query: str, k: int = 10, retriever: str = PRIMARY, fusion: Optional[str] = None,
                       text: bool = True, depth: Optional[int] = None, timings=None, dimsel=None, filter=None,
                       text_chars: Optional[int] = None) -> List[Hit]:
-        """:meth:`search` for asyncio: the request goes through ``httpx.AsyncClient`` (a 429 is
-        retried after its Retry-After with ``asyncio.sleep``), so the event loop keeps running."""
-        import asyncio
-
-        import httpx
-
+        """:meth:`search` for asyncio: the request goes through the loop's ``httpx.AsyncClient`` (a 429
+        is retried after its Retry-After with ``asyncio.sleep``), so the event loop keeps running and
+        several searches wait on the server at once."""
         body = self._options(k, retriever, fusion, text, depth, dimsel, filter, text_chars)
         body["query"] = query
-        headers = self._headers("application/json", True)
-        async with httpx.AsyncClient(base_url=self.url, timeout=self.timeout) as http:
-            for attempt in range(self.retries + 1):
-                try:
-                    resp = await http.post(self._path("/search"), content=json.dumps(body).encode("utf-8"),
-                                           headers=headers)
-                except httpx.HTTPError as e:
-                    raise ServerError(0, f"cannot reach {self.url} ({type(e).__name__}: {e})") from None
-                if resp.status_code == 429 and attempt < self.retries:
-                    await asyncio.sleep(float(resp.headers.get("Retry-After") or 1))
-                    continue
-                break
-        try:
-            out = resp.json() if resp.content else None
-        except ValueError:
-            out = None
-        if resp.status_code >= 400:
-            raise _error(resp.status_code, out, resp.content)
+        out = await self.arequest("POST", self._path("/search"), body)
         return self._hits(out["hits"], "+" in out["retriever"])
 
     def batch_search(self, queries: QueriesArg, qids: Optional[Sequence[str]] = None, k: int = 10,
                      retriever: str = PRIMARY, fusion: Optional[str] = None, threads: int = 1, text: bool = False,
                      quiet: bool = True, depth: Optional[int] = None, batch_size: Optional[int] = None,
-                     timings=None, dimsel=None, filter=None, text_chars: Optional[int] = None
-                     ) -> Dict[str, List[Hit]]:
+                     timings=None, dimsel=None, filter=None, text_chars: Optional[int] = None,
+                     as_frame: bool = False) -> Dict[str, List[Hit]]:
         """As :meth:`retrieval.index.Index.batch_search` (the same forms of ``queries``: Query objects,
-        ``{qid: text}``, texts with ``qids``): ``{qid: hits}`` in the order of ``queries``
+        ``{qid: text}``, texts with ``qids``, a topics DataFrame): ``{qid: hits}`` in the order of ``queries``,
+        or with ``as_frame`` a PyTerrier-style DataFrame (:mod:`retrieval.frames`)
         (``threads`` and ``quiet`` are the server's business; ``batch_size`` queries per request, 1,000 at
         most, each request streamed back a query at a time)."""
         qs, k = as_queries(queries, qids, k)
@@ -194,41 +254,39 @@ class Client:
             # streamed (one line per query), so the server's response budget bounds a query, not the batch
             for r in self._stream(self._path("/batch_search/stream"), body):
                 out[r["qid"]] = self._hits(r["hits"], fused, r["qid"])
-        return out
+        return batch_result(out, qs, text, as_frame)
+
+    def search_df(self, query: str, k: int = 10, retriever: str = PRIMARY, fusion: Optional[str] = None,
+                  qid: str = "1", text: bool = False, **options):
+        """As :meth:`retrieval.index.Index.search_df`: :meth:`search` as a PyTerrier-style DataFrame."""
+        return search_df(self, query, qid, text, k=k, retriever=retriever, fusion=fusion, **options)
 
     def _stream(self, path: str, body: dict):
         """POST ``body`` and yield the JSON lines of the answer as they arrive (a 429 is retried as
         :meth:`request` retries it; an error line ends the stream with ServerError)."""
+        import httpx
+
         data = json.dumps(body).encode("utf-8")
         headers = self._headers("application/x-ndjson", True)
         for attempt in range(self.retries + 1):
-            cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-            conn = cls(self._host, self._port, timeout=self.timeout)  # its own: a stream holds it to the end
-            try:
-                conn.request("POST", path, body=data, headers=headers)
-                resp = conn.getresponse()
-                if resp.status == 429 and attempt < self.retries:
-                    resp.read()
-                    time.sleep(float(resp.getheader("Retry-After") or 1))
-                    continue
-                if resp.status >= 400:
-                    raw = resp.read()
-                    try:
-                        out = json.loads(raw)
-                    except ValueError:
-                        out = None
-                    raise _error(resp.status, out, raw)
-                for line in resp:
-                    if line.strip():
-                        obj = json.loads(line)
-                        if "error" in obj:
-                            raise _error(int(obj["error"].get("status", 500)), obj, line)
-                        yield obj
-                return
-            except (http.client.HTTPException, ConnectionError, OSError) as e:
-                raise ServerError(0, f"cannot reach {self.url} ({type(e).__name__}: {e})") from None
-            finally:
-                conn.close()
+            try:  # the stream holds its pooled connection until the last line
+                with self._http().stream("POST", path, content=data, headers=headers) as resp:
+                    if resp.status_code == 429 and attempt < self.retries:
+                        resp.read()
+                        wait = retry_wait(resp.headers.get("Retry-After"), attempt)
+                    else:
+                        if resp.status_code >= 400:
+                            _decoded(resp.status_code, resp.read())
+                        for line in resp.iter_lines():
+                            if line.strip():
+                                obj = json.loads(line)
+                                if "error" in obj:
+                                    raise _error(int(obj["error"].get("status", 500)), obj, line.encode("utf-8"))
+                                yield obj
+                        return
+            except httpx.HTTPError as e:
+                raise self._unreachable(e) from None
+            time.sleep(wait)
 
     def explain(self, query: str, docid: str, retriever: str = PRIMARY, fusion: Optional[str] = None,
                 depth: Optional[int] = None, dimsel=None, filter=None) -> dict:
