@@ -215,7 +215,7 @@ def _means_section(data: dict) -> str:
                              f'{"better" if up else "worse"} than the baseline (p(Holm) = {c["p_holm"]:.4f})">'
                              f'{"▲" if up else "▼"}</span>')
                 cell += (f' <span class="ci" title="mean per-query delta and its {100 * (1 - alpha):g}% bootstrap '
-                         f'CI">{esc(format(c["delta"], "+.4f"))} {esc(ci_text(c))}</span>')
+                         f'CI">{esc(format(c["delta"], "+.4f"))} <span class="nw">{esc(ci_text(c))}</span></span>')
             row.append(cell)
             vals.append(value)
         rows.append(row)
@@ -436,12 +436,12 @@ table{border-collapse:collapse;margin:.6em 0 1em;font-variant-numeric:tabular-nu
 caption{text-align:left;font-weight:600;padding:.2em 0}
 th,td{padding:.3em .7em;border-bottom:1px solid #e3e6ea;vertical-align:top}
 thead th{border-bottom:2px solid #9aa4ad;text-align:right;white-space:nowrap}
-thead th:first-child,tbody th{text-align:left}td{text-align:right}tbody th{font-weight:500;overflow-wrap:break-word;
+thead th:first-child,tbody th{text-align:left}td{text-align:right}tbody th{font-weight:500;overflow-wrap:anywhere;
 min-width:8em;max-width:20em}.scroll{overflow-x:auto}table.significance td:nth-child(4){white-space:nowrap}
 table.extremes td:nth-child(2),table.extremes td:nth-child(6),table.extremes td:nth-child(7){text-align:left}
 table.extremes ol{margin:0;padding-left:1.3em;max-width:24em}table.extremes td:nth-child(2){max-width:16em}
 .mark{margin-left:.2em;font-size:.85em}.mark.up{color:#1a7f37}.mark.down{color:#c62828}
-.ci{display:block;font-size:.78em;color:#5b6670;white-space:nowrap}.tag{font-size:.72em;background:#eef1f4;border-radius:3px;
+.ci{display:block;font-size:.78em;color:#5b6670}.nw{white-space:nowrap}.tag{font-size:.72em;background:#eef1f4;border-radius:3px;
 padding:0 .35em;color:#4a5560}.note{color:#4a5560;font-size:.9em;max-width:60em}.muted{color:#8a949c}
 .grade{font-size:.75em;border-radius:3px;padding:0 .3em;margin-right:.3em;background:#eef1f4}
 .grade.gu{background:#fff3cd}.grade.g0{background:#fde2e1}.grade.g1,.grade.g2,.grade.g3{background:#d9f2e0}

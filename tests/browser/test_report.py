@@ -94,3 +94,24 @@ def test_tables_without_javascript(browser, made, capsys):
         assert boxes and all(w > 0 for w in boxes)
     finally:
         ctx.close()
+
+
+def test_long_run_names_wrap_inside_the_page(page, tmp_path):
+    """Run names are often paths with no spaces; the measures table must wrap them, not push the page wide."""
+    base = need(DATA / "msmarco-passage-eval")
+    qrels = base / "qrels" / "dl19.tsv"
+    runs = []
+    for r in RUNS[:2]:
+        p = tmp_path / ("experiments_" + "-".join([r.lower()] * 12) + "_k1000_depth1000_final.trec")
+        p.write_bytes((base / "runs" / f"{r}.dl19.top100.trec").read_bytes())
+        runs.append(p)
+    assert len(runs[0].name) > 80
+    out = tmp_path / "report.html"
+    assert main(["eval", "report", "--qrels", str(qrels), "-l", "2", *map(str, runs), "-o", str(out)]) == 0
+    page.set_viewport_size({"width": 1000, "height": 800})
+    page.goto(out.as_uri())
+    widths = page.evaluate("""() => { const t = document.querySelector("table.measures");
+        return [t.getBoundingClientRect().width, t.parentElement.clientWidth,
+                document.documentElement.scrollWidth, window.innerWidth]; }""")
+    table, box, doc, view = widths
+    assert table <= box + 1 and doc <= view, widths
