@@ -16,6 +16,7 @@ import html
 import json
 import math
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 
 from .errors import EvalError
@@ -198,12 +199,18 @@ def _table(head: Sequence[str], rows: Sequence[Sequence], values: Sequence[Seque
     return "\n".join(out)
 
 
+def _breakable(name: str) -> str:
+    """A run name, escaped, that may wrap after its separators: names are often paths or file names with
+    no spaces, and would otherwise set the width of the whole table."""
+    return re.sub(r"([._/\\-])", r"\1<wbr>", esc(name))
+
+
 def _means_section(data: dict) -> str:
     base, alpha = data["baseline"], data["settings"]["alpha"]
     head = ["run"] + data["measures"]
     rows, values = [], []
     for n in data["runs"]:
-        row, vals = [esc(n) + (' <span class="tag">baseline</span>' if n == base else "")], [None]
+        row, vals = [_breakable(n) + (' <span class="tag">baseline</span>' if n == base else "")], [None]
         for m in data["measures"]:
             value = data["means"][n][m]
             cell = f'<span class="v">{esc(fmt_value(value, 4))}</span>'
@@ -436,7 +443,7 @@ table{border-collapse:collapse;margin:.6em 0 1em;font-variant-numeric:tabular-nu
 caption{text-align:left;font-weight:600;padding:.2em 0}
 th,td{padding:.3em .7em;border-bottom:1px solid #e3e6ea;vertical-align:top}
 thead th{border-bottom:2px solid #9aa4ad;text-align:right;white-space:nowrap}
-thead th:first-child,tbody th{text-align:left}td{text-align:right}tbody th{font-weight:500;overflow-wrap:anywhere;
+thead th:first-child,tbody th{text-align:left}td{text-align:right}tbody th{font-weight:500;overflow-wrap:break-word;
 min-width:8em;max-width:20em}.scroll{overflow-x:auto}table.significance td:nth-child(4){white-space:nowrap}
 table.extremes td:nth-child(2),table.extremes td:nth-child(6),table.extremes td:nth-child(7){text-align:left}
 table.extremes ol{margin:0;padding-left:1.3em;max-width:24em}table.extremes td:nth-child(2){max-width:16em}
