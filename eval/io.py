@@ -127,22 +127,46 @@ def read_run(path: str | os.PathLike, strict: bool = True) -> Run:
     return run
 
 
+# A frame's columns: PyTerrier's names first, then ir_measures'.
+RUN_COLUMNS = (("qid", "docno", "score"), ("query_id", "doc_id", "score"))
+QRELS_COLUMNS = (("qid", "docno", "label"), ("query_id", "doc_id", "relevance"))
+
+
+def is_frame(obj) -> bool:
+    """Whether ``obj`` is a pandas DataFrame, told without importing pandas (the evaluator's other
+    callers never load it)."""
+    return hasattr(obj, "columns") and hasattr(obj, "itertuples")
+
+
+def frame_columns(frame, what: str, conventions=RUN_COLUMNS) -> tuple[str, str, str]:
+    """The (query, document, value) column names ``frame`` uses: PyTerrier's or ir_measures'.
+    One EvalError naming both sets and what is missing when it has neither."""
+    have = set(map(str, frame.columns))
+    for names in conventions:
+        if set(names) <= have:
+            return names
+    ours, theirs = conventions
+    near = theirs if have & {"query_id", "doc_id"} else ours
+    missing = ", ".join(c for c in near if c not in have)
+    raise EvalError(f"a {what} DataFrame needs the columns {', '.join(ours)} (PyTerrier's) or "
+                    f"{', '.join(theirs)} (ir_measures'); missing: {missing}")
+
+
 def as_run(run) -> Mapping[str, Mapping[str, float]]:
     """A run in any form the evaluator takes, as ``{qid: {docid: score}}`` (which passes unchanged):
 
     - ``{qid: [hit, ...]}`` where a hit has ``.docid`` and ``.score`` (what retr's
       ``Index.batch_search`` returns; duck-typed, so the evaluator imports no retrieval code),
       or is a ``(docid, score)`` pair (what a Pyserini-style ranking list holds);
-    - a pandas DataFrame with columns ``query_id``, ``doc_id``, ``score`` (ir_measures' run frame).
+    - a pandas DataFrame with PyTerrier's columns ``qid``, ``docno``, ``score`` (a transformer's
+      results, ``Index.batch_search(as_frame=True)``) or ir_measures' ``query_id``, ``doc_id``,
+      ``score``; other columns (``rank``, ``query``, ...) are ignored.
 
     A document listed twice for one query is an error, as in a run file."""
-    if hasattr(run, "columns") and hasattr(run, "itertuples"):  # a pandas DataFrame, without importing pandas
-        missing = {"query_id", "doc_id", "score"} - set(map(str, run.columns))
-        if missing:
-            raise EvalError(f"a run DataFrame needs the columns query_id, doc_id, score (missing: "
-                            f"{', '.join(sorted(missing))})")
+    if is_frame(run):
+        qcol, dcol, scol = frame_columns(run, "run")
         out: dict[str, dict[str, float]] = {}
-        for q, d, sc in zip(run["query_id"], run["doc_id"], run["score"]):
+        for q, d, sc in zip(run[qcol], run[dcol], run[scol]):
             _put(out.setdefault(str(q), {}), str(q), str(d), sc)
         return out
     if not isinstance(run, Mapping):
@@ -178,6 +202,32 @@ def _put(row: dict, qid, docid, score) -> None:
         row[docid] = float(score)
     except (TypeError, ValueError):
         raise EvalError(f"run query {qid!r}: document {docid!r} has score {score!r}, not a number") from None
+
+
+def as_qrels(qrels) -> Mapping[str, Mapping[str, int]]:
+    """Judgments in any form the evaluator takes, as ``{qid: {docid: grade}}`` (which passes
+    unchanged): that mapping, or a pandas DataFrame with PyTerrier's columns ``qid``, ``docno``,
+    ``label`` (``pt.io.read_qrels``, a dataset's ``get_qrels()``) or ir_measures' ``query_id``,
+    ``doc_id``, ``relevance``. Grades must be integers; a document judged twice is an error."""
+    if not is_frame(qrels):
+        if not isinstance(qrels, Mapping):
+            raise EvalError(f"qrels are a mapping {{qid: {{docid: grade}}}} or a DataFrame, got {type(qrels).__name__}")
+        return qrels
+    qcol, dcol, lcol = frame_columns(qrels, "qrels", QRELS_COLUMNS)
+    out: dict[str, dict[str, int]] = {}
+    for q, d, g in zip(qrels[qcol], qrels[dcol], qrels[lcol]):
+        q, d = str(q), str(d)
+        judged = out.setdefault(q, {})
+        if d in judged:
+            raise EvalError(f"qrels query {q!r}: document {d!r} judged twice")
+        try:
+            grade = float(g)
+        except (TypeError, ValueError):
+            grade = float("nan")
+        if not grade.is_integer() or not -2**31 <= grade < 2**31:  # pytrec_eval holds grades as C ints
+            raise EvalError(f"qrels query {q!r}: document {d!r} has relevance {g!r}, not an integer")
+        judged[d] = int(grade)
+    return out
 
 
 def query_overlap(run: Mapping[str, Mapping], qrels: Mapping[str, Mapping]) -> tuple[int, int, int]:

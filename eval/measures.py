@@ -16,7 +16,7 @@ import numpy as np
 import pytrec_eval
 
 from .errors import EvalError
-from .io import as_run, ranked
+from .io import as_qrels, as_run, ranked
 
 # family -> (cut-off: "optional" | "required" | "none", binary: uses a relevance threshold)
 FAMILIES: dict[str, tuple[str, bool]] = {
@@ -199,6 +199,7 @@ class Evaluator:
             raise EvalError(f"rel_threshold must be an integer, got {rel_threshold!r}")
         if max_docs is not None and max_docs < 1:
             raise EvalError("max_docs must be >= 1")
+        qrels = as_qrels(qrels)
         self.qrels, self.complete, self.max_docs = qrels, complete, max_docs
         level = 1 if rel_threshold is None else rel_threshold
         groups: dict[tuple[int, bool], set[str]] = {}
@@ -247,7 +248,9 @@ def evaluate(qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Mapping[s
     """Evaluate one run against qrels; values equal trec_eval's.
 
     run: {qid: {docid: score}}, or a batch_search result {qid: [hits with .docid, .score]}, or a run
-        DataFrame (query_id, doc_id, score): see ``eval.io.as_run``.
+        DataFrame (PyTerrier's qid, docno, score or ir_measures' query_id, doc_id, score): see
+        ``eval.io.as_run``. qrels: {qid: {docid: grade}} or a DataFrame (qid, docno, label or
+        query_id, doc_id, relevance): see ``eval.io.as_qrels``.
     measures: ir_measures-style names (see ``parse_measure``), a comma-separated string of them, or
         ir_measures measure objects (``ir_measures.nDCG@10``); results are keyed by the text given
         (an object's ``str``).

@@ -27,6 +27,7 @@ from indexes import manifest as mf
 from indexes.bulk import no_gc
 from indexes.docstore import DocStore
 from indexes.errors import FilterWarning, IndexFormatError, InputError, NotFound, ParameterError
+from retrieval.frames import batch_result, search_df
 from retrieval.filters import Allowed, MetadataTable, first_allowed, parse_filter, unknown_fields_message
 from retrieval.fusion import Pipeline, explain_fusion, fuse, list_confidences, parse_pipeline
 from retrieval.kinds import PRIMARY, Retriever, kind_of
@@ -522,24 +523,37 @@ class Index:
     def batch_search(self, queries: QueriesArg, qids: Optional[Sequence[str]] = None, k: int = 10,
                      retriever: str = PRIMARY, fusion: Optional[str] = None, threads: int = 1, text: bool = False,
                      quiet: bool = True, depth: Optional[int] = None, batch_size: Optional[int] = None,
-                     timings: Optional[Dict[str, float]] = None, dimsel=None, filter=None
+                     timings: Optional[Dict[str, float]] = None, dimsel=None, filter=None, as_frame: bool = False
                      ) -> Dict[str, List[Hit]]:
         """Search many queries; returns ``{qid: hits}`` in the order of ``queries``.
 
-        ``queries`` is a list of :class:`Query`, a mapping ``{qid: text}``, or a list of
+        ``queries`` is a list of :class:`Query`, a mapping ``{qid: text}``, a list of
         texts: with ``qids`` (Pyserini's ``batch_search(queries, qids, k=...)``) those are their
         ids, else plain strings get ids "0", "1", ... (An int in ``qids``' place is ``k``, as
-        ``batch_search(queries, 10)`` meant before ``qids`` came.) Queries go to the backends in
+        ``batch_search(queries, 10)`` meant before ``qids`` came.), or a topics DataFrame (``qid``,
+        ``query``: PyTerrier's). Queries go to the backends in
         batches of ``batch_size`` (default: all at once when quiet, else
         about 20 batches so the progress bar moves). All of them search one generation.
-        ``filter`` applies to every query, as in :meth:`search`."""
+        ``filter`` applies to every query, as in :meth:`search`.
+
+        ``as_frame``: a pandas DataFrame instead, PyTerrier's columns ``qid, query, docno, score,
+        rank`` (rank 0-based, as PyTerrier's; ``title`` and ``text`` too with ``text=True``): see
+        :mod:`retrieval.frames`."""
         qs, k = as_queries(queries, qids, k)
         g = self._enter()
         try:
-            return self._batch_search(g, qs, k, retriever, fusion, threads, text, quiet, depth, batch_size,
-                                      timings, dimsel, filter)
+            return batch_result(self._batch_search(g, qs, k, retriever, fusion, threads, text, quiet, depth,
+                                                   batch_size, timings, dimsel, filter), qs, text, as_frame)
         finally:
             self._leave(g)
+
+    def search_df(self, query: str, k: int = 10, retriever: str = PRIMARY, fusion: Optional[str] = None,
+                  qid: str = "1", text: bool = False, **options):
+        """:meth:`search` as a pandas DataFrame with PyTerrier's columns ``qid, query, docno, score,
+        rank`` (rank 0-based, as PyTerrier numbers ranks; ``qid`` "1" as its ``Transformer.search``),
+        plus ``title`` and ``text`` with ``text=True``; ``options`` as :meth:`search` takes them
+        (``depth``, ``dimsel``, ``filter``). See :mod:`retrieval.frames`."""
+        return search_df(self, query, qid, text, k=k, retriever=retriever, fusion=fusion, **options)
 
     def _batch_search(self, g: "_Generation", queries, k, retriever, fusion, threads, text, quiet, depth,
                       batch_size, timings, dimsel, filter) -> Dict[str, List[Hit]]:
@@ -759,12 +773,17 @@ class Snapshot(_View):
     def batch_search(self, queries: QueriesArg, qids: Optional[Sequence[str]] = None, k: int = 10,
                      retriever: str = PRIMARY, fusion: Optional[str] = None, threads: int = 1, text: bool = False,
                      quiet: bool = True, depth: Optional[int] = None, batch_size: Optional[int] = None,
-                     timings: Optional[Dict[str, float]] = None, dimsel=None, filter=None
+                     timings: Optional[Dict[str, float]] = None, dimsel=None, filter=None, as_frame: bool = False
                      ) -> Dict[str, List[Hit]]:
-        """:meth:`Index.batch_search` on this generation (the same forms of ``queries``)."""
+        """:meth:`Index.batch_search` on this generation (the same forms of ``queries``, ``as_frame``)."""
         qs, k = as_queries(queries, qids, k)
-        return self._index._batch_search(self._g, qs, k, retriever, fusion, threads, text, quiet, depth,
-                                         batch_size, timings, dimsel, filter)
+        return batch_result(self._index._batch_search(self._g, qs, k, retriever, fusion, threads, text, quiet,
+                                                      depth, batch_size, timings, dimsel, filter), qs, text, as_frame)
+
+    def search_df(self, query: str, k: int = 10, retriever: str = PRIMARY, fusion: Optional[str] = None,
+                  qid: str = "1", text: bool = False, **options):
+        """:meth:`Index.search_df` on this generation."""
+        return search_df(self, query, qid, text, k=k, retriever=retriever, fusion=fusion, **options)
 
     def explain(self, query: str, docid: str, retriever: str = PRIMARY, fusion: Optional[str] = None,
                 depth: Optional[int] = None, dimsel=None, filter=None) -> dict:

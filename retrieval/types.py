@@ -97,13 +97,37 @@ class Hit:
 QueriesArg = Union[Sequence[Union[Query, str]], Mapping[str, str]]
 
 
+def frame_queries(frame) -> List[Query]:
+    """A topics DataFrame (PyTerrier's columns ``qid``, ``query``; others are ignored) as queries,
+    in row order. One InputError when a column is missing, a query is not text or a qid repeats."""
+    missing = [c for c in ("qid", "query") if c not in set(map(str, frame.columns))]
+    if missing:
+        raise InputError(f"a topics DataFrame needs the columns qid, query (PyTerrier's); missing: "
+                         f"{', '.join(missing)}")
+    out, seen = [], set()
+    for qid, text in zip(frame["qid"], frame["query"]):
+        qid = str(qid)
+        if qid in seen:
+            raise InputError(f"the topics DataFrame repeats qid {qid!r}; each query needs its own")
+        if not isinstance(text, str):
+            raise InputError(f"the topics DataFrame's query {qid!r} is not text (got {text!r})")
+        seen.add(qid)
+        out.append(Query(qid, text))
+    return out
+
+
 def as_queries(queries: QueriesArg, qids: Optional[Sequence[str]] = None, k: int = 10) -> Tuple[List[Query], int]:
-    """The queries of :meth:`Index.batch_search` in any of its forms as a list of :class:`Query`,
-    and ``k`` (``qids`` given as an int is the ``k`` of the older positional form)."""
+    """The queries of :meth:`Index.batch_search` in any of its forms (Query objects, ``{qid: text}``,
+    texts with or without ``qids``, a topics DataFrame) as a list of :class:`Query`, and ``k``
+    (``qids`` given as an int is the ``k`` of the older positional form)."""
     if isinstance(qids, int) and not isinstance(qids, bool):
         qids, k = None, qids
     if isinstance(queries, (str, bytes)):
         raise InputError("batch_search takes a list of queries (or {qid: text}), not one string: use search()")
+    if hasattr(queries, "columns") and hasattr(queries, "itertuples"):  # a DataFrame, pandas not imported
+        if qids is not None:
+            raise InputError("batch_search: give qids with a list of texts, not with a topics DataFrame")
+        return frame_queries(queries), k
     if isinstance(queries, Mapping):
         if qids is not None:
             raise InputError("batch_search: give qids with a list of texts, not with a {qid: text} mapping")

@@ -249,8 +249,10 @@ def test_evaluate_takes_hit_lists_pairs_and_a_dataframe():
     assert E.unjudged_report(qrels, hits, k=2) == E.unjudged_report(qrels, plain, k=2)
     with pytest.raises(EvalError, match="listed twice"):
         E.evaluate(qrels, {"q1": [_Hit("a", 1.0), _Hit("a", 0.5)]}, ["AP"])
-    with pytest.raises(EvalError, match="query_id, doc_id, score"):
-        E.evaluate(qrels, pd.DataFrame({"qid": ["q1"], "docno": ["a"], "score": [1.0]}), ["AP"])
+    pyterrier_frame = frame.rename(columns={"query_id": "qid", "doc_id": "docno"})   # PyTerrier's names too
+    assert E.evaluate(qrels, pyterrier_frame, ["nDCG@10", "AP", "Judged@2"]) == want
+    with pytest.raises(EvalError, match="qid, docno, score .PyTerrier's. or query_id, doc_id, score"):
+        E.evaluate(qrels, pd.DataFrame({"qid": ["q1"], "doc": ["a"], "score": [1.0]}), ["AP"])
 
 
 def test_ir_measures_objects_and_comma_lists():

@@ -1,0 +1,139 @@
+"""Runs and qrels as pandas DataFrames with PyTerrier's column names, and TREC files to and from them.
+
+- a run frame: ``qid``, ``docno``, ``score``, ``rank`` (0-based, as PyTerrier numbers ranks:
+  ``pyterrier.model.FIRST_RANK`` is 0) and, read from a file, ``name`` (the run's tag, the column
+  PyTerrier's ``pt.io.read_results`` gives it);
+- a qrels frame: ``qid``, ``docno``, ``label`` (``pt.io.read_qrels``'s columns).
+
+``eval.evaluate`` takes both frames as they are (``eval.io.as_run``, ``eval.io.as_qrels``).
+A run file's rank column is 1-based (TREC's convention); a frame's rank is the file's position
+by score, 0-based: ``rank = file rank - 1`` for a file whose lines are in rank order, as every
+file retr writes is. pandas is imported when one of these functions is called, never at
+``import eval``.
+
+The readers validate through :func:`eval.io.read_run` / :func:`eval.io.read_qrels` (one
+``EvalError`` naming ``file:line``), then keep the file's line order.
+"""
+from __future__ import annotations
+
+import os
+from .errors import EvalError
+from .io import _lines, as_qrels, as_run, frame_columns, is_frame, ranked, read_qrels, read_run
+
+RUN_FRAME = ("qid", "docno", "score", "rank")
+QRELS_FRAME = ("qid", "docno", "label")
+
+
+def _pandas():
+    import pandas as pd
+
+    return pd
+
+
+def _ranks(pd, qids, scores) -> "object":
+    """0-based ranks by score within each query, ties in row order: PyTerrier's ``add_ranks``."""
+    frame = pd.DataFrame({"qid": qids, "score": scores})
+    if not len(frame):
+        return pd.Series([], dtype="int64")
+    return frame.groupby("qid", sort=False)["score"].rank(ascending=False, method="first").astype("int64") - 1
+
+
+def run_frame(run, tag: str | None = None):
+    """A run in any form :func:`eval.io.as_run` takes (``{qid: {docid: score}}``, hit lists, a
+    frame) as a run frame, each query's documents in trec_eval's order (score descending, then
+    docid descending) and ranked 0.. in it; ``tag`` adds a ``name`` column."""
+    pd = _pandas()
+    rows = [(q, d, s) for q, docs in as_run(run).items() for d, s in ranked(docs)]
+    out = pd.DataFrame({"qid": pd.Series([r[0] for r in rows], dtype=object).astype(str),
+                        "docno": pd.Series([r[1] for r in rows], dtype=object).astype(str),
+                        "score": pd.Series([r[2] for r in rows], dtype="float64")})
+    out["rank"] = out.groupby("qid", sort=False).cumcount().astype("int64") if rows else pd.Series([], dtype="int64")
+    if tag is not None:
+        out["name"] = tag
+    return out
+
+
+def qrels_frame(qrels):
+    """Judgments (``{qid: {docid: grade}}`` or a frame) as a qrels frame, in their order."""
+    pd = _pandas()
+    rows = [(q, d, g) for q, docs in as_qrels(qrels).items() for d, g in docs.items()]
+    return pd.DataFrame({"qid": pd.Series([r[0] for r in rows], dtype=object).astype(str),
+                         "docno": pd.Series([r[1] for r in rows], dtype=object).astype(str),
+                         "label": pd.Series([r[2] for r in rows], dtype="int64")})
+
+
+def read_run_frame(path: str | os.PathLike, strict: bool = True):
+    """A TREC run file (plain or gzip) as a run frame with its tag in ``name``, rows in file order;
+    ``rank`` is recomputed from the scores (0-based, ties in file order) since trec_eval ignores
+    the file's. Errors as :func:`eval.io.read_run` raises them."""
+    read_run(path, strict)  # validation: columns, numbers, duplicates, with file:line
+    pd = _pandas()
+    qids, docnos, scores, names = [], [], [], []
+    for _lineno, parts in _lines(path):
+        qids.append(parts[0])
+        docnos.append(parts[2])
+        scores.append(float(parts[4]))
+        names.append(parts[5])
+    out = pd.DataFrame({"qid": pd.Series(qids, dtype=object).astype(str),
+                        "docno": pd.Series(docnos, dtype=object).astype(str),
+                        "score": pd.Series(scores, dtype="float64")})
+    out["rank"] = _ranks(pd, out["qid"], out["score"])
+    out["name"] = pd.Series(names, dtype=object).astype(str)
+    return out
+
+
+def write_run_frame(frame, path: str | os.PathLike, tag: str | None = None, digits: int | None = None) -> int:
+    """Write a run frame as a TREC run ``qid Q0 docno rank+1 score tag``, rows in the frame's
+    order; returns the lines written. Columns: PyTerrier's (``qid``, ``docno``, ``score``) or
+    ir_measures' (``query_id``, ``doc_id``, ``score``); ``rank`` (0-based) when present, else
+    ranks by score as PyTerrier assigns them. The tag is ``tag``, else the frame's ``name``
+    column, else ``retr``. Scores are written as Python's shortest exact form (``repr``), or
+    with ``digits`` decimals (``digits=6`` is ``retr search``'s ``%.6f``, so a run it wrote
+    comes back byte for byte)."""
+    if not is_frame(frame):
+        raise EvalError(f"write_run_frame takes a pandas DataFrame, got {type(frame).__name__}")
+    as_run(frame)  # validation: columns, numbers, a document listed twice
+    qcol, dcol, scol = frame_columns(frame, "run")
+    qids, docnos = [str(q) for q in frame[qcol]], [str(d) for d in frame[dcol]]
+    scores = [float(s) for s in frame[scol]]
+    if any(s != s or s in (float("inf"), float("-inf")) for s in scores):
+        raise EvalError("a run DataFrame's scores must be finite numbers (NaN or infinity found)")
+    ranks = list(frame["rank"]) if "rank" in frame.columns else list(_ranks(_pandas(), qids, scores))
+    if any(not float(r).is_integer() or r < 0 for r in ranks):
+        raise EvalError("a run DataFrame's rank column must hold integers from 0 (PyTerrier's ranks)")
+    if tag is None:
+        tags = [str(t) for t in frame["name"]] if "name" in frame.columns else ["retr"] * len(qids)
+    else:
+        tags = [tag] * len(qids)
+    if any(not t or any(c.isspace() for c in t) for t in tags):
+        raise EvalError("a run's tag must be one word without whitespace")
+    if digits is not None and (isinstance(digits, bool) or not isinstance(digits, int) or digits < 0):
+        raise EvalError(f"digits must be a non-negative integer, got {digits!r}")
+    fmt = repr if digits is None else (lambda x: f"{x:.{digits}f}")
+    with open(path, "w", encoding="utf-8") as fh:
+        for q, d, r, s, t in zip(qids, docnos, ranks, scores, tags):
+            fh.write(f"{q} Q0 {d} {int(r) + 1} {fmt(s)} {t}\n")
+    return len(qids)
+
+
+def read_qrels_frame(path: str | os.PathLike):
+    """A qrels file (TREC ``qid 0 docid rel`` or BEIR tsv; plain or gzip) as a qrels frame, each
+    query's judgments in file order. Errors as :func:`eval.io.read_qrels` raises them."""
+    return qrels_frame(read_qrels(path))
+
+
+def write_qrels_frame(frame, path: str | os.PathLike) -> int:
+    """Write judgments (a qrels frame, or ``{qid: {docid: grade}}``) as TREC qrels
+    ``qid 0 docno label``, grouped by query in order of first appearance; returns the lines written."""
+    judged = as_qrels(frame)
+    n = 0
+    with open(path, "w", encoding="utf-8") as fh:
+        for qid, docs in judged.items():
+            for docid, label in docs.items():
+                fh.write(f"{qid} 0 {docid} {label}\n")
+                n += 1
+    return n
+
+
+__all__ = ["RUN_FRAME", "QRELS_FRAME", "run_frame", "qrels_frame", "read_run_frame", "write_run_frame",
+           "read_qrels_frame", "write_qrels_frame"]
