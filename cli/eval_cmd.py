@@ -15,6 +15,8 @@ import click
 from cli import params
 
 DEFAULT_NAME = "evaluate"
+# --qrels: a file, or a collection's judgments by name (irds:beir/scifact/test, dmerit:PATH)
+_QRELS = params.NamedOrPath(click.Path(exists=True, dir_okay=False))
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
@@ -50,6 +52,11 @@ class EvalGroup(click.Group):
             with formatter.section("Options"):
                 formatter.write_dl(records)
         self.format_commands(ctx, formatter)
+
+
+def _qrels_name(qrels: str) -> str:
+    """How reports name the judgments: a file by its name, a collection by its whole name."""
+    return qrels if qrels.startswith(("irds:", "dmerit:")) else os.path.basename(qrels)
 
 
 def _names(paths: Sequence[str]) -> list[str]:
@@ -122,7 +129,7 @@ def eval_cmd():
 
 
 @eval_cmd.command(DEFAULT_NAME, cls=_DefaultCommand, hidden=True, context_settings=CONTEXT)
-@click.option("--qrels", required=True, type=click.Path(exists=True, dir_okay=False), help="Relevance judgments.")
+@click.option("--qrels", required=True, type=_QRELS, help="Relevance judgments: a file, irds:NAME or dmerit:PATH.")
 @click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False), metavar="RUN...")
 @click.option("-m", "--measure", "measures", multiple=True,
               help="Measure (repeatable, or comma-separated) [default: nDCG@10 RR@10 AP R@100 P@10 Judged@10].")
@@ -168,8 +175,8 @@ def _evaluate_cmd(qrels, runs, measures, per_query, as_json, rel_threshold, judg
 
 
 @eval_cmd.command("partial", context_settings=CONTEXT)
-@click.option("--qrels", required=True, type=click.Path(exists=True, dir_okay=False),
-              help="Full (as complete as possible) relevance judgments.")
+@click.option("--qrels", required=True, type=_QRELS,
+              help="Full (as complete as possible) relevance judgments: a file, irds:NAME or dmerit:PATH.")
 @click.option("--run", "runs", multiple=True, required=True, type=click.Path(exists=True, dir_okay=False),
               help="A system's run (repeat; at least 2).")
 @click.option("-m", "--measure", "measures", multiple=True, help="Measure (repeatable) [default: nDCG@10 AP@100].")
@@ -204,7 +211,7 @@ def partial_cmd(qrels, runs, measures, budgets, seeds, rel_threshold, drop_nonre
                              correction="holm" if holm else None, quiet=quiet)
     if plot:
         from eval.plots import plot_partial
-        plot_partial(result, plot, title=os.path.basename(qrels))
+        plot_partial(result, plot, title=_qrels_name(qrels))
     if as_json:
         click.echo(json.dumps(result, indent=1))
     else:
@@ -221,7 +228,7 @@ def format_partial(result: dict) -> str:
 
 
 @eval_cmd.command("significance", context_settings=CONTEXT)
-@click.option("--qrels", required=True, type=click.Path(exists=True, dir_okay=False), help="Relevance judgments.")
+@click.option("--qrels", required=True, type=_QRELS, help="Relevance judgments: a file, irds:NAME or dmerit:PATH.")
 @click.option("--baseline", required=True, type=click.Path(exists=True, dir_okay=False), help="The baseline run.")
 @click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False), metavar="RUN...")
 @click.option("-m", "--measure", "measures", multiple=True, help="Measure (repeatable) [default: nDCG@10].")
@@ -262,7 +269,7 @@ def significance_cmd(qrels, baseline, runs, measures, test, alpha, margin, rel_t
 
 
 @eval_cmd.command("report", context_settings=CONTEXT)
-@click.option("--qrels", required=True, type=click.Path(exists=True, dir_okay=False), help="Relevance judgments.")
+@click.option("--qrels", required=True, type=_QRELS, help="Relevance judgments: a file, irds:NAME or dmerit:PATH.")
 @click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False), metavar="RUN...")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="The HTML file to write.")
 @click.option("--baseline", type=click.Path(exists=True, dir_okay=False),
@@ -270,7 +277,8 @@ def significance_cmd(qrels, baseline, runs, measures, test, alpha, margin, rel_t
 @click.option("-m", "--measure", "measures", multiple=True,
               help="Measure (repeatable; the first drives the per-query sections) "
                    "[default: nDCG@10 RR@10 AP R@100 P@10 Judged@10].")
-@click.option("--queries", type=click.Path(exists=True), help="Query texts (BEIR JSONL, TSV or TREC topics) "
+@click.option("--queries", type=params.NamedOrPath(click.Path(exists=True)),
+              help="Query texts (BEIR JSONL, TSV or TREC topics, irds:NAME, dmerit:PATH) "
               "[default: the queries beside the --index's collection, when there are].")
 @click.option("--index", "index_dir", type=click.Path(exists=True, file_okay=False),
               help="A retr index whose document store gives the top hits' titles.")
@@ -317,7 +325,7 @@ def report_cmd(qrels, runs, output, baseline, measures, queries, index_dir, part
             from retrieval.collections import read_queries
 
             texts = {q.qid: q.text for q in read_queries(source)}
-        write_report(output, judged, all_runs, title=title, qrels_name=os.path.basename(qrels),
+        write_report(output, judged, all_runs, title=title, qrels_name=_qrels_name(qrels),
                      measures=_measures(measures) or None, rel_threshold=rel_threshold, judged_only=judged_only,
                      complete=complete, max_docs=max_docs, test=test, alpha=alpha, n_resamples=resamples, seed=seed,
                      judged_k=judged_k, top=top, hits=hits, queries=texts, titles=titles, partial=study)
@@ -353,7 +361,7 @@ def _collection_queries(idx):
 
 
 @eval_cmd.command("unjudged", context_settings=CONTEXT)
-@click.option("--qrels", required=True, type=click.Path(exists=True, dir_okay=False), help="Relevance judgments.")
+@click.option("--qrels", required=True, type=_QRELS, help="Relevance judgments: a file, irds:NAME or dmerit:PATH.")
 @click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False), metavar="RUN...")
 @click.option("-k", "k", type=click.IntRange(min=1), default=10, show_default=True, help="Depth of the top k.")
 @click.option("--json", "as_json", is_flag=True, help="JSON: {run: report}.")

@@ -12,7 +12,8 @@ from cli import params
 # --------------------------------------------------------------------- index
 @click.command("index", cls=params.SectionedCommand)
 @click.option("--corpus", "corpus", required=True, type=click.Path(path_type=Path),
-              help="BEIR folder, or a JSONL/TSV file (optionally .gz).")
+              help="BEIR folder, or a JSONL/TSV file (optionally .gz), or a collection by name: irds:NAME "
+                   "(ir_datasets, e.g. irds:beir/scifact, from its local cache) or dmerit:PATH (D-MERIT).")
 @click.option("--index", "index_dir", required=True, type=click.Path(path_type=Path),
               help="Index folder to create, or an existing one to add sub-indexes to.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,

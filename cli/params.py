@@ -32,6 +32,22 @@ SHARE_CLOSED_OPEN = FiniteFloatRange(0, 1, max_open=True)   # a share dropped or
 LEVEL = FiniteFloatRange(0, 1, min_open=True, max_open=True)  # a significance level, (0, 1)
 POSITIVE = FiniteFloatRange(min=0, min_open=True)      # a rate, ratio or margin, > 0
 
+
+class NamedOrPath(click.ParamType):
+    """A collection by name, passed on as given (``irds:beir/scifact/test``: ir_datasets, read from its
+    local cache; ``dmerit:PATH``: D-MERIT's files; the readers check them and name what is missing), or
+    else a value ``path`` (a click.Path) takes. For options that would otherwise insist on an existing file."""
+    name = "file"
+
+    def __init__(self, path: click.Path):
+        self.path = path
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and value.startswith(("irds:", "dmerit:")):
+            return value
+        return self.path.convert(value, param, ctx)
+
+
 # Every command that changes a folder (retr add, update, delete, compact).
 nice_option = click.option("--nice", "nice", type=click.IntRange(0, 19), default=10, show_default=True,
                            help="Run at this lower CPU priority (Unix nice), so that searches of the folder keep "

@@ -17,7 +17,8 @@ from retrieval.runs import run_tag
 @click.command("search", cls=params.SectionedCommand)
 @click.argument("text", required=False)
 @click.option("--index", "index_dir", required=True, type=click.Path(path_type=Path), help="Index folder.")
-@click.option("--queries", type=click.Path(path_type=Path), help="Queries: BEIR JSONL, TSV or TREC topics.")
+@click.option("--queries", type=click.Path(path_type=Path),
+              help="Queries: BEIR JSONL, TSV or TREC topics, irds:NAME (e.g. irds:beir/scifact/test) or dmerit:PATH.")
 @click.option("--output", "-o", type=click.Path(path_type=Path, dir_okay=False),
               help="Where to write the run (of --queries, or of free TEXT as query 0).")
 @click.option("--format", "fmt", type=click.Choice(["trec", "jsonl"]), default=None,

@@ -48,8 +48,12 @@ def read_qrels(path: str | os.PathLike) -> Qrels:
 
     The format is detected from the first data line; lines starting with ``#`` are comments.
     Raises EvalError (with ``file:line``) on a wrong column count, a non-integer grade or a
-    document judged twice for one query.
+    document judged twice for one query. ``irds:NAME`` reads a dataset's qrels from ir_datasets' local
+    cache (``eval.irds``), ``dmerit:PATH`` D-MERIT's judgments (``eval.dmerit``).
     """
+    named = _named_qrels(path)
+    if named is not None:
+        return named
     qrels: Qrels = {}
     first_line: dict[tuple[str, str], int] = {}
     ncols = 0
@@ -85,6 +89,17 @@ def read_qrels(path: str | os.PathLike) -> Qrels:
         judged[docid] = rel
         first_line[qid, docid] = lineno
     return qrels
+
+
+def _named_qrels(source) -> Qrels | None:
+    """The qrels of a collection named ``irds:NAME`` or ``dmerit:PATH``; None for a file."""
+    from . import dmerit, irds
+
+    if irds.name_of(source) is not None:
+        return irds.read_qrels(source)
+    if dmerit.path_of(source) is not None:
+        return dmerit.read_qrels(source)
+    return None
 
 
 def read_run(path: str | os.PathLike, strict: bool = True) -> Run:

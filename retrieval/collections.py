@@ -166,18 +166,9 @@ def _empty_document(docid: str, path: Path, line: int) -> ParameterError:
     return e
 
 
-def read_corpus(path: Path | str, check_duplicates: bool = True, empty: str = "error",
-                skipped: Optional[List[str]] = None) -> Iterator[Document]:
-    """Stream the documents of a corpus (BEIR folder, JSONL or TSV, optionally .gz).
-
-    ``empty`` says what a document with neither title nor text does: ``error``
-    (the default), ``skip`` (its id is appended to ``skipped``) or ``keep``.
-    """
-    if empty not in EMPTY_POLICIES:
-        raise InputError(f"unknown empty-document policy {empty!r}; choose one of {', '.join(EMPTY_POLICIES)}")
-    path = resolve_corpus(path)
+def _file_records(path: Path) -> Iterator[Tuple[int, str, str, str, object]]:
+    """(line number, docid, title, text, metadata) of each document line of a corpus file, parsed."""
     suffix = _base_suffix(path)
-    seen: set = set()
     for n, line in _open_lines(path):
         if not line.strip():
             continue
@@ -189,7 +180,7 @@ def read_corpus(path: Path | str, check_duplicates: bool = True, empty: str = "e
                 docid, title, text = parts
             else:
                 raise InputError(f"expected 2 or 3 tab-separated columns, found {len(parts)}", path, n)
-            meta: dict = {}
+            meta: object = {}
         else:
             obj = _json_object(line, path, n)
             docid = _first(obj, _ID_KEYS)
@@ -201,30 +192,58 @@ def read_corpus(path: Path | str, check_duplicates: bool = True, empty: str = "e
                 raise InputError("'text' and 'title' must be strings", path, n)
             text = text or ""
             meta = obj.get("metadata") or {}
+        yield n, docid, title, text, meta
+
+
+def read_corpus(path: Path | str, check_duplicates: bool = True, empty: str = "error",
+                skipped: Optional[List[str]] = None) -> Iterator[Document]:
+    """Stream the documents of a corpus (BEIR folder, JSONL or TSV, optionally .gz), or of a collection
+    named ``irds:NAME`` (ir_datasets, from its local cache) or ``dmerit:PATH`` (D-MERIT's passages): all
+    are checked alike, a named collection's errors giving the document's position for the line.
+
+    ``empty`` says what a document with neither title nor text does: ``error``
+    (the default), ``skip`` (its id is appended to ``skipped``) or ``keep``.
+    """
+    if empty not in EMPTY_POLICIES:
+        raise InputError(f"unknown empty-document policy {empty!r}; choose one of {', '.join(EMPTY_POLICIES)}")
+    from retrieval import irds
+
+    if irds.is_named(path):
+        where, records = str(path), irds.records(path)
+    else:
+        where = resolve_corpus(path)
+        records = _file_records(where)
+    seen: set = set()
+    for n, docid, title, text, meta in records:
         docid = str(docid).strip()
         if not docid:
-            raise InputError("empty document id", path, n)
+            raise InputError("empty document id", where, n)
         if _SPACE.search(docid):
-            raise InputError(f"document id {docid[:80]!r} contains whitespace (TREC runs cannot hold it)", path, n)
+            raise InputError(f"document id {docid[:80]!r} contains whitespace (TREC runs cannot hold it)", where, n)
         if 2 * (len(title) + 1 + len(text)) > MAX_CONTENTS_CHARS or 4 * len(docid) > MAX_DOCID_BYTES:
-            check_lengths(docid, title, text, path, n)
+            check_lengths(docid, title, text, where, n)
         if not (text.strip() or title.strip()) and empty != "keep":
             if empty == "error":
-                raise _empty_document(docid, path, n)
+                raise _empty_document(docid, where, n)
             if skipped is not None:
                 skipped.append(docid)
             continue
         if meta and isinstance(meta, dict):
-            check_metadata(docid, meta, path, n)
+            check_metadata(docid, meta, where, n)
         if check_duplicates:
             if docid in seen:
-                raise InputError(f"duplicate document id {docid!r}", path, n)
+                raise InputError(f"duplicate document id {docid!r}", where, n)
             seen.add(docid)
         yield Document(docid=docid, text=text, title=title, metadata=meta if isinstance(meta, dict) else {})
 
 
 def count_lines(path: Path | str) -> Optional[int]:
-    """Cheap line count of an uncompressed corpus file, for progress bars."""
+    """Cheap line count of an uncompressed corpus file, for progress bars (a named collection: its
+    document count where known)."""
+    from retrieval import irds
+
+    if irds.is_named(path):
+        return irds.count(path)
     path = resolve_corpus(path)
     if path.name.endswith(".gz"):
         return None
@@ -262,7 +281,16 @@ def read_qrels(path: Path | str) -> Dict[str, Dict[str, int]]:
 
 
 def read_queries(path: Path | str) -> List[Query]:
-    """Read queries from BEIR JSONL, TSV or TREC topics (optionally .gz)."""
+    """Read queries from BEIR JSONL, TSV or TREC topics (optionally .gz), or those of a collection named
+    ``irds:NAME`` (e.g. ``irds:beir/scifact/test``) or ``dmerit:PATH``."""
+    from retrieval import irds
+
+    if irds.is_named(path):
+        named: List[Query] = []
+        named_ids: set = set()
+        for n, (qid, qtext) in enumerate(irds.queries(path), 1):
+            _add_query(named, named_ids, str(qid).strip(), qtext, str(path), n)
+        return _nonempty(named, str(path))
     path = resolve_queries(path)
     suffix = _base_suffix(path)
     out: List[Query] = []
@@ -322,7 +350,12 @@ def _nonempty(out, path):
 
 
 def split_qrels(queries_path: Path | str, split: str) -> Path:
-    """The BEIR qrels file for ``split`` that sits beside a queries file or in a BEIR folder."""
+    """The BEIR qrels file for ``split`` that sits beside a queries file or in a BEIR folder; for a named
+    collection, its split (``irds:beir/scifact`` -> ``irds:beir/scifact/test``)."""
+    from retrieval import irds
+
+    if irds.is_named(queries_path):
+        return irds.split_qrels(queries_path, split)
     p = Path(queries_path)
     root = p if p.is_dir() else p.parent
     for name in (f"{split}.tsv", f"{split}.tsv.gz"):
