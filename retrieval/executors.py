@@ -135,6 +135,9 @@ class Stage:
     name = "stage"
     block_size = 1024     # documents per block unless the executor names another
     adaptive_blocks = False  # True: results do not depend on the blocks, which may shrink on small corpora
+    #: True: ``run(texts, bar=...)`` takes an object with ``update(n)`` and moves it as it goes (its model's
+    #: batches), so an in-process bar moves within a block instead of once per block
+    reports_progress = False
 
     def setup(self, threads: Optional[int] = None, gpu: bool = False) -> None:
         """Load the model (``gpu``: the worker holds a GPU; ``threads``: torch threads)."""
@@ -223,6 +226,19 @@ class BlockRun:
         return dict(self.info)
 
 
+class _Share:
+    """One block's share of the runner's bar, handed to a stage that reports progress: its updates
+    move the bar, never past the block's size."""
+
+    def __init__(self, bar, size: int):
+        self.bar, self.left = bar, size
+
+    def update(self, n: int = 1) -> None:
+        n = max(0, min(int(n), self.left))
+        self.left -= n
+        self.bar.update(n)
+
+
 class LocalRunner:
     """Runs stages in this process (the driver), one block after another."""
 
@@ -244,8 +260,13 @@ class LocalRunner:
             info["devices"] = [stage.device()]
             with progress(total=total, desc=desc, unit="doc", quiet=quiet) as bar:
                 for ids, texts in _blocks(docs, size):
-                    out = stage.run(texts)
-                    bar.update(len(ids))
+                    if getattr(stage, "reports_progress", False):
+                        share = _Share(bar, len(ids))
+                        out = stage.run(texts, bar=share)
+                        bar.update(share.left)   # what the stage did not report
+                    else:
+                        out = stage.run(texts)
+                        bar.update(len(ids))
                     yield ids, out
 
         return BlockRun(gen(), info)

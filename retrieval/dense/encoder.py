@@ -229,11 +229,16 @@ class DenseEncoder:
                 if bar is not None:
                     bar.update(len(idx))
 
-    def encode(self, texts: Sequence[str], batch_size: int = 64, quiet: bool = False) -> np.ndarray:
-        """Vectors for ``texts`` in input order: (N, dim) array of the configured dtype (float32 default)."""
+    def encode(self, texts: Sequence[str], batch_size: int = 64, quiet: bool = False, bar=None) -> np.ndarray:
+        """Vectors for ``texts`` in input order: (N, dim) array of the configured dtype (float32 default).
+        ``bar``: anything with ``update(n)`` (a caller's progress bar) to move batch by batch instead of a
+        bar of its own."""
         texts = list(texts)
         out = np.zeros((len(texts), self.dim), dtype=self.out_dtype)
         if not texts:
+            return out
+        if bar is not None:
+            self._encode_into(texts, out, batch_size, bar)
             return out
         with tqdm(total=len(texts), desc="encoding", unit="text", disable=quiet or len(texts) <= batch_size,
                   file=sys.stderr) as bar:
@@ -249,14 +254,15 @@ class DenseEncoder:
             out[idx] = v.cpu().numpy().astype(self.out_dtype, copy=False)
 
     def encode_to_shards(self, texts: Iterable[str], out_dir: str | os.PathLike, shard_size: int = 10000,
-                         batch_size: int = 64, quiet: bool = False) -> list[Path]:
+                         batch_size: int = 64, quiet: bool = False, total: Optional[int] = None) -> list[Path]:
         """Encode a (possibly huge) stream of texts into ``out_dir/shard-00000.npy``, ... of ``shard_size`` rows.
 
         Resumable: a shard file that already exists with the right number of rows is skipped
         (without encoding its texts again); shards are written atomically, so an interrupted run
         leaves no half-written shard. ``out_dir/meta.json`` records the encoder config and shard
         size; resuming with a different one raises :class:`InputError`. Returns the shard paths in
-        order; read them back with :func:`load_shards`.
+        order; read them back with :func:`load_shards`. ``total``: how many texts there are, when
+        known, for the progress bar's total and ETA.
         """
         if shard_size < 1:
             raise InputError(f"shard size must be positive, got {shard_size}")
@@ -272,7 +278,9 @@ class DenseEncoder:
         else:
             write_text(meta_path, json.dumps(meta, indent=2))
         paths, it, i = [], iter(texts), 0
-        with tqdm(desc="encoding", unit="text", disable=quiet, file=sys.stderr) as bar:
+        from retrieval.progress import progress
+
+        with progress(total=total, desc="encoding", unit="text", quiet=quiet) as bar:
             while True:
                 chunk = list(islice(it, shard_size))
                 if not chunk:
@@ -319,6 +327,7 @@ class DenseStage:
     name = "dense"
     block_size = 1024
     adaptive_blocks = True  # vectors agree to ~1e-7 whatever the blocks (batch padding differs)
+    reports_progress = True
 
     def __init__(self, config: dict, batch_size: int = 64, device: str = "auto", encoder: "DenseEncoder" = None):
         self.config, self.batch_size, self.want = dict(config), int(batch_size), device
@@ -334,8 +343,8 @@ class DenseStage:
             if threads:
                 torch.set_num_threads(int(threads))
 
-    def run(self, texts: list) -> np.ndarray:
-        return self._enc.encode(texts, batch_size=self.batch_size, quiet=True)
+    def run(self, texts: list, bar=None) -> np.ndarray:
+        return self._enc.encode(texts, batch_size=self.batch_size, quiet=True, bar=bar)
 
     def device(self) -> str:
         d = str(self._enc.device) if self._enc is not None else "cpu"

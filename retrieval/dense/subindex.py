@@ -152,10 +152,17 @@ def _encode_store(runner, enc, store_path: Path, cache: Path, spec: DenseSpec, d
             docids.append(docid)
             yield text
 
+    from indexes.docstore import DocStore
+
     encoded_by = {"executor": "in-process", "workers": 1, "threads": torch.get_num_threads(),
                   "devices": [str(enc.device)]}
+    store = DocStore(store_path)
+    try:
+        total = len(store)  # the bar's total, so it shows an ETA
+    finally:
+        store.close()
     shards = enc.encode_to_shards(texts(), cache, shard_size=spec.shard_size, batch_size=spec.batch_size,
-                                  quiet=quiet)
+                                  quiet=quiet, total=total)
     return shards, encoded_by
 
 

@@ -42,19 +42,21 @@ class Estimator:
     blockwise = False
     block_size = 4096
 
-    def block_payload(self, texts: list, batch_size: int = 64):
-        """What a worker computes for one block (see :meth:`from_payload`)."""
+    def block_payload(self, texts: list, batch_size: int = 64, bar=None):
+        """What a worker computes for one block (see :meth:`from_payload`); ``bar`` (anything with
+        ``update(n)``) may be moved as passages are scored, where the estimator can tell."""
         return self.score(texts, batch_size=batch_size, quiet=True)
 
     def from_payload(self, payload) -> Tuple[np.ndarray, Optional[tuple]]:
         """(scores, ``(encoder config, vectors)`` or None) of a block, in the driver."""
         return np.asarray(payload, dtype=np.float64), None
 
-    def score(self, passages: Sequence[str], batch_size: int = 64, quiet: bool = False) -> np.ndarray:
+    def score(self, passages: Sequence[str], batch_size: int = 64, quiet: bool = False, **progress) -> np.ndarray:
+        """``progress``: ``bar=`` (an executor's, see :class:`EstimatorStage`) for an estimator that takes it."""
         texts = _texts(passages)
         if not texts:
             return np.zeros(0, dtype=np.float64)
-        out = np.asarray(self._score(texts, batch_size, quiet), dtype=np.float64)
+        out = np.asarray(self._score(texts, batch_size, quiet, **progress), dtype=np.float64)
         if out.shape != (len(texts),) or not np.isfinite(out).all():
             raise QualityError(f"estimator {self.name!r} returned {out.shape} scores with non-finite values "
                                f"for {len(texts)} passages")
@@ -292,7 +294,7 @@ class DeepCTWeight(Estimator):
     def _score(self, texts, batch_size, quiet):
         return self._stat(self._encoder(batch_size).encode(texts, quiet=quiet, desc=f"quality ({self.name})"))
 
-    def block_payload(self, texts, batch_size=64):
+    def block_payload(self, texts, batch_size=64, bar=None):
         # word weights only: stemming needs the JVM, which stays in the driver (from_payload)
         return self._encoder(batch_size).encode_words(texts, quiet=True)
 
@@ -321,6 +323,7 @@ class EstimatorStage:
     estimator travels without its loaded model; each worker loads it once."""
 
     name = "quality"
+    reports_progress = True  # the learned estimator moves the bar batch by batch; the runner does the rest
 
     def __init__(self, est: Estimator, batch_size: int = 64):
         self.est, self.batch_size, self.block_size = est, int(batch_size), int(est.block_size)
@@ -342,8 +345,8 @@ class EstimatorStage:
         if threads is not None and getattr(self.est, "device", None) == "auto":  # a worker: as reserved
             self.est.device = "cuda" if gpu else "cpu"
 
-    def run(self, texts: list):
-        return self.est.block_payload(texts, self.batch_size)
+    def run(self, texts: list, bar=None):
+        return self.est.block_payload(texts, self.batch_size, bar=bar)
 
     def device(self) -> str:
         from retrieval.models import pick_device

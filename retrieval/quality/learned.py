@@ -39,14 +39,16 @@ class _Features:
         self.enc = DenseEncoder(body, pooling="mean", normalize=normalize, device=device, max_length=max_length,
                                 quiet=True)
 
-    def __call__(self, texts: List[str], batch_size: int, quiet: bool) -> np.ndarray:
+    def __call__(self, texts: List[str], batch_size: int, quiet: bool, bar=None) -> np.ndarray:
+        """``bar``: a caller's (anything with ``update(n)``) to move instead of a bar of its own; either
+        moves with each batch the body encodes, from the first one."""
         out = np.zeros((len(texts), self.enc.dim + 1), dtype=np.float32)
-        with _bar(len(texts), "quality (features)", quiet) as bar:
+        with _bar(len(texts), "quality (features)", quiet or bar is not None) as own:
             for s in range(0, len(texts), 4096):
                 chunk = texts[s:s + 4096]
-                out[s:s + len(chunk), :-1] = self.enc.encode(chunk, batch_size=batch_size, quiet=True)
+                out[s:s + len(chunk), :-1] = self.enc.encode(chunk, batch_size=batch_size, quiet=True,
+                                                             bar=own if bar is None else bar)
                 out[s:s + len(chunk), -1] = np.log1p([len(x) for x in self.enc.tokenize(chunk)])
-                bar.update(len(chunk))
         return out
 
 
@@ -110,11 +112,11 @@ class LearnedQuality(Estimator):
         self._feat = None
         self._lex = None
 
-    def _score(self, texts, batch_size, quiet):
+    def _score(self, texts, batch_size, quiet, bar=None):
         if self._feat is None:
             self._feat = _Features(self.head["body"], self.device, self.head.get("max_length"),
                                    self.head.get("normalize", True))
-        X = self._feat(texts, batch_size, quiet)
+        X = self._feat(texts, batch_size, quiet, bar)
         # the body vectors of the passages just scored, with the encoder that made them: a dense
         # sub-index with the same encoder can take them instead of encoding the kept passages again
         self.vectors = (self._feat.enc.config(), X[:, :-1])
@@ -125,8 +127,8 @@ class LearnedQuality(Estimator):
             T = self._lex(texts)
         return _apply(self.head, X, T)
 
-    def block_payload(self, texts, batch_size=64):
-        s = self.score(texts, batch_size=batch_size, quiet=True)
+    def block_payload(self, texts, batch_size=64, bar=None):
+        s = self.score(texts, batch_size=batch_size, quiet=True, bar=bar)
         return s, self.vectors[0], self.vectors[1]
 
     def from_payload(self, payload):
