@@ -187,11 +187,27 @@ def configured_pipeline(idx, retriever, fusion, kind_values) -> tuple:
     """The pipeline spec of ``--retriever``/``--fusion`` with every kind's options applied to ``idx``
     (errors name the flags), and the search arguments those options add: what `retr search` and
     `retr explain` both search with."""
+    retriever = asked_retriever(retriever, kind_values)
     with flags(dict(kind_flags(), retriever="--retriever", fusion="--fusion")):
         spec = str(idx.pipeline(retriever, fusion))
         idx.configure(spec, **{key: v for o in each_kind() for key, v in o.configure(kind_values).items()})
         extra = {key: v for o in each_kind() for key, v in o.search_args(kind_values).items()}
     return spec, extra
+
+
+def asked_retriever(retriever, kind_values):
+    """``--retriever``, or the retriever a kind's own flag asks for (Pyserini's ``--bm25``); one error
+    line where they disagree."""
+    asked = sorted({r for o in each_kind() if (r := o.retriever(kind_values))})
+    if not asked:
+        return retriever
+    ctx = click.get_current_context(silent=True)
+    given = ctx is not None and ctx.get_parameter_source("retriever") != click.core.ParameterSource.DEFAULT
+    if len(asked) > 1:
+        raise click.UsageError(f"flags ask for {' and '.join(asked)}; give --retriever instead")
+    if given and retriever != asked[0]:
+        raise click.UsageError(f"--retriever {retriever} and the flag asking for {asked[0]} disagree; give one")
+    return asked[0]
 
 
 class SectionedCommand(click.Command):

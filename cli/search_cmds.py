@@ -21,8 +21,9 @@ from retrieval.runs import run_tag
               help="Queries: BEIR JSONL, TSV or TREC topics, irds:NAME (e.g. irds:beir/scifact/test) or dmerit:PATH.")
 @click.option("--output", "-o", type=click.Path(path_type=Path, dir_okay=False),
               help="Where to write the run (of --queries, or of free TEXT as query 0).")
-@click.option("--format", "fmt", type=click.Choice(["trec", "jsonl"]), default=None,
-              help="Output format: TREC run (default for --output) or JSONL hits with text.")
+@click.option("--format", "fmt", type=click.Choice(["trec", "jsonl", "msmarco"]), default=None,
+              help="Output format: TREC run (default for --output), JSONL hits with text, or MS MARCO "
+                   "(qid<TAB>docid<TAB>rank, as Pyserini writes it).")
 @click.option("--qrels", type=click.Path(path_type=Path), help="Search only the queries that appear in these qrels.")
 @click.option("--split", help="Search only the queries of this BEIR split (qrels/SPLIT.tsv beside the queries).")
 @click.option("--retriever", default=PRIMARY, show_default=True,
@@ -41,12 +42,23 @@ from retrieval.runs import run_tag
 @click.option("--tag", default=None, callback=lambda ctx, param, v: _no_whitespace(v, param),
               help="Run tag (last TREC column) [default: the pipeline spec].")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+@click.option("--topics", type=click.Path(path_type=Path),
+              help="Pyserini's name for --queries (a topics file: TSV qid<TAB>text, JSONL or TREC).")
+@click.option("--hits", type=click.IntRange(min=1), default=None, help="Pyserini's name for --k.")
+@click.option("--output-format", type=click.Choice(["trec", "msmarco", "jsonl"]), default=None,
+              help="Pyserini's name for --format.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=None,
+              help="Queries handed to the retrievers at a time (Pyserini's flag) [default: all at once with "
+                   "--quiet, else about 20 batches].")
 @params.kind_options("search")
 def search_cmd(text, index_dir, queries, output, fmt, qrels, split, retriever, fusion, depth, k, threads, tag, quiet,
-               **kind_values):
+               topics, hits, output_format, batch_size, **kind_values):
     """Search an index: free TEXT prints the top hits; --queries FILE writes a run."""
     from retrieval.index import open_index
 
+    queries = _alias(queries, topics, "--queries", "--topics")
+    k = _alias(k, hits, "--k", "--hits")
+    fmt = _alias(fmt, output_format, "--format", "--output-format")
     if (text is None) == (queries is None):
         raise click.UsageError("give either free TEXT or --queries FILE")
     if qrels and split:
@@ -55,10 +67,21 @@ def search_cmd(text, index_dir, queries, output, fmt, qrels, split, retriever, f
     spec, extra = params.configured_pipeline(idx, retriever, fusion, kind_values)
     tag = tag or run_tag(spec, [o.tag(kind_values) for o in params.each_kind()])
     with params.flags(dict(params.kind_flags(), retriever="--retriever", fusion="--fusion")):
-        _search(idx, text, queries, output, fmt, qrels, split, spec, depth, k, threads, tag, quiet, extra)
+        _search(idx, text, queries, output, fmt, qrels, split, spec, depth, k, threads, tag, quiet,
+                dict(extra, batch_size=batch_size))
+
+
+def _alias(ours, theirs, flag, alias):
+    """One value of an option that has a second name (Pyserini's): the same value twice is fine."""
+    if theirs is None:
+        return ours
+    if ours is not None and ours != theirs:
+        raise click.UsageError(f"{flag} and {alias} name the same option; give one")
+    return theirs
 
 
 def _search(idx, text, queries, output, fmt, qrels, split, spec, depth, k, threads, tag, quiet, extra):
+    batch_size = extra.pop("batch_size", None)
     if text is not None and output is not None:  # one query into a run file: query id "0"
         results = idx.batch_search([text], k=k or 10, retriever=spec, depth=depth, text=(fmt == "jsonl"),
                                    **extra)
@@ -66,9 +89,8 @@ def _search(idx, text, queries, output, fmt, qrels, split, spec, depth, k, threa
         return
     if text is not None:
         hits = idx.search(text, k=k or 10, retriever=spec, depth=depth, **extra)
-        if fmt == "jsonl":
-            for h in hits:
-                click.echo(json.dumps(h.to_dict(), ensure_ascii=False))
+        if fmt in ("jsonl", "msmarco"):
+            _echo({"0": hits}, fmt, None)
             return
         if not hits:
             click.echo("no hits")
@@ -92,18 +114,23 @@ def _search(idx, text, queries, output, fmt, qrels, split, spec, depth, k, threa
             raise InputError("no query of the queries file appears in the qrels", qrels)
     fmt = fmt or "trec"
     results = idx.batch_search(qs, k=k or 1000, retriever=spec, threads=threads, depth=depth,
-                               text=(fmt == "jsonl"), quiet=quiet, **extra)
+                               text=(fmt == "jsonl"), quiet=quiet, batch_size=batch_size, **extra)
     if output is None:
-        if fmt == "trec":
-            for qid, hits in results.items():
-                for h in hits:
-                    click.echo(f"{qid} Q0 {h.docid} {h.rank} {h.score:.6f} {tag}")
-        else:
-            for qid, hits in results.items():
-                for h in hits:
-                    click.echo(json.dumps(h.to_dict(), ensure_ascii=False))
+        _echo(results, fmt, tag)
         return
     _write(results, output, fmt, tag, quiet)
+
+
+def _echo(results, fmt, tag):
+    """A run on stdout: TREC lines, MS MARCO lines (qid, docid, rank) or a JSON object per hit."""
+    for qid, hits in results.items():
+        for h in hits:
+            if fmt == "trec":
+                click.echo(f"{qid} Q0 {h.docid} {h.rank} {h.score:.6f} {tag}")
+            elif fmt == "msmarco":
+                click.echo(f"{qid}\t{h.docid}\t{h.rank}")
+            else:
+                click.echo(json.dumps(h.to_dict(), ensure_ascii=False))
 
 
 def _write(results, output, fmt, tag, quiet):

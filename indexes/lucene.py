@@ -368,6 +368,10 @@ def build_lucene(docs: Iterable[Tuple[str, object]], index_dir: Path, threads: i
     return {"doc_count": w.count, "empty": w.empty, "indexed": indexed, "seconds": seconds}
 
 
+class MissingDocvectors(InputError):
+    """Feedback asked of a Lucene index built without document vectors (Anserini's -storeDocvectors)."""
+
+
 class LuceneIndex:
     """An opened Lucene sub-index (BM25 over text, or an impact index), searched
     through retr's helper :class:`retr.lucene.HitSearcher` (``indexes/java``).
@@ -423,6 +427,38 @@ class LuceneIndex:
             if (float(k1), float(b)) != (self.k1, self.b):
                 self._snap.js.setBM25(float(k1), float(b))
                 self.k1, self.b = float(k1), float(b)
+
+    def set_feedback(self, method: Optional[str], **params) -> None:
+        """Pseudo-relevance feedback on every text search from now on, by Anserini's own rerankers
+        (``retr.lucene.Feedback``, as Pyserini's ``LuceneSearcher.set_rm3`` / ``set_rocchio``):
+        ``"rm3"`` with ``fb_terms``, ``fb_docs``, ``original_query_weight``, ``filter_terms``;
+        ``"rocchio"`` with ``fb_terms``, ``fb_docs`` (the top documents'), ``bottom_fb_terms``,
+        ``bottom_fb_docs``, ``alpha``, ``beta``, ``gamma``, ``use_negative``; None switches it off.
+        Both read the feedback documents' stored term vectors: an index without them raises
+        :class:`MissingDocvectors`."""
+        if self.impact:
+            raise RetrError("pseudo-relevance feedback applies to text indexes, not impact indexes")
+        F = jvm.autoclass("retr.lucene.Feedback")
+        if method is None:
+            f = None
+        elif method == "rm3":
+            f = F.rm3(int(params["fb_terms"]), int(params["fb_docs"]), float(params["original_query_weight"]),
+                      bool(params["filter_terms"]))
+        elif method == "rocchio":
+            f = F.rocchio(int(params["fb_terms"]), int(params["fb_docs"]), int(params["bottom_fb_terms"]),
+                          int(params["bottom_fb_docs"]), float(params["alpha"]), float(params["beta"]),
+                          float(params["gamma"]), bool(params["use_negative"]))
+        else:
+            raise RetrError(f"unknown feedback method {method!r} (rm3 or rocchio)")
+        from jnius import JavaException
+
+        with self._lock:
+            try:
+                self._snap.js.setFeedback(f)
+            except JavaException as e:
+                if "document vectors" in str(e):
+                    raise MissingDocvectors(f"{self.path}: this Lucene index stores no document vectors") from None
+                raise
 
     def refresh(self) -> bool:
         """Search the index's newest commit from now on (documents added, deleted or
@@ -550,26 +586,29 @@ class LuceneIndex:
             snap, batch = self._call(lambda s: (s, s.js.batchSearch(texts, k, threads)))
         return snap, batch.data.tostring(), batch.errors
 
-    def _query_maker(self, query):
+    def _query_maker(self, query, k: int = 1000):
         """A function of a snapshot that makes ``query``'s Lucene query there: integer-weighted terms
-        on an impact index, analysed text otherwise; None for impact weights with no term left."""
+        on an impact index, analysed text otherwise (expanded by the feedback set, for a search of
+        ``k`` hits: :meth:`set_feedback`); None for impact weights with no term left."""
         if not self.impact:
-            return lambda s: s.js.textQuery(query)
+            return lambda s: s.js.searchQuery(query, k)
         terms, weights = _int_weights(query)
         if not terms:
             return None
         return lambda s: s.js.weightQuery(terms, weights, 0, len(terms))
 
-    def explain(self, query, docid: str, returned: Optional[float] = None) -> Optional[Dict[str, object]]:
+    def explain(self, query, docid: str, returned: Optional[float] = None, k: int = 1000
+                ) -> Optional[Dict[str, object]]:
         """How the live document ``docid`` scores for ``query`` (text, or a ``{term: weight}`` dict for
         an impact index), from Lucene's own ``IndexSearcher.explain`` under the similarity the search
         uses (:func:`explain_terms`); None where this index holds no live document ``docid``.
 
         ``returned``: the score the search returned for it, where it is in a ranking; the parts
         then add up to it (Anserini's rounding and tie offset are parts of their own), else to the
-        score a search deep enough would return before any tie offset."""
+        score a search deep enough would return before any tie offset. With feedback set, the query
+        explained is the expanded one, of a search of ``k`` hits."""
         # no term left: a query that matches nothing, so the document is still looked up
-        make = self._query_maker(query) or (lambda s: jvm.autoclass("org.apache.lucene.search.MatchNoDocsQuery")())
+        make = self._query_maker(query, k) or (lambda s: jvm.autoclass("org.apache.lucene.search.MatchNoDocsQuery")())
 
         def run(s):
             q = make(s)
@@ -612,7 +651,7 @@ class LuceneIndex:
         from indexes import lucene_filter as lf
 
         k = _check_k(k)
-        make = self._query_maker(query)
+        make = self._query_maker(query, k)
         if make is None:
             return []
 

@@ -4,7 +4,11 @@ Formats (each may be gzipped, ``.gz``):
 - BEIR: a folder holding ``corpus.jsonl``, ``queries.jsonl`` and ``qrels/*.tsv``;
 - JSONL documents ``{"_id"|"id"|"docid", "title"?, "text"|"contents"}``;
 - TSV documents ``docid<TAB>text`` or ``docid<TAB>title<TAB>text``;
-- queries as BEIR JSONL ``{"_id", "text"}``, TSV ``qid<TAB>text``, or TREC topics (``<top><num>…<title>…``).
+- queries as BEIR JSONL ``{"_id", "text"}``, TSV ``qid<TAB>text``, or TREC topics (``<top><num>…<title>…``);
+- collections by name instead of a path: ``irds:NAME`` (an ir_datasets dataset, read from its local cache,
+  never downloaded: ``irds:beir/scifact`` for the documents, ``irds:beir/scifact/test`` for a split's queries
+  and qrels) and ``dmerit:PATH`` (D-MERIT's evaluation set); ``retrieval.irds`` hands their documents over
+  as raw records, checked below like a file's lines (the document's position standing for the line).
 
 Every problem is reported as an InputError naming the file and line: a
 malformed line, a missing id, a duplicate id, an id with whitespace (document

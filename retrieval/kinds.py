@@ -308,6 +308,11 @@ class KindOptions:
         """Further keyword arguments of ``Index.search`` / ``batch_search`` (``dimsel``)."""
         return {}
 
+    def retriever(self, values: Dict[str, Any]) -> Optional[str]:
+        """The retriever these `retr search` values ask for by a flag of their own (Pyserini's
+        ``--bm25``), or None."""
+        return None
+
     def tag(self, values: Dict[str, Any]) -> Optional[str]:
         """What these `retr search` values change in how the pipeline runs, as one word for a run's
         tag (``dimsel-learned``; :func:`retrieval.runs.run_tag`), or None when they change nothing."""

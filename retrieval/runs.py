@@ -1,4 +1,5 @@
-"""Writers for search results: TREC runs and JSONL hits (with passage text, for RAG)."""
+"""Writers for search results: TREC runs, MS MARCO runs (Pyserini's msmarco output: qid, docid, rank) and JSONL
+hits (with passage text, for RAG)."""
 from __future__ import annotations
 
 import json
@@ -9,7 +10,7 @@ from indexes.atomic import atomic_write
 from indexes.errors import InputError
 from retrieval.types import Hit
 
-FORMATS = ("trec", "jsonl")
+FORMATS = ("trec", "jsonl", "msmarco")
 
 
 def run_tag(spec: str, parts: Iterable[Optional[str]] = ()) -> str:
@@ -37,6 +38,8 @@ def write_run(results: Mapping[str, List[Hit]], path: Path | str, fmt: str = "tr
                 for h in hits:
                     if fmt == "trec":
                         f.write(f"{qid} Q0 {h.docid} {h.rank} {h.score:.6f} {tag}\n")
+                    elif fmt == "msmarco":  # Pyserini's MsMarcoWriter: qid, docid, rank; no score
+                        f.write(f"{qid}\t{h.docid}\t{h.rank}\n")
                     else:
                         d = h.to_dict()
                         d["qid"] = qid

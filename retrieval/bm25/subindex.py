@@ -39,7 +39,10 @@ class BM25Retriever(RetrieverBase):
     """Lucene BM25 over analysed text (Anserini's default English analyser)."""
 
     kind = "bm25"
-    options = ("k1", "b")  # what Index.configure may set
+    options = ("k1", "b", "prf")  # what Index.configure may set
+
+    #: the feedback in use (retrieval.bm25.prf.Feedback), or None
+    feedback = None
 
     def __init__(self, path: Path, entry: dict):
         from indexes.lucene import LuceneIndex
@@ -49,11 +52,34 @@ class BM25Retriever(RetrieverBase):
         self.b = float(cfg.get("b", 0.4))
         self._index = LuceneIndex(path, k1=self.k1, b=self.b)
 
-    def configure(self, k1: Optional[float] = None, b: Optional[float] = None) -> None:
+    def configure(self, k1: Optional[float] = None, b: Optional[float] = None, prf=None) -> None:
+        """``k1``, ``b``: BM25's parameters for later searches (Lucene applies them at search time).
+        ``prf``: pseudo-relevance feedback, RM3 or Rocchio (a spec such as ``"rm3"`` or
+        ``"rocchio(gamma=0.15,use_negative=true)"``, a :class:`retrieval.bm25.prf.Feedback`, or
+        ``"none"``/False to switch it off; :mod:`retrieval.bm25.prf`). None keeps a setting."""
+        from retrieval.bm25 import prf as fb
+
         check_bm25(k1, b)
+        setting = fb.parse(prf)
+        if setting is not None:
+            self._set_feedback(setting or None)
         if k1 is not None or b is not None:
             self._index.set_bm25(self.k1 if k1 is None else k1, self.b if b is None else b)
             self.k1, self.b = self._index.k1, self._index.b
+
+    def _set_feedback(self, setting) -> None:
+        from indexes.errors import ParameterError
+        from indexes.lucene import MissingDocvectors
+
+        try:
+            if setting is None:
+                self._index.set_feedback(None)
+            else:
+                self._index.set_feedback(setting.method, **setting.params())
+        except MissingDocvectors:
+            raise ParameterError("{prf} reads the feedback documents' term vectors, which this folder's BM25 "
+                                 "sub-index does not store: rebuild the folder with {store_docvectors}") from None
+        self.feedback = setting
 
     def search(self, text: str, k: int) -> Scored:
         return self._index.search(text, k)
@@ -83,16 +109,21 @@ class BM25Retriever(RetrieverBase):
         length normalisation, the term's share of the score), and Anserini's rounding."""
         from indexes.lucene import BM25_COLUMNS, explain_notes
 
-        ex = self._index.explain(text, docid, dict(ranked).get(docid))
+        ex = self._index.explain(text, docid, dict(ranked).get(docid), k=max(1, len(ranked)))
         if ex is None:
             return Explained(None, notes=["not in this Lucene index (Anserini skips a passage without text)"])
-        return Explained(ex["score"], ex["parts"], columns=BM25_COLUMNS, notes=explain_notes(ex),
+        notes = explain_notes(ex)
+        if self.feedback is not None:  # the terms are the expanded query's, weighted by the feedback model
+            notes.append(f"query expanded by {self.feedback.spec()} (Anserini's reranker): qw is each term's "
+                         "weight in the expanded query")
+        return Explained(ex["score"], ex["parts"], columns=BM25_COLUMNS, notes=notes,
                          formula=f"BM25 (k1={self.k1:g}, b={self.b:g}): sum over the query's terms of "
                                  "qw x idf x tf-part, tf-part = tf / (tf + k1 x len-norm), "
                                  "len-norm = 1 - b + b x dl / avgdl",
                          details={**ex["statistics"], "k1": self.k1, "b": self.b, "raw": ex["raw"],
                                   "lucene": ex["lucene"], "unmatched": ex["unmatched"],
-                                  "lucene_explanation": ex["text"]})
+                                  "lucene_explanation": ex["text"],
+                                  "prf": self.feedback.spec() if self.feedback is not None else None})
 
     def highlight(self, text: str, passages: Sequence[str]) -> List[List[Tuple[int, int]]]:
         """Per passage, the character spans of its tokens whose term (Anserini's default English

@@ -126,6 +126,8 @@ public final class HitSearcher implements Closeable {
   /** Each query term's per-leaf states and statistics, looked up in the terms dictionary once per reader. */
   private final ConcurrentHashMap<String, TermInfo> terms = new ConcurrentHashMap<>();
   private volatile Analyzer analyzer;
+  /** Pseudo-relevance feedback (RM3, Rocchio) applied to text searches, or null. */
+  private volatile Feedback feedback;
   /**
    * Exhaustive scoring when k >= share * (postings of the query's terms); 0: always, +inf: never.
    * The default is where the two paths cross in benchmarks/bench_bm25.py's measurement of both
@@ -242,9 +244,39 @@ public final class HitSearcher implements Closeable {
     return scoring.searcher;
   }
 
+  /** For {@link Feedback}: the analyser, the similarity, whether it searches a Lucene 8 index. */
+  Analyzer analyzer() {
+    return analyzer;
+  }
+
+  Similarity similarity() {
+    return scoring.searcher.getSimilarity();
+  }
+
+  boolean lucene8() {
+    return lucene8;
+  }
+
   /** Text through the analyser into Anserini's bag-of-words query (a term's boost is its count). */
   public byte[] search(String text, int k) throws IOException {
-    return run(textQuery(text), k).pack();
+    return run(searchQuery(text, k), k).pack();
+  }
+
+  /**
+   * Search text with pseudo-relevance feedback ({@link Feedback}: RM3 or Rocchio, Anserini's own),
+   * or without (null). Refused where the index stores no term vectors, which both read.
+   */
+  public void setFeedback(Feedback f) {
+    if (f != null && !Feedback.hasTermVectors(reader, CONTENTS)) {
+      throw new IllegalArgumentException("the index stores no document vectors");
+    }
+    feedback = f;
+  }
+
+  /** The query a text search of k hits runs: the text's query, expanded where feedback is set. */
+  public Query searchQuery(String text, int k) throws IOException {
+    Feedback f = feedback;
+    return f == null ? textQuery(text) : f.expand(this, text, k);
   }
 
   /** Integer term weights as SimpleImpactSearcher.search(Map&lt;String, Integer&gt;, k) takes them. */
@@ -280,7 +312,7 @@ public final class HitSearcher implements Closeable {
 
   /** Many texts at once on {@code threads} Java threads; one array back for all of them. */
   public Batch batchSearch(String[] texts, int k, int threads) {
-    return batch(texts.length, k, threads, i -> textQuery(texts[i]));
+    return batch(texts.length, k, threads, i -> searchQuery(texts[i], k));
   }
 
   /**
@@ -436,6 +468,7 @@ public final class HitSearcher implements Closeable {
     s.setSimilarity(scoring.searcher.getSimilarity());
     s.analyzer = analyzer;
     s.exhaustiveShare = exhaustiveShare;
+    s.feedback = feedback;
     return s;
   }
 
@@ -460,7 +493,7 @@ public final class HitSearcher implements Closeable {
   }
 
   /** One query's hits, best first. */
-  private static final class Hits {
+  static final class Hits {
     static final Hits EMPTY = new Hits(new int[0], new float[0]);
     final int[] docs;
     final float[] scores;
@@ -613,8 +646,17 @@ public final class HitSearcher implements Closeable {
     return run(q, k, null);
   }
 
-  /** With {@code allowed}: the exhaustive path restricted to it, or null where that path does not apply. */
+  /** The top k with Lucene's own scores, before Anserini's tie adjustment (what its rerankers are given). */
+  Hits unadjusted(Query q, int k) throws IOException {
+    return run(q, k, null, false);
+  }
+
   private Hits run(Query q, int k, FixedBitSet allowed) throws IOException {
+    return run(q, k, allowed, true);
+  }
+
+  /** With {@code allowed}: the exhaustive path restricted to it, or null where that path does not apply. */
+  private Hits run(Query q, int k, FixedBitSet allowed, boolean adjust) throws IOException {
     if (!reader.tryIncRef()) {
       throw new AlreadyClosedException("this index reader was closed");
     }
@@ -630,7 +672,7 @@ public final class HitSearcher implements Closeable {
         TopDocs td = s.search(q, k, sort, true);
         h = hits(td);
       }
-      adjustTies(h.scores);
+      if (adjust) adjustTies(h.scores);
       return h;
     } finally {
       reader.decRef();
