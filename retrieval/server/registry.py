@@ -65,9 +65,24 @@ class Served:
         idx.docstore.get("")
 
 
+def open_served(name: str, path: Path):
+    """A folder's :class:`Served`, or for a sharded index (its folder holds ``shards.json``) a
+    :class:`retrieval.server.sharded.ShardedServed` with every shard opened in this process."""
+    from indexes.sharded import is_sharded
+
+    if is_sharded(path):
+        from retrieval.server.sharded import ShardedServed
+
+        return ShardedServed.local(name, Path(path))
+    return Served(name, path)
+
+
 class Registry:
-    def __init__(self, indexes: Dict[str, Path]):
-        self.served: Dict[str, Served] = {n: Served(n, p) for n, p in indexes.items()}
+    def __init__(self, indexes: Dict[str, Path], served: Optional[Dict[str, object]] = None):
+        """``indexes``: folders opened here by name; ``served``: indexes opened elsewhere (a sharded
+        index on Ray Serve), by name."""
+        self.served: Dict[str, Served] = {n: open_served(n, p) for n, p in indexes.items()}
+        self.served.update(served or {})
         self.ready = threading.Event()
         self.warm_error: Optional[str] = None
 

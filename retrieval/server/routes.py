@@ -26,6 +26,7 @@ from retrieval.server import schemas as S
 from retrieval.server.gate import ApiError
 from retrieval.server.metrics import Metrics
 from retrieval.server.registry import Registry
+from retrieval.server.sharded import partial_results
 
 STREAM_CHUNK = 32                                  # queries searched at a time by batch_search/stream
 HEALTHY = b'{"status":"ok"}'
@@ -139,8 +140,11 @@ def _index_out(st: Shared, s) -> Dict[str, Any]:
     subs = {n: {"kind": e.get("kind", ""), "documents": e.get("doc_count"), "config": _scrub(e.get("config", {}))}
             for n, e in m.get("subindexes", {}).items()}
     pipes = {n: p.get("spec", "") for n, p in (m.get("pipelines") or {}).items()}
-    return {"name": s.name, "documents": count, "generation": gen, "retrievers": subs, "pipelines": pipes,
-            "writable": st.writable, "created_at": m.get("created_at"), "updated_at": m.get("updated_at")}
+    out = {"name": s.name, "documents": count, "generation": gen, "retrievers": subs, "pipelines": pipes,
+           "writable": st.writable, "created_at": m.get("created_at"), "updated_at": m.get("updated_at")}
+    if getattr(snap, "shards", None) is not None:  # a sharded index (retrieval.server.sharded)
+        out["shards"] = snap.shards
+    return out
 
 
 def add_index_routes(v1: APIRouter, st: Shared) -> None:
@@ -194,8 +198,9 @@ def _search(st: Shared, index: str, body: S.SearchRequest, request: Request):
     p = idx.pipeline(body.retriever, body.fusion)
     request.state.retriever = p.base
     G.check_planned(1, body.k, body.text, body.text_chars, st.budget)
-    hits = idx.search(body.query, k=body.k, retriever=str(p), text=body.text, depth=body.depth,
-                      dimsel=_dimsel(body.dimsel), filter=body.filter, ranks=body.ranks)
+    with partial_results(body.allow_partial) as scope:  # which shards of a sharded index did not answer
+        hits = idx.search(body.query, k=body.k, retriever=str(p), text=body.text, depth=body.depth,
+                          dimsel=_dimsel(body.dimsel), filter=body.filter, ranks=body.ranks)
     if body.text:  # without text, check_planned already counted every hit
         G.check_hits(hits, body.text, body.text_chars, st.budget)
     single = None if p.fused else p.retrievers[0]
@@ -205,7 +210,10 @@ def _search(st: Shared, index: str, body: S.SearchRequest, request: Request):
             d["ranks"] = h.ranks
     if body.highlight:
         _highlights(idx, body, str(p), hits, out)
-    return _dumps({"index": index, "query": body.query, "retriever": str(p), "k": body.k, "hits": out})
+    res = {"index": index, "query": body.query, "retriever": str(p), "k": body.k, "hits": out}
+    if scope.missing:
+        res["partial"] = scope.missing
+    return _dumps(res)
 
 
 def _highlights(idx, body: S.SearchRequest, pipeline: str, hits, out) -> None:
@@ -244,14 +252,18 @@ def _batch_search(st: Shared, index: str, body: S.BatchSearchRequest, request: R
     request.state.retriever = p.base
     qs = _queries(body)
     G.check_planned(len(qs), body.k, body.text, body.text_chars, st.budget)
-    res = idx.batch_search(qs, k=body.k, retriever=str(p), text=body.text, depth=body.depth,
-                           dimsel=_dimsel(body.dimsel), filter=body.filter)
+    with partial_results(body.allow_partial) as scope:
+        res = idx.batch_search(qs, k=body.k, retriever=str(p), text=body.text, depth=body.depth,
+                               dimsel=_dimsel(body.dimsel), filter=body.filter)
     if body.text:
         G.check_hits((h for q in qs for h in res.get(q.qid, [])), body.text, body.text_chars, st.budget)
     single = None if p.fused else p.retrievers[0]
-    return _dumps({"index": index, "retriever": str(p), "k": body.k,
-                   "results": [{"qid": q.qid, "hits": [_hit(h, single, body.text, body.text_chars)
-                                                      for h in res.get(q.qid, [])]} for q in qs]})
+    out = {"index": index, "retriever": str(p), "k": body.k,
+           "results": [{"qid": q.qid, "hits": [_hit(h, single, body.text, body.text_chars)
+                                              for h in res.get(q.qid, [])]} for q in qs]}
+    if scope.missing:
+        out["partial"] = scope.missing
+    return _dumps(out)
 
 
 def _stream(st: Shared, index: str, body: S.BatchSearchRequest, request: Request):
@@ -272,15 +284,18 @@ def _stream(st: Shared, index: str, body: S.BatchSearchRequest, request: Request
         single = None if p.fused else p.retrievers[0]
 
         def chunk(part):
-            res = snap.batch_search(part, k=body.k, retriever=str(p), text=body.text, depth=body.depth,
-                                    dimsel=_dimsel(body.dimsel), filter=body.filter)
+            with partial_results(body.allow_partial) as scope:  # per chunk: its lines name missing shards
+                res = snap.batch_search(part, k=body.k, retriever=str(p), text=body.text, depth=body.depth,
+                                        dimsel=_dimsel(body.dimsel), filter=body.filter)
             lines = []
             for q in part:
                 hits = res.get(q.qid, [])
                 if body.text:
                     G.check_hits(hits, body.text, body.text_chars, st.budget)
-                lines.append(encode({"qid": q.qid, "hits": [_hit(h, single, body.text, body.text_chars)
-                                                            for h in hits]}) + b"\n")
+                line = {"qid": q.qid, "hits": [_hit(h, single, body.text, body.text_chars) for h in hits]}
+                if scope.missing:
+                    line["partial"] = scope.missing
+                lines.append(encode(line) + b"\n")
             return b"".join(lines)
 
         first = chunk(qs[:STREAM_CHUNK])  # the request's own errors are answered as errors, not lines
@@ -393,10 +408,11 @@ def _docs_of(body: S.WriteRequest):
     return [Document(d.docid, d.text, d.title, d.metadata) for d in body.documents]
 
 
-def _write(st: Shared, index: str, op: str, run) -> Dict[str, Any]:
+def _write(st: Shared, index: str, op: str, run, payload) -> Dict[str, Any]:
     s = st.served(index)
     with s.write_lock:
-        n = run(s)
+        # a sharded index writes each document in its own shard (retrieval.server.sharded)
+        n = s.write(op, payload) if getattr(s, "sharded", False) else run(s)
     return {"index": index, "operation": op, "documents": n, "total": len(s.index())}
 
 
@@ -417,7 +433,7 @@ def add_document_write_routes(v1: APIRouter, st: Shared) -> None:
             rep: dict = {}
             add(idx, docs, quiet=True, report=rep)
             return int(rep.get("added", len(docs)))
-        return _dumps(_write(st, index, "add", run))
+        return _dumps(_write(st, index, "add", run, docs))
 
     @v1.put("/{index}/documents", response_model=S.WriteResult, tags=["documents"])
     def update_documents(index: str, body: S.WriteRequest):
@@ -428,7 +444,7 @@ def add_document_write_routes(v1: APIRouter, st: Shared) -> None:
         def run(s):
             upd(s.index(), docs, quiet=True)
             return len(docs)
-        return _dumps(_write(st, index, "update", run))
+        return _dumps(_write(st, index, "update", run, docs))
 
     @v1.post("/{index}/documents/delete", response_model=S.WriteResult, tags=["documents"])
     def delete_documents(index: str, body: S.IdsRequest):
@@ -441,4 +457,4 @@ def add_document_write_routes(v1: APIRouter, st: Shared) -> None:
             if gone:
                 rm(s.index(), gone, quiet=True)
             return len(gone)
-        return _dumps(_write(st, index, "delete", run))
+        return _dumps(_write(st, index, "delete", run, list(dict.fromkeys(body.ids))))

@@ -63,7 +63,12 @@ def _check_limits(max_inflight: int, max_response_chars: int) -> None:
 
 def serve(index_specs: Sequence[str], host: str = "127.0.0.1", port: int = 8080, token_file: Optional[Path] = None,
           writable: bool = False, max_inflight: int = 64, mcp: bool = True, log_level: str = "warning",
-          max_response_chars: Optional[int] = None, search_threads: Optional[int] = None) -> None:
+          max_response_chars: Optional[int] = None, search_threads: Optional[int] = None,
+          sharded: Sequence[str] = (), ray_address: Optional[str] = None, replicas: int = 1,
+          shard_timeout: Optional[float] = None, replica_cpus: Optional[float] = None) -> None:
+    """``sharded``: [NAME=]DIR of sharded indexes whose shards are served as Ray Serve deployments
+    on the cluster at ``ray_address`` (``local``: one started here), ``replicas`` each
+    (:mod:`retrieval.server.ray_shards`); this process is then their router."""
     from retrieval.server.guard import MAX_RESPONSE_CHARS
 
     max_response_chars = MAX_RESPONSE_CHARS if max_response_chars is None else max_response_chars
@@ -73,12 +78,52 @@ def serve(index_specs: Sequence[str], host: str = "127.0.0.1", port: int = 8080,
     _check_limits(max_inflight, max_response_chars)
     from retrieval.server.registry import Registry, parse_index_specs
 
-    registry = Registry(parse_index_specs(index_specs))
-    # The JVM starts with -Xrs (indexes/jvm.py), so it leaves SIGTERM to uvicorn, which drains;
-    # started here, before uvicorn, so the first request does not wait for it.
-    from indexes import jvm
+    if sharded:
+        registry = _sharded_registry(index_specs, sharded, ray_address, replicas, shard_timeout, replica_cpus)
+    else:
+        registry = Registry(parse_index_specs(index_specs))
+        # The JVM starts with -Xrs (indexes/jvm.py), so it leaves SIGTERM to uvicorn, which drains;
+        # started here, before uvicorn, so the first request does not wait for it.
+        from indexes import jvm
 
-    jvm.start()
+        jvm.start()
+    try:
+        _run_uvicorn(registry, host, port, token, writable, max_inflight, mcp, log_level, max_response_chars,
+                     search_threads)
+    finally:
+        for s in registry.served.values():
+            close = getattr(s, "close", None) if getattr(s, "sharded", False) else None
+            if close is not None:
+                close()
+
+
+def _sharded_registry(index_specs, sharded, ray_address, replicas, shard_timeout, replica_cpus):
+    """The registry of a router: every --sharded index deployed on Ray Serve. Plain folders are
+    refused beside them: this process then holds Ray's core worker, and the JVM a folder needs
+    must not share a process with it (tests/conftest.py's ray_address says why)."""
+    from retrieval.server import ray_shards as rs
+    from retrieval.server.registry import Registry, parse_index_specs
+
+    if index_specs:
+        raise ParameterError("{sharded} cannot be combined with {index_specs} in one server (its router runs Ray, "
+                             "and the folders' JVM may not share its process): start a second retr serve for them")
+    if replicas < 1:
+        raise ParameterError("{replicas} must be at least 1, got {got}", got=replicas)
+    served = {}
+    try:
+        for name, path in parse_index_specs(sharded).items():
+            served[name] = rs.serve_sharded(name, path, ray_address, replicas,
+                                            rs.REPLICA_CPUS if replica_cpus is None else replica_cpus,
+                                            rs.SHARD_TIMEOUT if shard_timeout is None else shard_timeout)
+    except BaseException:
+        for s in served.values():
+            s.close()
+        raise
+    return Registry({}, served=served)
+
+
+def _run_uvicorn(registry, host, port, token, writable, max_inflight, mcp, log_level, max_response_chars,
+                 search_threads) -> None:
     import uvicorn
 
     from retrieval.server.app import create_app

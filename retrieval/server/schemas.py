@@ -46,6 +46,12 @@ FILTER_DOC = ("Metadata filter: {\"field\": value} for equality, {\"field\": {\"
               "ranking (fused pipelines: each member's filtered ranking, fused).")
 
 
+PARTIAL_DOC = ("A sharded index (retr serve --sharded): when some shard has no live replica, answer with the other "
+               "shards' hits, naming the missing shards in the response's \"partial\" (their documents are missing, "
+               "and BM25 statistics are those of the shards that answered), instead of a 503 naming them. Ignored "
+               "by an index that is not sharded.")
+
+
 class SearchOptions(Strict):
     k: int = Field(10, ge=1, le=MAX_K, strict=True, description="Hits to return.")
     retriever: str = Field(PRIMARY, min_length=1, max_length=MAX_SPEC_CHARS,
@@ -74,6 +80,7 @@ class SearchRequest(SearchOptions):
                                                "Porter stemming, so \"effects\" matches \"effect\"). Needs text.")
     ranks: bool = Field(False, strict=True, description="Give each hit its ranks: its rank in each retriever's own list "
                                            "(null: that list, cut at the fusion depth, lacks it).")
+    allow_partial: bool = Field(False, strict=True, description=PARTIAL_DOC)
 
     @field_validator("query")
     @classmethod
@@ -146,6 +153,7 @@ class QueryItem(Strict):
 class BatchSearchRequest(SearchOptions):
     queries: List[Union[Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS)], QueryItem]] = Field(min_length=1, max_length=MAX_BATCH,
                                                  description="Query texts (ids \"0\", \"1\", ...) or {qid, query}.")
+    allow_partial: bool = Field(False, strict=True, description=PARTIAL_DOC)
 
     @field_validator("queries")
     @classmethod
@@ -186,6 +194,8 @@ class SearchResponse(BaseModel):
     retriever: str = Field(description="The pipeline as run, with its fusion spelled out.")
     k: int
     hits: List[HitOut]
+    partial: Optional[List[str]] = Field(None, description="Only where shards did not answer and the request allowed "
+                                                         "it (allow_partial): the shards whose hits are missing.")
 
 
 class QueryHits(BaseModel):
@@ -198,6 +208,8 @@ class BatchSearchResponse(BaseModel):
     retriever: str
     k: int
     results: List[QueryHits]
+    partial: Optional[List[str]] = Field(None, description="Only where shards did not answer and the request allowed "
+                                                         "it (allow_partial): the shards whose hits are missing.")
 
 
 class DocumentIn(Strict):
@@ -254,6 +266,12 @@ class SubIndexOut(BaseModel):
     config: Dict[str, Any] = Field(default_factory=dict)
 
 
+class ShardOut(BaseModel):
+    shard: str
+    documents: int
+    generation: int
+
+
 class IndexOut(BaseModel):
     name: str
     documents: int
@@ -263,6 +281,8 @@ class IndexOut(BaseModel):
     writable: bool
     created_at: Optional[str] = None
     updated_at: Optional[str] = None
+    shards: Optional[List[ShardOut]] = Field(None, description="A sharded index only: each shard's folder, documents "
+                                                               "and generation (the index's generation is their sum).")
 
 
 class IndexList(BaseModel):

@@ -1,0 +1,271 @@
+"""A sharded index served as one index: the router's side.
+
+:class:`ShardedServed` stands where the registry's ``Served`` stands for one folder, so the same
+routes, auth, filters, 429 and metrics answer for it (``retr serve --index SHARDED`` with the
+shards in this process, or ``retr serve --sharded SHARDED`` with each shard a Ray Serve deployment,
+:mod:`retrieval.server.ray_shards`). Its :meth:`~ShardedServed.index` is a :class:`ShardedView`: the
+:class:`retrieval.sharded.index.ShardedIndex` rounds (statistics, search, exact merge, fusion, text)
+plus what the routes read of an ``Index`` (``snapshot``, ``docstore``, ``highlight``).
+
+Writes go to each document's own shard (:func:`indexes.sharded.shard_of`), whose writer makes them
+under the shard folder's lock; ids are checked on every shard concerned before the first changes.
+A write over several shards commits shard by shard (as ``retrieval.sharded.write`` does).
+
+Partial answers: while a shard does not answer, a search fails with 503 naming it; inside
+:func:`partial_results` with ``allow=True`` the caller (the Ray one) answers for it as a shard
+without documents would and records its name, which the route returns as ``"partial"``.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Sequence
+
+from indexes import sharded as sh
+from indexes.errors import IndexFormatError, InputError
+from retrieval.kinds import PRIMARY
+from retrieval.server.gate import ApiError
+from retrieval.sharded.index import Caller, ShardedIndex
+
+WARM_QUERY = "warm up the retrievers"  # as registry.WARM_QUERY (not imported: the registry imports this module)
+_state = threading.local()
+
+
+class PartialScope:
+    """One request's tolerance of missing shards, and the shards that were missing."""
+
+    def __init__(self, allow: bool):
+        self.allow = allow
+        self.missing: List[str] = []
+
+    def add(self, names: Sequence[str]) -> None:
+        self.missing += [n for n in names if n not in self.missing]
+
+
+@contextlib.contextmanager
+def partial_results(allow: bool) -> Iterator[PartialScope]:
+    """Within (in this thread): searches of a sharded index answer without shards that do not
+    answer when ``allow``, naming them in the scope's ``missing``; else such a search is a 503."""
+    prev = getattr(_state, "scope", None)
+    _state.scope = scope = PartialScope(allow)
+    try:
+        yield scope
+    finally:
+        _state.scope = prev
+
+
+def current_scope() -> Optional[PartialScope]:
+    return getattr(_state, "scope", None)
+
+
+def open_local_shards(path: Path):
+    """The sharded manifest of ``path`` and a :class:`~retrieval.server.shard_replica.ServedShard`
+    per shard in this process, each checked to be shard i of this index."""
+    from retrieval.server.shard_replica import ServedShard
+
+    record = sh.read(path)
+    shards: List[Any] = []
+    try:
+        for i, p in enumerate(sh.shard_paths(path, record)):
+            if not p.is_dir():
+                raise IndexFormatError(f"{p}: shard {i} of {record['shards']} is missing")
+            shards.append(ServedShard(p, record, i))
+    except BaseException:
+        for s in shards:
+            s.close()
+        raise
+    return record, shards
+
+
+class ShardedServed:
+    """One served sharded index: ``shards`` in shard order (local ``ServedShard`` objects, or the
+    Ray router's remote shards with ``call``), named ``shard_names`` in errors."""
+
+    sharded = True
+
+    def __init__(self, name: str, path: Path, shards: Sequence[Any], shard_names: Sequence[str],
+                 call: Optional[Caller] = None, on_close=None):
+        self.name, self.path = name, Path(path)
+        self.shard_names = list(shard_names)
+        self.sharded_index = ShardedIndex(shards, call=call, path=self.path)
+        self.write_lock = threading.Lock()  # one write at a time from this server (each shard also locks)
+        self._view = ShardedView(self)
+        self._on_close = on_close
+
+    @classmethod
+    def local(cls, name: str, path: Path) -> "ShardedServed":
+        record, shards = open_local_shards(Path(path))
+        return cls(name, path, shards, list(record["folders"]))
+
+    def index(self) -> "ShardedView":
+        return self._view
+
+    def call_one(self, i: int, method: str, *args) -> Any:
+        ix = self.sharded_index
+        return ix._call(ix.shards[i:i + 1], method, args, {})[0]
+
+    def warm(self) -> None:
+        """A search per retriever through every shard (models loaded, JVMs started), a filtered one,
+        and a document fetch."""
+        ix = self.sharded_index
+        for name in ix.retrievers:
+            hits = ix.search(WARM_QUERY, k=1, retriever=name, text=True)
+            if hits:
+                ix.search(WARM_QUERY, k=1, retriever=name, text=False, filter={"docid": {"in": [hits[0].docid]}})
+
+    # -- writes --------------------------------------------------------------------------------
+    def write(self, op: str, payload: Sequence[Any]) -> int:
+        """``add``/``update`` (``retrieval.types.Document`` objects) or ``delete`` (ids), each to its
+        shard; the number of documents changed. Adding an id the index holds is a 409, before any
+        shard changes; deleting ids it does not hold ignores them."""
+        n = len(self.shard_names)
+        groups: Dict[int, List[Any]] = {}
+        for x in payload:
+            key = x if op == "delete" else x.docid
+            groups.setdefault(sh.shard_of(key, n), []).append(x)
+        if op == "add":
+            have = [d for i, g in groups.items() for d in self.call_one(i, "present", [x.docid for x in g])]
+            if have:
+                raise ApiError(409, f"{len(have)} document id(s) are already in the index (first: "
+                                    f"{have[0][:200]!r}); update them instead")
+        if op == "delete":
+            present = {i: set(self.call_one(i, "present", g)) for i, g in groups.items()}
+            groups = {i: [d for d in g if d in present[i]] for i, g in groups.items()}
+        changed = 0
+        for i in sorted(groups):
+            g = groups[i]
+            if not g:
+                continue
+            wire = g if op == "delete" else [(d.docid, d.text, d.title, d.metadata) for d in g]
+            changed += int(self.call_one(i, "write", op, wire)["documents"])
+        return changed
+
+    def close(self) -> None:
+        try:
+            self.sharded_index.close()
+        finally:
+            if self._on_close is not None:
+                self._on_close()
+
+
+class ShardedView:
+    """What the routes use of an ``Index``, for a sharded index. There is no one generation to pin:
+    ``snapshot()`` is the view itself, each shard answering from its current generation."""
+
+    def __init__(self, served: ShardedServed):
+        self._served = served
+        self._ix = served.sharded_index
+
+    # the search API: ShardedIndex's
+    def search(self, *a, **kw):
+        return self._ix.search(*a, **kw)
+
+    def batch_search(self, *a, **kw):
+        return self._ix.batch_search(*a, **kw)
+
+    def pipeline(self, *a, **kw):
+        return self._ix.pipeline(*a, **kw)
+
+    def fields(self) -> Dict[str, int]:
+        return self._ix.fields()
+
+    @property
+    def retrievers(self) -> List[str]:
+        return self._ix.retrievers
+
+    def __len__(self) -> int:
+        return len(self._ix)
+
+    def follow(self) -> bool:
+        return False  # each shard follows its own folder's generations
+
+    def explain(self, *a, **kw):
+        raise InputError("explain is not available on a sharded index yet: explain the document on its own shard "
+                         "(retr explain SHARDED/shard-NNN)")
+
+    def highlight(self, query: str, texts: Sequence[str], retriever: str = PRIMARY, fusion: Optional[str] = None):
+        """Any one shard's analysis marks the words (it is the same in every shard)."""
+        spec = str(self._ix.pipeline(retriever, fusion))
+        return self._served.call_one(0, "highlight", query, list(texts), spec)
+
+    @property
+    def docstore(self) -> "_Docs":
+        return _Docs(self._served)
+
+    # the info endpoint's view
+    def snapshot(self) -> "_Summary":
+        return _Summary(self)
+
+    def __enter__(self) -> "ShardedView":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class _Summary:
+    """``GET /v1/{index}``'s reading of a sharded index: every shard's summary, added up (documents,
+    sub-index counts), the generation as the sum of the shards' (it grows with every change of any
+    shard), and ``shards``: each shard's own folder, documents and generation."""
+
+    def __init__(self, view: ShardedView):
+        self._view = view
+        ix = view._ix
+        parts = ix._call(ix.shards, "summary", (), {})
+        first = parts[0]
+        subs = {}
+        for name, e in first["subindexes"].items():
+            subs[name] = dict(e, doc_count=sum(int(p["subindexes"].get(name, {}).get("doc_count") or 0)
+                                                for p in parts))
+        info = ix._info[0]
+        self.manifest = {"subindexes": subs, "pipelines": info.get("pipelines", {}),
+                         "created_at": min((p["created_at"] for p in parts if p.get("created_at")), default=None),
+                         "updated_at": max((p["updated_at"] for p in parts if p.get("updated_at")), default=None)}
+        self.generation = sum(int(p["generation"]) for p in parts)
+        self.documents = sum(int(p["documents"]) for p in parts)
+        self.shards = [{"shard": p["folder"], "documents": p["documents"], "generation": p["generation"]}
+                       for p in parts]
+
+    def __len__(self) -> int:
+        return self.documents
+
+    def pipeline(self, *a, **kw):
+        return self._view.pipeline(*a, **kw)
+
+    def batch_search(self, *a, **kw):
+        return self._view.batch_search(*a, **kw)
+
+    def __enter__(self) -> "_Summary":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class _Docs:
+    """The document routes' ``docstore``: rows ``(docid, title, text, metadata)`` from each id's shard."""
+
+    def __init__(self, served: ShardedServed):
+        self._served = served
+
+    def get_many(self, docids) -> Dict[str, tuple]:
+        ids = list(dict.fromkeys(docids))
+        n = len(self._served.shard_names)
+        groups: Dict[int, List[str]] = {}
+        for d in ids:
+            groups.setdefault(sh.shard_of(d, n), []).append(d)
+        rows: Dict[str, tuple] = {}
+        for i, g in groups.items():
+            for d, (title, text, md) in self._served.call_one(i, "fetch", g).items():
+                rows[d] = (d, title, text, md)
+        return {d: rows[d] for d in ids if d in rows}
+
+    def get(self, docid: str) -> Optional[tuple]:
+        return self.get_many([docid]).get(docid)
