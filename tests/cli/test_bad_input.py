@@ -149,10 +149,10 @@ def test_the_library_names_its_parameters_and_the_cli_its_flags(tiny, tmp_path):
 
     with pytest.raises(retrieval.InputError, match=r"^address, workers only apply with kind=ray$"):
         Executor("local", address="auto", workers=2).validate()
-    with pytest.raises(retrieval.InputError, match=r"^mode applies to no retriever of bm25 \(its retrievers take b, k1\)$"):
+    with pytest.raises(retrieval.InputError, match=r"^mode applies to no retriever of bm25 \(its retrievers take b, k1, prf\)$"):
         retrieval.open_index(tiny / "IDX").configure("bm25", mode="impact")
     one_error(run_retr("search", "--index", tiny / "IDX", "aspirin", "--deepct-mode", "impact"),
-              "error: --deepct-mode applies to no retriever of bm25 (its retrievers take --b, --k1)")
+              "error: --deepct-mode applies to no retriever of bm25 (its retrievers take --b, --k1, --rm3/--rocchio)")
     one_error(run_retr("index", "--corpus", tiny / "corpus.jsonl", "--index", tmp_path / "NEW", "--dense",
                        "--ray-address", "auto", "--workers", "2"),
               "error: --ray-address, --workers only apply with --executor ray")
