@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, Union
 
 from indexes.errors import ParameterError
 
@@ -23,6 +23,7 @@ METHODS = {"rm3": RM3, "rocchio": ROCCHIO}
 #: Pyserini's set_rocchio calls the top documents' parameters top_fb_terms / top_fb_docs
 ALIASES = {"top_fb_terms": "fb_terms", "top_fb_docs": "fb_docs"}
 OFF = ("none", "off", "false")
+FLOAT32_MAX = 3.4028234663852886e38  # the rerankers take their weights as Java floats
 
 _SPEC = re.compile(r"^\s*([a-z0-9]+)\s*(?:\((.*)\))?\s*$", re.I)
 
@@ -68,12 +69,12 @@ class Feedback:
             elif isinstance(default, int):
                 ok = isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 2 ** 31 - 1
             else:
-                ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0 \
-                    and (k != "original_query_weight" or v <= 1)
+                ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) \
+                    and 0 <= v <= (1 if k == "original_query_weight" else FLOAT32_MAX)
             if not ok:
                 want = ("true or false" if isinstance(default, bool) else "a whole number >= 1"
                         if isinstance(default, int) else "a number in [0, 1]" if k == "original_query_weight"
-                        else "a finite number >= 0")
+                        else "a finite number >= 0 (a 32-bit float)")
                 raise ParameterError("{prf}: {_k} must be {_want}, got {got!r}", _k=k, _want=want, got=v)
         return self
 

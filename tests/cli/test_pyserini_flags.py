@@ -36,7 +36,8 @@ def out_of(capsys, *args):
     (["--topics", "Q", "--hits", "5", "--bm25", "--k1", "1.2", "--b", "0.75"],
      ["--queries", "Q", "--k", "5", "--retriever", "bm25", "--k1", "1.2", "--b", "0.75"]),
     (["--topics", "Q", "--hits", "5", "--batch-size", "3"], ["--queries", "Q", "--k", "5"]),
-    (["--topics", "Q", "--hits", "4", "--output-format", "msmarco"], ["--queries", "Q", "--k", "4", "--format", "msmarco"]),
+    (["--topics", "Q", "--hits", "4", "--output-format", "msmarco"],
+     ["--queries", "Q", "--k", "4", "--format", "msmarco"]),
     (["--topics", "Q", "--hits", "6", "--bm25", "--rm3"], ["--queries", "Q", "--k", "6", "--rm3"]),
 ], ids=["topics-hits-format", "bm25-k1-b", "batch-size", "msmarco", "rm3"])
 def test_pyserini_flags_give_what_retrs_own_give(dv, small_corpus, capsys, pyserini, ours):
@@ -49,8 +50,8 @@ def test_pyserini_flags_give_what_retrs_own_give(dv, small_corpus, capsys, pyser
 def test_output_formats_parse_and_agree(dv, small_corpus, capsys, tmp_path):
     q = small_corpus / "queries.jsonl"
     trec = [line.split() for line in out_of(capsys, "--index", dv, "--topics", q, "--hits", "5", "-q").splitlines()]
-    marco = [line.split("\t") for line in
-             out_of(capsys, "--index", dv, "--topics", q, "--hits", "5", "--output-format", "msmarco", "-q").splitlines()]
+    marco = out_of(capsys, "--index", dv, "--topics", q, "--hits", "5", "--output-format", "msmarco", "-q")
+    marco = [line.split("\t") for line in marco.splitlines()]
     # Pyserini's MsMarcoWriter: qid, docid, rank; the same ranking as the TREC run
     assert [(t[0], t[2], t[3]) for t in trec] == [tuple(m) for m in marco]
     out = tmp_path / "run.tsv"

@@ -94,6 +94,7 @@ def test_feedback_needs_document_vectors(small_index):
     ("rm3(original_query_weight=1.5)", "original_query_weight must be a number in [0, 1]"),
     ("rm3(alpha=1)", "rm3 does not take 'alpha'"),
     ("rocchio(gamma=nan)", "gamma must be a finite number >= 0"),
+    ("rocchio(beta=1e39)", "beta must be a finite number >= 0"),
     ("rocchio(use_negative=maybe)", "use_negative='maybe' is not true or false"),
     ("rm3(fb_terms)", "'fb_terms' is not name=value"),
     ("rm3({x}=1)", "does not take '{x}'"),
