@@ -115,3 +115,26 @@ def test_feedback_specs_parse_to_pyserinis_defaults():
     assert (r.fb_terms, r.use_negative, r.alpha, r.beta, r.gamma) == (20, True, 1.0, 0.75, 0.0)
     assert parse(r.spec()) == r and r.spec() == "rocchio(fb_terms=20,use_negative=true)"
     assert parse(None) is None and parse("none") is False and parse(False) is False
+
+
+def test_feedback_follows_the_index_to_a_new_generation(tmp_path, small_corpus):
+    """An open Index keeps its feedback setting when documents are added (the new generation's BM25
+    sub-index gets document vectors too, and the reader applies its options there again): its
+    searches then equal Pyserini's with RM3 on the new generation's Lucene index."""
+    from retrieval.writer import add_documents
+
+    lines = (small_corpus / "corpus.jsonl").read_text(encoding="utf-8").splitlines(True)
+    (tmp_path / "a.jsonl").write_text("".join(lines[:300]), encoding="utf-8")
+    (tmp_path / "b.jsonl").write_text("".join(lines[300:]), encoding="utf-8")
+    built = retrieval.build_index(tmp_path / "a.jsonl", tmp_path / "IDX", quiet=True,
+                                  subindexes={"bm25": BM25Spec(store_docvectors=True)})
+    reader = retrieval.open_index(built.path)
+    reader.configure("bm25", prf="rm3(fb_docs=5)")
+    add_documents(built.path, tmp_path / "b.jsonl", quiet=True)
+    qs = read_queries(small_corpus / "queries.jsonl")[:10]
+    hits = {q.qid: [(h.docid, h.score) for h in reader.search(q.text, k=50, text=False)] for q in qs}
+    folder = reader.path / reader.manifest["subindexes"]["bm25"]["path"]
+    assert folder.name != "bm25" and len(reader) == len(lines)   # searched the new generation
+    ref = _pyserini(folder, lambda s: s.set_rm3(10, 5, 0.5))
+    for q in qs:
+        assert hits[q.qid] == [(h.docid, h.score) for h in ref.search(q.text, k=50)], q.qid
