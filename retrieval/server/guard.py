@@ -110,15 +110,15 @@ def validation_message(errors) -> str:
     return "; ".join(parts) or "request does not match the schema"
 
 
-def validate_search(**fields):
-    """MCP search arguments as a :class:`schemas.SearchRequest` (the HTTP API's limits); raises
-    ValueError with :func:`validation_message`'s text when they break one."""
+def validate_search(model=None, **fields):
+    """MCP arguments as the HTTP request ``model`` (default :class:`schemas.SearchRequest`), with the
+    HTTP API's limits; raises ValueError with :func:`validation_message`'s text when they break one."""
     from pydantic import ValidationError
 
     from retrieval.server.schemas import SearchRequest
 
     try:
-        return SearchRequest.model_validate({k: v for k, v in fields.items() if v is not None})
+        return (model or SearchRequest).model_validate({k: v for k, v in fields.items() if v is not None})
     except ValidationError as e:
         raise ValueError(validation_message(e.errors())) from None
 

@@ -1,4 +1,4 @@
-"""The search, get-document and list-indexes operations as MCP tools (fastmcp), for
+"""The search, explain, get-document and list-indexes operations as MCP tools (fastmcp), for
 ``retr mcp`` (stdio) and for the HTTP server (mounted at ``/mcp``).
 
 The tools keep the HTTP API's limits (:mod:`retrieval.server.guard`): each call counts
@@ -9,6 +9,7 @@ input schema carries the same bounds (``k`` 1 to 1,000, ``depth``, ``text_chars`
 dimension-selection modes), and the server reports retr's version, not fastmcp's."""
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Dict, List, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -62,6 +63,7 @@ def build_mcp(registry: Registry, admission: Optional[G.Admission] = None,
                                        "pipelines) and read documents by id.", middleware=[_admit(admission)])
     pick, run = _picker(registry), _runner(registry)
     _add_search_tool(mcp, pick, run, max_response_chars)
+    _add_explain_tool(mcp, pick, run, max_response_chars)
     _add_reading_tools(mcp, registry, pick, run, max_response_chars)
     return mcp
 
@@ -169,6 +171,45 @@ def _add_search_tool(mcp, pick, run, budget: int) -> None:
                  "scores": h.scores or {p.retrievers[0]: h.score}, "title": h.title,
                  "text": h.text if req.text_chars is None else h.text[:req.text_chars], "metadata": h.metadata or {}}
                 for h in hits]}
+        return await run(go)
+
+
+EXPLAIN_DOC = ("Why a document got its score and rank for a query: each member retriever's score, rank and the parts "
+               "of its score (BM25 per query term: tf, df, idf, length normalisation; stored term weights; a dense "
+               "inner product), then the fusion's arithmetic for a fused pipeline. Takes search's retriever, fusion, "
+               "depth, dimsel and filter; the parts add up to the score search returns.")
+
+
+def _add_explain_tool(mcp, pick, run, budget: int) -> None:
+    from fastmcp.exceptions import ToolError
+
+    @mcp.tool(description=EXPLAIN_DOC)
+    async def explain(query: Annotated[str, Field(min_length=1, max_length=S.MAX_QUERY_CHARS)],
+                      docid: Annotated[str, Field(min_length=1, max_length=MAX_DOCID_CHARS)],
+                      index: Optional[str] = None,
+                      retriever: Annotated[str, Field(min_length=1, max_length=S.MAX_SPEC_CHARS)] = PRIMARY,
+                      fusion: Annotated[Optional[str], Field(max_length=S.MAX_SPEC_CHARS)] = None,
+                      depth: Annotated[Optional[int], Field(ge=1, le=S.MAX_DEPTH)] = None,
+                      dimsel: Optional[Dimsel] = None,
+                      filter: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+        try:
+            req = G.validate_search(S.ExplainRequest, query=query, docid=docid, retriever=retriever, fusion=fusion,
+                                    depth=depth, dimsel=dimsel.model_dump() if dimsel is not None else None,
+                                    filter=filter)
+        except ValueError as e:
+            raise ToolError(str(e)) from None
+        name, s = pick(index)
+
+        def go():
+            idx = s.index()
+            p = idx.pipeline(req.retriever, req.fusion)
+            out = idx.explain(req.query, req.docid, retriever=str(p), depth=req.depth,
+                              dimsel=G.dimsel_options(req.dimsel), filter=req.filter)
+            size = len(json.dumps(out, default=str))
+            if size > budget:
+                raise G.TooLarge(f"the explanation has {size:,} characters, over this server's "
+                                 f"--max-response-chars ({budget:,})")
+            return out
         return await run(go)
 
 

@@ -162,3 +162,31 @@ def test_mcp_client_without_the_token_is_told_why(server, auth):
                    headers={"Authorization": f"Bearer {auth}"} if auth else {})
     assert r.status_code == 401 and r.headers["www-authenticate"].startswith("Bearer")
     assert r.json()["error"]["code"] == -32001
+
+
+def test_mcp_explain_equals_index_explain(server, token, meta_dense_index):
+    """The explain tool gives Index.explain's answer (score, rank, each member's parts) for a fused
+    pipeline; an unknown document or retriever and out-of-bounds arguments are tool errors."""
+    from fastmcp import Client
+
+    want_hit = meta_dense_index.search(Q, k=3, retriever="bm25+dense", depth=20)[2]
+    want = meta_dense_index.explain(Q, want_hit.docid, retriever="bm25+dense", depth=20)
+
+    async def go():
+        async with Client(f"{server.url}/mcp/", auth=token) as c:
+            assert "explain" in {t.name for t in await c.list_tools()}
+            got = _content(await c.call_tool("explain", {"query": Q, "docid": want_hit.docid, "index": "hy",
+                                                         "retriever": "bm25+dense", "depth": 20}))
+            assert (got["docid"], got["rank"]) == (want["docid"], want["rank"])
+            assert got["score"] == pytest.approx(want["score"]) == pytest.approx(want_hit.score, rel=1e-6)
+            assert {n: (m["kind"], m["rank"]) for n, m in got["retrievers"].items()} == \
+                {n: (m["kind"], m["rank"]) for n, m in want["retrievers"].items()}
+            assert got["fusion"]["score"] == pytest.approx(want["fusion"]["score"])
+            for m in got["retrievers"].values():
+                if m["explained"] is not None:
+                    assert m["explained"] == pytest.approx(m["score"], rel=1e-5)
+            for bad in ({"docid": "no-such-doc"}, {"retriever": "nope"}, {"depth": 0}, {"docid": ""}):
+                r = await c.call_tool("explain", {"query": Q, "docid": want_hit.docid, "index": "hy", **bad},
+                                      raise_on_error=False)
+                assert r.is_error, bad
+    asyncio.run(go())
