@@ -33,16 +33,26 @@ def _pandas():
 def hits_frame(results: Mapping[str, List[Hit]], queries: Mapping[str, str], text: bool = False):
     """``{qid: hits}`` (what ``batch_search`` returns) as a results frame, queries in the order of
     ``results``; ``queries`` gives each qid's text for the ``query`` column."""
+    import numpy as np
+
     pd = _pandas()
-    rows = [(qid, h) for qid, hits in results.items() for h in hits]
-    cols = {"qid": [q for q, _ in rows], "query": [queries.get(q, "") for q, _ in rows],
-            "docno": [h.docid for _, h in rows]}
-    frame = pd.DataFrame({name: pd.Series(values, dtype=object).astype(str) for name, values in cols.items()})
-    frame["score"] = pd.Series([float(h.score) for _, h in rows], dtype="float64")
-    frame["rank"] = pd.Series([h.rank - 1 + FIRST_RANK for _, h in rows], dtype="int64")
+    # Column by column from the hits themselves: a tuple per row made the cyclic GC walk every Hit
+    # (a million rows took 0.8 s in tuples alone); a query's columns are its values repeated.
+    qids = list(results)
+    counts = [len(results[q]) for q in qids]
+    hits = [h for q in qids for h in results[q]]
+    n = len(hits)
+    frame = pd.DataFrame({
+        "qid": pd.Series(np.repeat(np.array(qids, dtype=object), counts), dtype=object).astype(str),
+        "query": pd.Series(np.repeat(np.array([queries.get(q, "") for q in qids], dtype=object), counts),
+                           dtype=object).astype(str),
+        "docno": pd.Series([h.docid for h in hits], dtype=object).astype(str),
+        "score": np.fromiter((h.score for h in hits), dtype=np.float64, count=n),
+        "rank": np.fromiter((h.rank for h in hits), dtype=np.int64, count=n) - 1 + FIRST_RANK,
+    })
     if text:
-        frame["title"] = pd.Series([h.title or "" for _, h in rows], dtype=object).astype(str)
-        frame["text"] = pd.Series([h.text or "" for _, h in rows], dtype=object).astype(str)
+        frame["title"] = pd.Series([h.title or "" for h in hits], dtype=object).astype(str)
+        frame["text"] = pd.Series([h.text or "" for h in hits], dtype=object).astype(str)
     return frame
 
 

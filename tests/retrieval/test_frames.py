@@ -177,3 +177,12 @@ def test_pandas_stays_out_of_plain_imports_and_retr_help():
             "print('pandas' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_query_without_hits_has_no_rows(small_index):
+    df = small_index.batch_search({"a": "the of and", "b": "aspirin"}, k=3, as_frame=True)
+    assert set(df["qid"]) == {"b"}                                     # "the of and": stopwords only, no hits
+    assert df["docno"].tolist() == [h.docid for h in small_index.search("aspirin", k=3)]
+    empty = small_index.search_df("the of and", k=3, text=True)
+    assert list(empty.columns) == ["qid", "query", "docno", "score", "rank", "title", "text"] and len(empty) == 0
+    assert str(empty["rank"].dtype) == "int64" and str(empty["score"].dtype) == "float64"
