@@ -29,11 +29,13 @@ from cli import params
 @click.option("--quality", default=None, metavar="E|FILE",
               help="With --prune: a quality estimator (see retr quality score) or a docid<TAB>score file "
                    "[default: length, chosen without training queries; see benchmarks/results/defaults.md].")
+@click.option("--shards", type=click.IntRange(1, 1024), default=None, metavar="N",
+              help="Build a sharded index: N folders, each document in the one its id hashes to, searched as one.")
 @params.executor_options
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @params.kind_options("index")
-def index_cmd(corpus, index_dir, device, batch_size, threads, overwrite, empty, prune, quality, quiet, executor,
-              **kind_values):
+def index_cmd(corpus, index_dir, device, batch_size, threads, overwrite, empty, prune, quality, shards, quiet,
+              executor, **kind_values):
     """Build an index folder (document store + Lucene BM25, and the sub-indexes
     asked for, optionally pruned by passage quality) from a corpus. On an
     existing folder built from the same corpus, add the requested sub-indexes
@@ -47,6 +49,12 @@ def index_cmd(corpus, index_dir, device, batch_size, threads, overwrite, empty, 
     shared = dict(kind_values, device=device, batch_size=batch_size, threads=threads)
     with params.flags(names):
         specs = {n: s for o in params.each_kind() for n, s in o.specs(shared).items()}
+        if shards is not None:
+            if prune is not None:
+                raise click.UsageError("--prune does not apply to a sharded index (--shards)")
+            from cli import sharded_cmds
+
+            return sharded_cmds.index(corpus, index_dir, shards, specs, threads, overwrite, empty, quiet, executor)
         idx = index_corpus(corpus, index_dir, subindexes=specs, prune=prune, quality=quality, threads=threads,
                            overwrite=overwrite, empty=empty, quiet=quiet, executor=executor)
     if not quiet:
@@ -76,10 +84,14 @@ def add_cmd(index_dir, corpus, threads, empty, quiet, nice, executor):
     """Add documents to every sub-index of an existing folder (all or nothing).
     A folder pruned by passage quality scores them first and adds those that
     reach its threshold."""
+    from cli import sharded_cmds
     from cli.live_cmds import lower_priority
     from retrieval.writer import add_documents
 
     lower_priority(nice)
+    if sharded_cmds.is_sharded(index_dir):
+        with params.flags({"empty=skip": "--empty skip"}):
+            return sharded_cmds.write(index_dir, corpus, "add", threads, empty, quiet, executor)
     rep: dict = {}
     with params.flags({"empty=skip": "--empty skip"}):
         idx = add_documents(index_dir, corpus, threads=threads, empty=empty, quiet=quiet, report=rep,
@@ -98,8 +110,11 @@ def add_cmd(index_dir, corpus, threads, empty, quiet, nice, executor):
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a summary.")
 def info_cmd(index_dir, as_json):
     """Summarise an index folder: documents, sub-indexes, sizes, versions."""
+    from cli import sharded_cmds
     from retrieval.index import open_index
 
+    if sharded_cmds.is_sharded(index_dir):
+        return sharded_cmds.info(index_dir, as_json)
     info = open_index(index_dir).info()
     if as_json:
         click.echo(json.dumps(info, indent=2))

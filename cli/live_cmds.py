@@ -37,9 +37,13 @@ def lower_priority(n: int) -> None:
 def update_cmd(index_dir, corpus, threads, empty, quiet, nice, executor):
     """Replace the documents whose ids are in CORPUS and add the others, in every sub-index
     (all or nothing). Only the given text is encoded."""
+    from cli import sharded_cmds
     from retrieval.writer import update_documents
 
     lower_priority(nice)
+    if sharded_cmds.is_sharded(index_dir):
+        with params.flags({"empty=skip": "--empty skip"}):
+            return sharded_cmds.write(index_dir, corpus, "update", threads, empty, quiet, executor)
     rep: dict = {}
     with params.flags({"empty=skip": "--empty skip"}):
         idx = update_documents(index_dir, corpus, threads=threads, empty=empty, quiet=quiet, report=rep,
@@ -69,6 +73,10 @@ def delete_cmd(index_dir, ids, ids_file, missing_ok, quiet, nice):
         raise click.UsageError("give document ids, or --ids FILE (not both)")
     docids = read_ids(ids_file) if ids_file else list(ids)
     lower_priority(nice)
+    from cli import sharded_cmds
+
+    if sharded_cmds.is_sharded(index_dir):
+        return sharded_cmds.delete(index_dir, docids, missing_ok, quiet)
     rep: dict = {}
     idx = delete_documents(index_dir, docids, quiet=quiet, missing_ok=missing_ok, report=rep)
     if not quiet:
@@ -84,9 +92,12 @@ def delete_cmd(index_dir, ids, ids_file, missing_ok, quiet, nice):
 def compact_cmd(index_dir, quiet, nice):
     """Merge Lucene segments with deleted documents expunged, rebuild faiss without masked
     rows, and remove old generations that no reader holds and leftovers of dead processes."""
+    from cli import sharded_cmds
     from retrieval.writer import compact
 
     lower_priority(nice)
+    if sharded_cmds.is_sharded(index_dir):
+        return sharded_cmds.compact(index_dir, quiet)
     rep: dict = {}
     idx = compact(index_dir, quiet=quiet, report=rep)
     if not quiet:
@@ -105,8 +116,11 @@ def check_cmd(index_dir, full, sample, strict):
     """Verify a folder: the files the manifest names exist, every sub-index holds as many
     documents as the document store and the same ids, and no dead process left work behind.
     Exit 0, or one line per problem and exit 1."""
+    from cli import sharded_cmds
     from retrieval.check import check_index
 
+    if sharded_cmds.is_sharded(index_dir):
+        return sharded_cmds.check(index_dir, full, sample, strict)
     rep = check_index(index_dir, full=full, sample=sample, strict=strict)
     for note in rep.notes:
         click.echo(f"note: {note}", err=True)

@@ -54,7 +54,7 @@ from retrieval.runs import run_tag
 def search_cmd(text, index_dir, queries, output, fmt, qrels, split, retriever, fusion, depth, k, threads, tag, quiet,
                topics, hits, output_format, batch_size, **kind_values):
     """Search an index: free TEXT prints the top hits; --queries FILE writes a run."""
-    from retrieval.index import open_index
+    from retrieval.sharded.index import open_index  # a folder or a sharded index
 
     queries = _alias(queries, topics, "--queries", "--topics")
     k = _alias(k, hits, "--k", "--hits")

@@ -143,6 +143,23 @@ class VectorSearcher:
         with self._lock:
             return self._index.explain(weighted_query(weights, self.impact), docid, returned)
 
+    def collection_stats(self, weights: Sequence[Vector]) -> Optional[dict]:
+        """The statistics BM25 over pseudo term frequencies reads for these queries (a sharded index
+        sums them over its shards: :mod:`indexes.lucene_shard`); None for an impact index."""
+        from indexes.lucene_shard import collection_stats
+
+        return collection_stats(self._index, [weighted_query(w, self.impact) for w in weights if w])
+
+    def with_stats(self, stats: Optional[dict]) -> "VectorSearcher":
+        """This searcher scoring with a sharded index's summed ``stats``, raw float scores."""
+        import copy
+
+        from indexes.lucene_shard import ShardView
+
+        view = copy.copy(self)
+        view._index = ShardView(self._index, stats)
+        return view
+
     def close(self) -> None:
         self._index.close()
 

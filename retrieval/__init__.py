@@ -15,9 +15,12 @@ __version__ = "0.1.0"
 
 def __getattr__(name):
     # Lazy: `import retrieval` stays cheap (no JVM, no torch) until an index is used.
-    if name in ("open_index", "Index"):
+    if name == "open_index":  # a folder, or a sharded index (retrieval.sharded)
+        from retrieval.sharded.index import open_index
+        return open_index
+    if name == "Index":
         from retrieval import index as _index
-        return getattr(_index, name)
+        return _index.Index
     if name in ("build_index", "index_corpus", "add_documents", "update_documents", "delete_documents", "compact"):
         from retrieval import writer as _writer
         return getattr(_writer, name)

@@ -271,6 +271,14 @@ class SubIndexKind:
         (a sparse kind's postings and mean terms per passage); nothing by default."""
         return {}
 
+    def shard_vectors(self, docs: Sequence, spec=None, entry: Optional[dict] = None, quiet: bool = False,
+                      executor=None) -> Optional[dict]:
+        """For a sharded index: what this kind's model makes of ``docs`` (``retrieval.types.Document``),
+        computed once for all shards as one folder's build (``spec``) or change (``entry``) computes it,
+        in the form of ``BuildContext.precomputed``; each shard's build or change then uses those rows
+        instead of encoding its own part, whose batches would differ. None: nothing to share."""
+        return None
+
     def after_add(self, index, name: str, spec, quiet: bool = False) -> None:
         """Runs once the sub-index built from ``spec`` is listed in the manifest of ``index``
         (DeepCT tunes a fusion)."""

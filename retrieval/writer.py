@@ -359,7 +359,7 @@ def _source(corpus) -> str:
 
 
 def _apply(ch: folder.Change, removed: Sequence[str], added: Sequence[Document], op: str, source: str,
-           t0: float, extra: Optional[dict] = None, executor=None) -> None:
+           t0: float, extra: Optional[dict] = None, executor=None, precomputed: Optional[dict] = None) -> None:
     """Change every sub-index (and the store) of ``ch``'s new generation by the same documents
     (their model stages on ``executor``, an opened runner)."""
     m = ch.old
@@ -371,7 +371,7 @@ def _apply(ch: folder.Change, removed: Sequence[str], added: Sequence[Document],
                          f"build a new one instead", ch.path)
     ch.store.change(ch.gen, removed, added)
     gens.pause("write:after-docstore")
-    ctx = _context(ch, executor=executor)
+    ctx = _context(ch, executor=executor, precomputed=precomputed)
     physical = [name for name, e in m["subindexes"].items() if not e.get("alias_of")]
     for name in progress(physical, desc=f"{op}: updating sub-indexes", unit="sub-index", quiet=ch.quiet):
         folder = ch.stage(name)
@@ -455,29 +455,32 @@ def _pruning_record(ch: folder.Change, read: int, kept: int) -> None:
 
 
 def add_documents(index, corpus: Union[str, Path, Iterable[Document]], threads: int = 2, empty: str = "error",
-                  quiet: bool = False, report: Optional[dict] = None, executor=None) -> Index:
+                  quiet: bool = False, report: Optional[dict] = None, executor=None,
+                  precomputed: Optional[dict] = None) -> Index:
     """Add the documents of ``corpus`` to every sub-index of ``index`` (an Index or its folder)
     as one new generation; returns the reopened Index. Ids already in the index are an error
     (use :func:`update_documents` to replace them). In a folder pruned by passage quality,
     new documents pass the same estimator and threshold first, and only those it keeps are
     added. ``report`` (a dict) receives the counts: ``read``, ``added``, ``pruned``.
     ``executor`` runs the model stages (:class:`retrieval.executors.Executor`), as in
-    :func:`index_corpus`."""
-    return _write(index, corpus, "add", threads, empty, quiet, report, executor)
+    :func:`index_corpus`. ``precomputed``: vectors already made for these documents
+    (``BuildContext.precomputed``; a sharded index encodes a change once for all its shards)."""
+    return _write(index, corpus, "add", threads, empty, quiet, report, executor, precomputed)
 
 
 def update_documents(index, corpus: Union[str, Path, Iterable[Document]], threads: int = 2, empty: str = "error",
-                     quiet: bool = False, report: Optional[dict] = None, executor=None) -> Index:
+                     quiet: bool = False, report: Optional[dict] = None, executor=None,
+                     precomputed: Optional[dict] = None) -> Index:
     """Replace the documents of ``index`` that have the ids of ``corpus``'s documents and add
     the others, in every sub-index, as one new generation; returns the reopened Index. Only
     the given text is encoded. In a pruned folder a new version below the threshold removes
     the old one. ``report``: ``read``, ``added`` (new ids), ``replaced``, ``pruned``, ``removed``.
-    ``executor``: as in :func:`add_documents`."""
-    return _write(index, corpus, "update", threads, empty, quiet, report, executor)
+    ``executor``, ``precomputed``: as in :func:`add_documents`."""
+    return _write(index, corpus, "update", threads, empty, quiet, report, executor, precomputed)
 
 
 def _write(index, corpus, op: str, threads: int, empty: str, quiet: bool, report: Optional[dict],
-           executor=None) -> Index:
+           executor=None, precomputed: Optional[dict] = None) -> Index:
     path = _path_of(index)
     executor = _executor_spec(executor)  # a bad option fails before the corpus is read
     docs = _read_docs(corpus, empty)  # read and checked before the lock: a bad file changes nothing
@@ -507,7 +510,7 @@ def _write(index, corpus, op: str, threads: int, empty: str, quiet: bool, report
         if not kept and not removed:
             return Index.open(path)  # every new document fell below the pruning threshold: nothing changes
         _pruning_record(ch, len(docs), len(kept))
-        _apply(ch, removed, kept, op, _source(corpus), t0, executor=ex)
+        _apply(ch, removed, kept, op, _source(corpus), t0, executor=ex, precomputed=precomputed)
         _committed(ch, report)
     return Index.open(path)
 

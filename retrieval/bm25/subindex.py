@@ -2,6 +2,7 @@
 analyser), built while the corpus streams in, and its retriever."""
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,7 @@ class BM25Retriever(RetrieverBase):
 
     kind = "bm25"
     options = ("k1", "b", "prf")  # what Index.configure may set
+    merge_rule = "anserini"  # shards' raw scores merged by (score, docid), then Anserini's rounding
 
     #: the feedback in use (retrieval.bm25.prf.Feedback), or None
     feedback = None
@@ -129,6 +131,23 @@ class BM25Retriever(RetrieverBase):
         """Per passage, the character spans of its tokens whose term (Anserini's default English
         analyser: lower case, stop words, Porter stemming) is one of the query's."""
         return self._index.highlights(text, passages)
+
+    def collection_stats(self, texts: Sequence[str]) -> dict:
+        """This index's document count, lengths and the query terms' frequencies (a sharded index sums them)."""
+        from indexes.lucene_shard import collection_stats
+
+        return collection_stats(self._index, texts)
+
+    def with_stats(self, stats) -> "BM25Retriever":
+        """The same retriever scoring with a sharded index's summed ``stats``, raw float scores."""
+        from indexes.lucene_shard import ShardView
+
+        if getattr(self, "feedback", None) is not None:  # expansion reads each shard's own top documents
+            raise InputError("pseudo-relevance feedback does not apply to a sharded index (each shard would "
+                             "expand the query from its own top documents)")
+        view = copy.copy(self)
+        view._index = ShardView(self._index, stats)
+        return view
 
     def close(self) -> None:
         self._index.close()

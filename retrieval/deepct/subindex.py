@@ -159,6 +159,8 @@ class DeepCTRetriever(RetrieverBase):
 
     kind = "deepct"
     options = ("k1", "b", "mode", "scale", "query")  # what Index.configure may set
+    merge_rule = "anserini"  # Lucene's order, raw scores merged then rounded as Anserini rounds
+    _shard: Optional[tuple] = None  # (stats,) in a with_stats view: a sharded index's summed statistics
 
     def __init__(self, path: Path, entry: dict):
         self.path = Path(path)
@@ -201,7 +203,22 @@ class DeepCTRetriever(RetrieverBase):
             s = self._searchers.get(v)
             if s is None:
                 s = self._searchers[v] = open_variant(self.path, mode, scale, self.k1, self.b)
-        return s
+        return s if self._shard is None else s.with_stats(self._shard[0])
+
+    def collection_stats(self, texts: Sequence[str]) -> Optional[dict]:
+        """What BM25 over pseudo term frequencies reads for these queries in the variant searched (None in
+        impact mode); a sharded index sums them over its shards."""
+        s = self._searcher(self.mode, self.scale)
+        s.set_bm25(self.k1, self.b)
+        return s.collection_stats(self.query_terms(list(texts)))
+
+    def with_stats(self, stats) -> "DeepCTRetriever":
+        """The same retriever scoring with a sharded index's summed ``stats``, raw float scores."""
+        import copy
+
+        view = copy.copy(self)
+        view._shard = (stats,)
+        return view
 
     @property
     def encoder(self):
@@ -254,6 +271,8 @@ class DeepCTRetriever(RetrieverBase):
                                   "lucene": ex["lucene"], "unmatched": ex["unmatched"]})
 
     def close(self) -> None:
+        if self._shard is not None:  # a view: the searchers are its retriever's
+            return
         with self._lock:
             for s in self._searchers.values():
                 s.close()

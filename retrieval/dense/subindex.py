@@ -127,7 +127,8 @@ def build_dense(folder: Path, name: str, store_path: Path, spec: DenseSpec, fing
     shutil.rmtree(cache, ignore_errors=True)
     entry = _dense_entry(name, spec, enc, cfg, fi.ntotal, fi.describe(folder))
     entry.update(encode_seconds=round(encode_s, 2), build_seconds=round(time.perf_counter() - t0, 2),
-                 vectors_from="quality estimator (pruning pass)" if reused is not None else "encoded",
+                 vectors_from="encoded" if reused is None else
+                 (precomputed or {}).get("source", "quality estimator (pruning pass)"),
                  encoded_by=encoded_by, spec=asdict(spec))
     return entry
 
@@ -435,8 +436,37 @@ class DenseKind(SubIndexKind):
         """Only the new passages are encoded; their vectors go to a delta file of this generation."""
         from indexes.faiss_live import add_delta, open_live
 
-        add_delta(folder, _encode_new(entry, docs, ctx.quiet, ctx.executor), [d.docid for d in docs], ctx.generation)
+        ids = [d.docid for d in docs]
+        vecs = _reusable(ctx.precomputed, entry["encoder"], ids) if ctx.precomputed else None
+        if vecs is None:
+            vecs = _encode_new(entry, docs, ctx.quiet, ctx.executor)
+        add_delta(folder, vecs, ids, ctx.generation)
         return dict(entry, faiss=open_live(folder).describe(folder))
+
+    def shard_vectors(self, docs: Sequence, spec=None, entry: Optional[dict] = None, quiet: bool = False,
+                      executor=None) -> Optional[dict]:
+        """The vectors a build (``spec``: shards of ``spec.shard_size`` texts in the corpus's order, as
+        ``_encode_store`` cuts them) or a change (``entry``: the change's documents at once, as
+        ``_encode_new``) makes; a vector depends on its batch's padding, so shards encoding their own
+        parts would differ from one folder in the last bits."""
+        if entry is not None:
+            return {"config": entry["encoder"], "docids": [d.docid for d in docs],
+                    "array": _encode_new(entry, docs, quiet, executor)}
+        import tempfile
+
+        import numpy as np
+
+        from retrieval.dense.encoder import DenseEncoder
+
+        spec.validate()
+        enc = DenseEncoder(spec.model, pooling=spec.pooling, device=spec.device, max_length=spec.max_length,
+                           dtype=spec.dtype, quiet=quiet, sts_dir=spec.sts_dir)
+        with tempfile.TemporaryDirectory(prefix="retr-shard-vectors-") as tmp:
+            paths = enc.encode_to_shards((d.contents for d in docs), tmp, shard_size=spec.shard_size,
+                                         batch_size=spec.batch_size, quiet=quiet, total=len(docs))
+            array = np.concatenate([np.load(p) for p in paths])
+        return {"config": enc.config(), "docids": [d.docid for d in docs], "array": array,
+                "source": "the sharded index's build (encoded once for every shard)"}
 
     def delete(self, folder: Path, entry: dict, docids: Sequence[str], ctx: BuildContext) -> dict:
         from indexes.faiss_live import delete_rows, open_live

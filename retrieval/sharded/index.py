@@ -150,15 +150,20 @@ class ShardedIndex:
         texts = [t for _, t in queries]
         names = list(p.retrievers)
         t0 = time.perf_counter()
-        stats = merge.sum_stats_by_name(self._all("stats", texts, names, self._options), names)
+        answers = self._all("stats", texts, names, self._options, filter)
+        stats = merge.sum_stats_by_name(answers, names)
         _tick(timings, "stats", t0)
-        t0 = time.perf_counter()
-        answers = self._all("search", queries, names, kk, stats, self._options, filter, dimsel, threads)
-        _tick(timings, "search", t0)
-        t0 = time.perf_counter()
         rules = {n: self._info[0]["retrievers"][n] for n in names}
-        lists = merge.merge_all(rules, answers, [q for q, _ in queries], kk)
-        _tick(timings, "merge", t0)
+        deep = self._deepened(answers, rules)
+        t0 = time.perf_counter()
+        plain = {n: r for n, r in rules.items() if n not in deep}
+        lists = {}
+        if plain:
+            found = self._all("search", queries, list(plain), kk, stats, self._options, filter, dimsel, threads)
+            lists = merge.merge_all(plain, found, [q for q, _ in queries], kk)
+        for n in deep:
+            lists[n] = self._deep_search(n, rules[n], queries, kk, stats, filter, dimsel, threads, deep[n])
+        _tick(timings, "search", t0)
         conf = None
         if p.fused and p.fusion.confidence:
             per = {n: [lists[n][q] for q, _ in queries] for n in names}
@@ -171,6 +176,42 @@ class ShardedIndex:
             t0 = time.perf_counter()
             self._texts([h for hs in out.values() for h in hs])
             _tick(timings, "text", t0)
+        return out
+
+    @staticmethod
+    def _deepened(answers: List[dict], rules: Dict[str, str]) -> Dict[str, Tuple[int, int]]:
+        """The retrievers whose filtered lists one folder cuts from its unfiltered ranking (a filter
+        allowing DEEPEN_SHARE of the documents or more, a Lucene retriever: its rounding and tie offsets
+        are then the unfiltered list's), with the filter's (allowed, total) over every shard."""
+        from retrieval.index import DEEPEN_SHARE
+        from retrieval.sharded.shard import ALLOWED
+
+        counts = [a.get(ALLOWED) for a in answers]
+        if any(c is None for c in counts):
+            return {}
+        n, total = sum(c[0] for c in counts), max(sum(c[1] for c in counts), 1)
+        if not n or n < DEEPEN_SHARE * total:
+            return {}
+        return {name: (n, total) for name, rule in rules.items() if rule == "anserini"}
+
+    def _deep_search(self, name: str, rule: str, queries, k: int, stats, filter, dimsel, threads,
+                     counts: Tuple[int, int]) -> Dict[str, list]:
+        """Each query's first ``k`` allowed documents of the merged unfiltered ranking, read deep
+        enough, as :func:`retrieval.filters.first_allowed` reads one folder's."""
+        n, total = counts
+        depth = min(total, max(k + 10, -(-2 * k * total // max(1, n))))
+        todo, out = list(queries), {}
+        while todo:
+            found = self._all("search", todo, [name], depth, stats, self._options, filter, dimsel, threads, True)
+            merged = merge.merge_all({name: rule}, found, [q for q, _ in todo], depth)[name]
+            later = []
+            for q in todo:
+                got = merge.filtered_first(merged[q[0]], k)
+                if len(got) >= k or depth >= total or len(merged[q[0]]) < depth:
+                    out[q[0]] = got
+                else:
+                    later.append(q)
+            todo, depth = later, min(total, depth * 4)
         return out
 
     @staticmethod
@@ -222,3 +263,13 @@ class ShardedIndex:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def open_index(path: Union[str, Path], auto_refresh: bool = True):
+    """:func:`retrieval.open_index`: a sharded index's :class:`ShardedIndex` (its folder holds the
+    sharded manifest), else the folder's :class:`retrieval.index.Index`."""
+    if sh.is_sharded(path):
+        return ShardedIndex.open(path)
+    from retrieval.index import Index
+
+    return Index.open(path, auto_refresh=auto_refresh)

@@ -80,7 +80,8 @@ def merge_lists(rule: str, lists: Sequence[Scored], k: int) -> Scored:
     if rule == "anserini":
         merged = heapq.merge(*lists, key=lambda h: (-h[1], h[0].encode("utf-8")))
         top = [h for _, h in zip(range(k), merged)]
-        return list(zip([d for d, _ in top], anserini_ties([s for _, s in top])))
+        # an entry's further fields (a deepened filter's "allowed" flag) stay with it
+        return [(h[0], s, *h[2:]) for h, s in zip(top, anserini_ties([h[1] for h in top]))]
     if rule == "score":
         return [h for _, h in zip(range(k), heapq.merge(*lists, key=lambda h: -h[1]))]
     raise IndexFormatError(f"unknown merge rule {rule!r} (this retr merges: {', '.join(RULES)})")
@@ -92,6 +93,13 @@ def merge_all(rules: Mapping[str, str], answers: Sequence[Mapping[str, Mapping[s
     query: ``{retriever: {qid: merged list}}``."""
     return {name: {q: merge_lists(rule, [a.get(name, {}).get(q, []) for a in answers], k) for q in qids}
             for name, rule in rules.items()}
+
+
+def filtered_first(merged: Scored, k: int) -> Scored:
+    """The first ``k`` allowed entries of a merged unfiltered list whose entries carry an "allowed"
+    flag (a deepened filter's), as ``(docid, score)``: the scores and tie offsets are the unfiltered
+    list's, as one folder's reader gives them when it filters its unfiltered ranking."""
+    return [(h[0], h[1]) for h in merged if h[2]][:k]
 
 
 def fuse_lists(p: Pipeline, lists: Mapping[str, Scored], k: int, confidences: Optional[Mapping] = None):

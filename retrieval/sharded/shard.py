@@ -15,6 +15,9 @@ from retrieval.index import Index
 from retrieval.types import Query, Scored
 
 
+ALLOWED = "#allowed"  # stats()'s key for a filter's counts (no sub-index name starts with "#")
+
+
 class ShardSearcher:
     """Shard ``position`` of the sharded index whose manifest is ``record`` (both None: a folder
     searched alone, e.g. a test's single folder). Opening checks the shard's own record of the
@@ -35,6 +38,7 @@ class ShardSearcher:
 
     # -- the protocol ----------------------------------------------------------------------
     def describe(self) -> Dict[str, Any]:
+        self.index.follow()
         m = self.index.manifest
         rec = m.get("sharded") or {}
         return {"id": rec.get("id"), "shard": rec.get("shard"), "shards": rec.get("shards"),
@@ -43,17 +47,26 @@ class ShardSearcher:
                 "pipelines": {b: dict(v) for b, v in m.get("pipelines", {}).items()},
                 "fields": self.index.fields()}
 
-    def stats(self, texts: Sequence[str], retrievers: Sequence[str], options: Optional[dict] = None) -> Dict[str, Any]:
-        """Round 1: per retriever, its statistics for ``texts`` in this shard (None: it needs none)."""
+    def stats(self, texts: Sequence[str], retrievers: Sequence[str], options: Optional[dict] = None,
+              filter=None) -> Dict[str, Any]:
+        """Round 1: per retriever, its statistics for ``texts`` in this shard (None: it needs none);
+        with a ``filter``, also ``"#allowed": [documents it allows here, documents here]``."""
         self._configure(options)
         with self.index.snapshot() as s:
-            return {name: s.retriever(name).collection_stats(list(texts)) for name in retrievers}
+            out = {name: s.retriever(name).collection_stats(list(texts)) for name in retrievers}
+            allowed = self._allowed(s, filter)
+            if allowed is not None:
+                out[ALLOWED] = [len(allowed), len(s._g.metadata)]
+            return out
 
     def search(self, queries: Sequence[Tuple[str, str]], retrievers: Sequence[str], k: int,
                stats: Optional[Mapping[str, Any]] = None, options: Optional[dict] = None, filter=None,
-               dimsel=None, threads: int = 1) -> Dict[str, Dict[str, Scored]]:
+               dimsel=None, threads: int = 1, deepen: bool = False) -> Dict[str, Dict[str, Scored]]:
         """Round 2: per retriever, ``{qid: this shard's first k (docid, score)}`` scored with the
-        global ``stats``, scores in the form of the retriever's merge rule."""
+        global ``stats``, scores in the form of the retriever's merge rule. With a ``filter`` and
+        ``deepen``: the first k of the unfiltered ranking instead, each entry ``(docid, score,
+        allowed)`` (the router rounds the merged unfiltered list, then filters it, as one folder does
+        for a filter that allows a large share of the documents)."""
         self._configure(options)
         idx = self.index
         qs = [Query(str(q), str(t)) for q, t in queries]
@@ -65,9 +78,12 @@ class ShardSearcher:
                 r = idx._pick(s._g, name, dimsel, len(retrievers) > 1).with_stats(stats.get(name))
                 if allowed is None:
                     res = r.batch_search(qs, k, threads)
+                elif deepen:
+                    ranked = r.batch_search(qs, k, threads)
+                    res = {q: [(d, x, d in allowed) for d, x in hits] for q, hits in ranked.items()}
                 else:
                     res = {q.qid: idx._filtered(s._g, r, q.text, k, allowed) for q in qs}
-                out[name] = {q.qid: [(d, float(x)) for d, x in res.get(q.qid, [])] for q in qs}
+                out[name] = {q.qid: [(h[0], float(h[1]), *h[2:]) for h in res.get(q.qid, [])] for q in qs}
             return out
 
     def confidence(self, texts: Sequence[str], lists: Mapping[str, Sequence[Scored]],
@@ -96,6 +112,8 @@ class ShardSearcher:
         return self.index.get(docid)
 
     def count(self) -> int:
+        """Live documents of the shard's newest generation."""
+        self.index.follow()
         return len(self.index)
 
     def close(self) -> None:

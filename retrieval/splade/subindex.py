@@ -100,6 +100,7 @@ class SpladeRetriever(RetrieverBase):
 
     kind = "splade"
     options = ("query",)
+    merge_rule = "anserini"  # integer impacts, Lucene's order and Anserini's tie offsets
 
     def __init__(self, path: Path, entry: dict, encoder=None):
         self.path = Path(path)
@@ -165,6 +166,15 @@ class SpladeRetriever(RetrieverBase):
                                  f"({how}) x stored impact (round(w / 5 x 256))",
                          details={"query": self.query, "query_weights": weights, "raw": ex["raw"],
                                   "lucene": ex["lucene"], "unmatched": ex["unmatched"]})
+
+    def with_stats(self, stats) -> "SpladeRetriever":
+        """The same retriever answering raw scores for a sharded index's merge (impacts read no statistics)."""
+        import copy
+
+        view = copy.copy(self)
+        view._searcher = self._lucene().with_stats(stats)
+        view._lock = threading.Lock()
+        return view
 
     def close(self) -> None:
         with self._lock:

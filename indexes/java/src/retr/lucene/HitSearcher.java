@@ -331,12 +331,17 @@ public final class HitSearcher implements Closeable {
    * NaN for a query that is not a flat bag of terms.
    */
   public double queryMass(String text) throws IOException {
-    Scoring scoring = this.scoring;
+    return queryMass(this.scoring, null, text);
+  }
+
+  /** {@link #queryMass} under {@code scoring}, with the document frequencies of {@code g} where given. */
+  private double queryMass(Scoring scoring, GlobalStats g, String text) throws IOException {
     List<Clause> cs = clauses(scoring.searcher.rewrite(textQuery(text)));
     if (cs == null) return Double.NaN;
     double mass = 0;
     for (Clause c : cs) {
-      TermInfo ti = termInfo(c.term);
+      long[] gt = g == null ? null : g.term(c.term.text());
+      TermInfo ti = gt == null ? termInfo(c.term) : new TermInfo(null, (int) gt[0], gt[1]);
       if (ti.df == 0) continue;  // no document has it, so no scorer either
       mass += scoring.scorer(c, ti).score(Float.MAX_VALUE, 1L);
     }
@@ -347,6 +352,59 @@ public final class HitSearcher implements Closeable {
   public double[] queryMasses(String[] texts) throws IOException {
     double[] out = new double[texts.length];
     for (int i = 0; i < texts.length; i++) out[i] = queryMass(texts[i]);
+    return out;
+  }
+
+  // -- a shard of a sharded index (GlobalStats): statistics out, searches with the summed ones in ----
+
+  /** This reader's maxDoc, docCount, sumTotalTermFreq and sumDocFreq of the contents field. */
+  public long[] fieldStats() throws IOException {
+    return GlobalStats.fieldStats(reader, CONTENTS);
+  }
+
+  /** This reader's (df, ttf) of each term of the contents field, as pairs. */
+  public long[] termStats(String[] terms) throws IOException {
+    return GlobalStats.termStats(reader, CONTENTS, terms);
+  }
+
+  private Scoring scoringWith(GlobalStats g) {
+    if (g == null) return this.scoring;
+    IndexSearcher s = g.searcher(reader, this.scoring.searcher.getSimilarity(), CONTENTS);
+    try {
+      return new Scoring(s, s.collectionStatistics(CONTENTS));
+    } catch (IOException e) {
+      throw new IllegalStateException(e);
+    }
+  }
+
+  /** {@link #batchSearch} scored with {@code g} (null: this reader's statistics), raw float scores. */
+  public Batch batchSearchWith(String[] texts, int k, int threads, GlobalStats g) {
+    return batch(texts.length, k, threads, i -> textQuery(texts[i]), scoringWith(g), false);
+  }
+
+  /** {@link #batchSearchWeighted} scored with {@code g} (null: this reader's statistics), raw float scores. */
+  public Batch batchSearchWeightedWith(String[] terms, int[] weights, int[] offsets, int k, int threads,
+      GlobalStats g) {
+    return batch(offsets.length - 1, k, threads, i -> weightQuery(terms, weights, offsets[i], offsets[i + 1]),
+        scoringWith(g), false);
+  }
+
+  /** {@link #searchAllowed} scored with {@code g}, raw float scores; null where the exhaustive path does not apply. */
+  public byte[] searchAllowedWith(Query q, int k, FixedBitSet allowed, GlobalStats g) throws IOException {
+    Hits h = run(scoringWith(g), q, k, allowed, false);
+    return h == null ? null : h.pack();
+  }
+
+  /** Any query (a FILTER-clause search) scored with {@code g}, raw float scores. */
+  public byte[] runWith(Query q, int k, GlobalStats g) throws IOException {
+    return run(scoringWith(g), q, k, null, false).pack();
+  }
+
+  /** {@link #queryMasses} with the statistics of {@code g}. */
+  public double[] queryMassesWith(String[] texts, GlobalStats g) throws IOException {
+    Scoring sc = scoringWith(g);
+    double[] out = new double[texts.length];
+    for (int i = 0; i < texts.length; i++) out[i] = queryMass(sc, g, texts[i]);
     return out;
   }
 
@@ -567,6 +625,11 @@ public final class HitSearcher implements Closeable {
   }
 
   private Batch batch(int n, int k, int threads, QueryMaker make) {
+    return batch(n, k, threads, make, null, true);
+  }
+
+  /** {@link #batch} scored by {@code sc} (null: this searcher's own), rounded by Anserini's rule where {@code adjust}. */
+  private Batch batch(int n, int k, int threads, QueryMaker make, Scoring sc, boolean adjust) {
     Hits[] hits = new Hits[n];
     String[] errors = new String[n];
     AtomicInteger next = new AtomicInteger();
@@ -574,7 +637,7 @@ public final class HitSearcher implements Closeable {
     Runnable work = () -> {
       for (int i = next.getAndIncrement(); i < n; i = next.getAndIncrement()) {
         try {
-          hits[i] = run(make.make(i), k);
+          hits[i] = run(sc, make.make(i), k, null, adjust);
         } catch (Throwable e) {  // one bad query must not lose the others' answers
           hits[i] = Hits.EMPTY;
           errors[i] = e.toString();
@@ -657,11 +720,16 @@ public final class HitSearcher implements Closeable {
 
   /** With {@code allowed}: the exhaustive path restricted to it, or null where that path does not apply. */
   private Hits run(Query q, int k, FixedBitSet allowed, boolean adjust) throws IOException {
+    return run(null, q, k, allowed, adjust);
+  }
+
+  /** {@link #run(Query, int, FixedBitSet, boolean)} scored by {@code given} (null: this searcher's own scoring; a sharded index's {@link GlobalStats}). */
+  private Hits run(Scoring given, Query q, int k, FixedBitSet allowed, boolean adjust) throws IOException {
     if (!reader.tryIncRef()) {
       throw new AlreadyClosedException("this index reader was closed");
     }
     try {
-      Scoring scoring = this.scoring;
+      Scoring scoring = given == null ? this.scoring : given;
       IndexSearcher s = scoring.searcher;
       if (lucene8) {
         return allowed == null ? hits(s.search(q, k)) : null;

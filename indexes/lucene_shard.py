@@ -1,0 +1,125 @@
+"""A Lucene sub-index as one shard of a sharded index (issue #30): its statistics for some
+queries, and its searches scored with the statistics summed over every shard.
+
+Elasticsearch's DFS_QUERY_THEN_FETCH in retr's terms: :func:`collection_stats` reads this shard's
+document count and lengths of the ``contents`` field and the document frequency and total term
+frequency of each query term (the analysed terms of Anserini's bag-of-words query); the router sums
+them over the shards; :class:`ShardView` searches with the sums (``retr.lucene.GlobalStats``: an
+IndexSearcher whose ``collectionStatistics``/``termStatistics`` answer them, which is what
+BM25Similarity reads) and returns the raw float scores, before Anserini's rounding and tie offsets,
+so the router can merge the shards' lists by (score, docid) and round once over the merged list
+(``retrieval.sharded.merge``). Impact indexes read no statistics; their view only skips the rounding.
+Kept apart from :class:`indexes.lucene.LuceneIndex`'s own search path.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence
+
+from indexes import jvm
+from indexes.lucene import LuceneIndex, Result, _check_k, _int_weights
+
+
+def collection_stats(index: LuceneIndex, queries: Sequence) -> Optional[dict]:
+    """``{"field": [maxDoc, docCount, sumTotalTermFreq, sumDocFreq], "terms": {term: [df, ttf]}}``
+    of ``index``'s reader for the terms of ``queries`` (texts); None for an impact index."""
+    if index.impact:
+        return None
+
+    def run(s):
+        terms: Dict[str, None] = {}
+        for q in queries:
+            for t in s.js.clauseTerms(s.js.textQuery(str(q))) or ():
+                terms[str(t)] = None
+        names = list(terms)
+        pairs = list(s.js.termStats(names)) if names else []
+        return {"field": [int(x) for x in s.js.fieldStats()],
+                "terms": {t: [int(pairs[2 * i]), int(pairs[2 * i + 1])] for i, t in enumerate(names)}}
+    return index._call(run)
+
+
+def global_stats(stats: Optional[dict]):
+    """The Java ``retr.lucene.GlobalStats`` of summed statistics (None: none)."""
+    if not stats:
+        return None
+    f = [int(x) for x in stats["field"]]
+    terms = list(stats.get("terms", {}))
+    df = [int(stats["terms"][t][0]) for t in terms]
+    ttf = [int(stats["terms"][t][1]) for t in terms]
+    return jvm.autoclass("retr.lucene.GlobalStats")(f[0], f[1], f[2], f[3], terms, df, ttf)
+
+
+class ShardView:
+    """``index``'s searches (the subset the retrievers call) scored with ``stats`` (summed over the
+    shards; None: this index's own) and answered with raw float scores. Closing it closes nothing:
+    the index belongs to its retriever."""
+
+    def __init__(self, index: LuceneIndex, stats: Optional[dict]):
+        self._index = index
+        self.impact = index.impact
+        self.path = index.path
+        self._g = global_stats(stats)
+
+    def __getattr__(self, name):  # k1, b, set_bm25, explain, highlights: the index's own
+        return getattr(self._index, name)
+
+    def search(self, query, k: int = 10) -> Result:
+        return self.batch_search([query], ["q"], k)["q"]
+
+    def batch_search(self, queries: Sequence, qids: Sequence[str], k: int = 10, threads: int = 1,
+                     parallel: str = "python") -> Dict[str, Result]:
+        k = _check_k(k)
+        qids = [str(q) for q in qids]
+        if not qids:
+            return {}
+        g, threads = self._g, max(1, int(threads))
+        if self.impact:
+            terms: List[str] = []
+            weights: List[int] = []
+            offsets = [0]
+            for q in queries:
+                t, w = _int_weights(q)
+                terms += t
+                weights += w
+                offsets.append(len(terms))
+            snap, batch = self._index._call(lambda s: (s, s.js.batchSearchWeightedWith(terms, weights, offsets, k,
+                                                                                        threads, g)))
+        else:
+            texts = [str(q) for q in queries]
+            snap, batch = self._index._call(lambda s: (s, s.js.batchSearchWith(texts, k, threads, g)))
+        if batch.errors is not None:
+            import warnings
+
+            for qid, err in zip(qids, batch.errors):
+                if err is not None:
+                    warnings.warn(f"{self.path}: query {qid!r} failed and has no hits: {err}", RuntimeWarning,
+                                  stacklevel=2)
+        return dict(zip(qids, snap.decode_batch(batch.data.tostring(), len(qids))))
+
+    def search_filtered(self, query, k: int, allowed) -> Result:
+        """:meth:`indexes.lucene.LuceneIndex.search_filtered` with the summed statistics, raw scores."""
+        from indexes import lucene_filter as lf
+
+        k = _check_k(k)
+        make = self._index._query_maker(query)
+        if make is None:
+            return []
+        g = self._g
+
+        def run(s):
+            q = make(s)
+            bits = allowed.backend(("lucene-bits", s), lambda: s.js.allowedDocs(list(allowed.docids)))
+            buf = s.js.searchAllowedWith(q, k, bits, g)
+            if buf is not None:
+                return s.decode(buf.tostring())
+            flt = allowed.backend("lucene-ids", lambda: lf.id_filter(allowed.docids))
+            return s.decode(s.js.runWith(lf.with_filter(q, flt), k, g).tostring())
+        return self._index._call(run)
+
+    def query_masses(self, texts: Sequence[str]) -> List[float]:
+        if self.impact:
+            return self._index.query_masses(texts)  # raises: no mass for impact indexes
+        g = self._g
+        return self._index._call(lambda s: list(s.js.queryMassesWith(list(texts), g)))
+
+    def close(self) -> None:
+        pass

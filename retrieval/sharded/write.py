@@ -1,0 +1,255 @@
+"""Every change of a sharded index: the build (``retr index --shards N``) and the live changes, each
+routed to the shards its documents hash to (:func:`indexes.sharded.shard_of`), where
+:mod:`retrieval.writer` makes it as in any folder (one generation per changed shard); and
+``retr check`` over every shard plus the routing invariant.
+
+A change that touches several shards commits shard by shard: a reader may see one shard's part
+before another's (as Elasticsearch's shards refresh independently). Input is checked against every
+shard before the first one changes (unknown ids to delete, ids to add that exist), so bad input
+changes nothing.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
+
+from indexes import folder
+from indexes import manifest as mf
+from indexes import sharded as sh
+from indexes.errors import InputError, ParameterError
+from retrieval import writer
+from retrieval.check import Report, check_index
+from retrieval.collections import read_corpus
+from retrieval.index import Index
+from retrieval.kinds import kind_of, kind_of_spec
+from retrieval.types import Document
+
+
+def _read(corpus, empty: str) -> List[Document]:
+    docs = list(read_corpus(corpus, empty=empty) if isinstance(corpus, (str, Path)) else corpus)
+    if not docs:
+        raise InputError("no documents given", corpus if isinstance(corpus, (str, Path)) else None)
+    return docs
+
+
+def _split(docs: Iterable[Document], n: int) -> List[List[Document]]:
+    out: List[List[Document]] = [[] for _ in range(n)]
+    for d in docs:
+        out[sh.shard_of(d.docid, n)].append(d)
+    return out
+
+
+def build_sharded(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[str, Path], shards: int, *,
+                  subindexes: Optional[Mapping[str, Any]] = None, threads: int = 2, overwrite: bool = False,
+                  empty: str = "error", quiet: bool = False, executor=None):
+    """Build a sharded index: ``shards`` ordinary folders (each :func:`retrieval.writer.build_index`
+    of the documents routed to it, with the same ``subindexes``) and the sharded manifest, staged
+    beside ``index_dir`` and moved into place when every shard is built. Returns the opened
+    :class:`retrieval.sharded.index.ShardedIndex`."""
+    from retrieval.sharded.index import ShardedIndex
+
+    index_dir = Path(index_dir)
+    record = sh.new_record(shards)
+    _may_write(index_dir, overwrite)
+    docs = _read(corpus, empty)
+    parts = _split(docs, shards)
+    for i, part in enumerate(parts):
+        if not part:
+            raise ParameterError("{shards}: shard %d of %d would hold no document (the corpus has %d); use fewer"
+                                 % (i, shards, sum(map(len, parts))))
+    stage = index_dir.parent / f".{index_dir.name}.sharding-{os.getpid()}"
+    shutil.rmtree(stage, ignore_errors=True)
+    stage.mkdir(parents=True)
+    try:
+        shared = _vectors(docs, [(kind_of_spec(s), s, None) for s in (subindexes or {}).values()], quiet, executor)
+        for i, part in enumerate(parts):
+            where = stage / record["folders"][i]
+            writer.build_index(part, where, subindexes=subindexes, threads=threads, empty=empty, quiet=quiet,
+                               executor=executor, precomputed=shared).close()
+            member = sh.member(record, i)
+            folder.commit_manifest(where, lambda ch, m=member: ch.new.__setitem__("sharded", m))
+        sh.write(stage, record)
+        _swap(stage, index_dir)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    return ShardedIndex.open(index_dir)
+
+
+def _vectors(docs: Sequence[Document], makers, quiet: bool, executor) -> Optional[dict]:
+    """What a kind's model makes of ``docs``, once for every shard (``SubIndexKind.shard_vectors``): the
+    first kind that has some (one ``BuildContext.precomputed`` per change; a second model sub-index
+    would encode each shard's part itself, exact to the last float bits only for the first)."""
+    for kind, spec, entry in makers:
+        got = kind.shard_vectors(docs, spec=spec, entry=entry, quiet=quiet, executor=executor)
+        if got is not None:
+            return got
+    return None
+
+
+def _may_write(index_dir: Path, overwrite: bool) -> None:
+    if not index_dir.exists() or (index_dir.is_dir() and not any(index_dir.iterdir())):
+        return
+    if not overwrite:
+        raise ParameterError("{_path}: index folder already exists; pass {overwrite} to rebuild it",
+                             _path=str(index_dir))
+    if not sh.is_sharded(index_dir):
+        raise ParameterError("{_path}: is not a sharded retr index; {overwrite} replaces only one",
+                             _path=str(index_dir))
+
+
+def _swap(stage: Path, index_dir: Path) -> None:
+    if index_dir.is_dir() and not any(index_dir.iterdir()):
+        index_dir.rmdir()
+    if not index_dir.exists():
+        os.rename(stage, index_dir)
+        return
+    old = index_dir.parent / f".{index_dir.name}.replaced-{os.getpid()}"
+    os.rename(index_dir, old)
+    os.rename(stage, index_dir)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _shards(path: Union[str, Path]) -> List[Path]:
+    """The shard folders of the sharded index ``path``, each checked to be its own."""
+    record = sh.read(path)
+    paths = sh.shard_paths(path, record)
+    for i, p in enumerate(paths):
+        if not p.is_dir():
+            from indexes.errors import IndexFormatError
+
+            raise IndexFormatError(f"{p}: shard {i} of {record['shards']} is missing")
+        sh.check_member(mf.read_manifest(p), record, i, p)
+    return paths
+
+
+def _present(paths: Sequence[Path], groups: Sequence[Sequence[str]]) -> List[str]:
+    """Those of each shard's ids its current generation holds."""
+    out: List[str] = []
+    for p, ids in zip(paths, groups):
+        if ids:
+            with Index.open(p, auto_refresh=False) as idx:
+                out += list(idx.docstore.get_many(ids))
+    return out
+
+
+def _sum(reports: Sequence[dict], report: Optional[dict]) -> None:
+    if report is None:
+        return
+    for r in reports:
+        for key, v in r.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                report[key] = report.get(key, 0) + v
+    report["shards_changed"] = len(reports)
+
+
+def write_documents(path: Union[str, Path], corpus, op: str = "add", threads: int = 2, empty: str = "error",
+                    quiet: bool = False, report: Optional[dict] = None, executor=None) -> None:
+    """:func:`retrieval.writer.add_documents` (``op="add"``) or ``update_documents`` (``"update"``),
+    each document in its own shard."""
+    paths = _shards(path)
+    docs = _read(corpus, empty)
+    parts = _split(docs, len(paths))
+    if op == "add":
+        there = _present(paths, [[d.docid for d in part] for part in parts])
+        if there:
+            raise InputError(f"{len(there)} document id(s) are already in the index (first: {there[0]!r}); use "
+                             "update to replace them; nothing was added", path)
+    fn = writer.add_documents if op == "add" else writer.update_documents
+    entries = [e for e in mf.read_manifest(paths[0]).get("subindexes", {}).values() if not e.get("alias_of")]
+    shared = _vectors(docs, [(kind_of(e), None, e) for e in entries], quiet, executor)
+    reports = []
+    for p, part in zip(paths, parts):
+        if part:
+            rep: Dict[str, Any] = {}
+            fn(p, part, threads=threads, empty=empty, quiet=quiet, report=rep, executor=executor,
+               precomputed=shared).close()
+            reports.append(rep)
+    _sum(reports, report)
+
+
+def delete_documents(path: Union[str, Path], docids: Iterable[str], quiet: bool = False, missing_ok: bool = False,
+                     report: Optional[dict] = None) -> None:
+    """:func:`retrieval.writer.delete_documents`, each id in its own shard."""
+    paths = _shards(path)
+    ids = list(dict.fromkeys(str(d) for d in docids))
+    if not ids:
+        raise InputError("no document ids to delete")
+    groups: List[List[str]] = [[] for _ in paths]
+    for d in ids:
+        groups[sh.shard_of(d, len(paths))].append(d)
+    have = set(_present(paths, groups))
+    missing = [d for d in ids if d not in have]
+    if missing and not missing_ok:
+        raise InputError(f"{len(missing)} of {len(ids)} document id(s) are not in the index (first: "
+                         f"{missing[0]!r}); nothing was deleted", path)
+    reports = []
+    for p, group in zip(paths, groups):
+        group = [d for d in group if d in have]
+        if group:
+            rep: Dict[str, Any] = {}
+            writer.delete_documents(p, group, quiet=quiet, report=rep).close()
+            reports.append(rep)
+    _sum(reports, report)
+    if report is not None:
+        report.update(asked=len(ids), deleted=len(ids) - len(missing), missing=len(missing))
+
+
+def compact(path: Union[str, Path], quiet: bool = False, report: Optional[dict] = None) -> None:
+    """:func:`retrieval.writer.compact` on every shard."""
+    done: List[str] = []
+    for p in _shards(path):
+        rep: Dict[str, Any] = {}
+        writer.compact(p, quiet=quiet, report=rep).close()
+        done += [f"{p.name}/{n}" for n in rep.get("compacted", [])]
+    if report is not None:
+        report.update(compacted=done)
+
+
+def check_sharded(path: Union[str, Path], full: bool = False, sample: int = 1000, strict: bool = False,
+                  seed: int = 0) -> Report:
+    """``retr check`` of every shard (problems and notes prefixed with the shard's folder), each
+    shard's record of the sharded index, and the routing invariant: every document of shard i
+    hashes to i."""
+    from indexes.errors import RetrError
+
+    rep = Report(str(path))
+    try:
+        record = sh.read(path)
+    except RetrError as e:
+        rep.problems.append(str(e))
+        return rep
+    n = record["shards"]
+    for i, p in enumerate(sh.shard_paths(path, record)):
+        if not p.is_dir():
+            rep.problems.append(f"{p.name}: shard {i} of {n} is missing")
+            continue
+        r = check_index(p, full=full, sample=sample, strict=strict, seed=seed)
+        rep.problems += [f"{p.name}: {x}" for x in r.problems]
+        rep.notes += [f"{p.name}: {x}" for x in r.notes]
+        rep.checked += [f"{p.name}: {x}" for x in r.checked]
+        rep.documents += r.documents
+        if r.problems:
+            continue
+        _check_shard(p, record, i, rep)
+    return rep
+
+
+def _check_shard(p: Path, record: dict, i: int, rep: Report) -> None:
+    from indexes.errors import RetrError
+
+    n = record["shards"]
+    try:
+        sh.check_member(mf.read_manifest(p), record, i, p)
+        with Index.open(p, auto_refresh=False) as idx:
+            wrong = [d for d, _m in idx.docstore.iter_meta() if sh.shard_of(d, n) != i]
+    except RetrError as e:
+        rep.problems.append(f"{p.name}: {e}")
+        return
+    if wrong:
+        rep.problems.append(f"{p.name}: {len(wrong)} document(s) belong to another shard by the routing hash "
+                            f"(first: {wrong[0]!r} belongs to shard {sh.shard_of(wrong[0], n)})")
+    else:
+        rep.checked.append(f"{p.name}: every document routes to shard {i} of {n}")

@@ -1,0 +1,228 @@
+"""Sharded indexes (issue #30): N folders searched as one give the single folder's runs, byte for
+byte (TREC text), for BM25 (global statistics through the Java helper), dense, and fused pipelines
+(the default confidence-weighted fusion reads BM25's query mass under the global statistics), with
+and without filters, and after additions, updates and deletions routed to the shards; writes keep
+every shard checkable; a damaged sharded folder is one error line. Real Lucene, faiss and MiniLM."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from indexes import sharded as sh
+from tests.conftest import run_retr
+
+PIPELINES = ["bm25", "dense", "bm25+dense", "bm25+dense:rrf(k=60)"]
+FILTERS = [None, {"shard": "odd"}, {"year": {"gte": 2000}}, {"docid": {"in": []}}]
+
+
+def _queries(corpus: Path) -> dict:
+    return {json.loads(l)["_id"]: json.loads(l)["text"] for l in open(corpus / "queries.jsonl", encoding="utf-8")}
+
+
+def _run_text(idx, queries, retriever, filter, k=50) -> str:
+    from retrieval.runs import write_run
+    import tempfile
+
+    res = idx.batch_search(queries, k=k, retriever=retriever, filter=filter)
+    with tempfile.TemporaryDirectory() as d:
+        write_run(res, Path(d) / "run", tag="t")
+        return (Path(d) / "run").read_text()
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory, meta_corpus):
+    """The 400 metadata passages as one folder and as two shards, both with BM25 and dense."""
+    import retrieval
+    from retrieval.dense.subindex import DenseSpec
+    from retrieval.sharded.write import build_sharded
+
+    base = tmp_path_factory.mktemp("sharded")
+    single = retrieval.build_index(meta_corpus, base / "single", subindexes={"dense": DenseSpec()}, quiet=True)
+    sharded = build_sharded(meta_corpus, base / "sharded", 2, subindexes={"dense": DenseSpec()}, quiet=True)
+    yield single, sharded, base
+    sharded.close()
+    single.close()
+
+
+def _same(single, sharded, queries, filters=FILTERS, pipelines=PIPELINES):
+    for retriever in pipelines:
+        for flt in filters:
+            a = _run_text(single, queries, retriever, flt)
+            b = _run_text(sharded, queries, retriever, flt)
+            assert a == b, (retriever, flt)
+            assert a or flt == {"docid": {"in": []}}
+
+
+def test_runs_equal_the_single_folder_s(pair, small_corpus):
+    single, sharded, base = pair
+    assert len(sharded) == len(single) == 400
+    counts = [s.count() for s in sharded.shards]
+    assert min(counts) > 100 and sum(counts) == 400       # both shards hold documents
+    _same(single, sharded, _queries(small_corpus))
+    q = next(iter(_queries(small_corpus).values()))
+    a, b = single.search(q, k=5), sharded.search(q, k=5)  # search() fetches texts from each hit's shard
+    assert [(h.docid, h.score, h.title, h.text, h.metadata) for h in a] == \
+        [(h.docid, h.score, h.title, h.text, h.metadata) for h in b]
+    ra = single.search(q, k=5, retriever="bm25+dense", ranks=True)
+    rb = sharded.search(q, k=5, retriever="bm25+dense", ranks=True)
+    assert [(h.docid, h.score, h.scores, h.ranks) for h in ra] == [(h.docid, h.score, h.scores, h.ranks) for h in rb]
+
+
+def test_bm25_parameters_apply_to_every_shard(pair, small_corpus):
+    single, sharded, _ = pair
+    qs = _queries(small_corpus)
+    try:
+        single.configure("bm25", k1=1.2, b=0.75)
+        sharded.configure("bm25", k1=1.2, b=0.75)
+        _same(single, sharded, qs, filters=[None, {"shard": "even"}], pipelines=["bm25"])
+        assert _run_text(single, qs, "bm25", None) != _run_text(single.__class__.open(single.path), qs, "bm25", None)
+    finally:
+        single.configure("bm25", k1=0.9, b=0.4)
+        sharded.configure("bm25", k1=0.9, b=0.4)
+
+
+def test_writes_route_to_shards_and_keep_the_runs_equal(pair, meta_corpus, small_corpus, tmp_path):
+    """Additions, updates and deletions through retr (the CLI) on both; every shard passes retr
+    check, each document lives in the shard its hash names, and the runs still agree."""
+    single, sharded, base = pair
+    new = tmp_path / "new.jsonl"
+    rows = [{"_id": f"n{i}", "title": f"added {i}", "text": f"vitamin d receptor study number {i} of cells",
+             "metadata": {"shard": "odd", "year": 2001}} for i in range(12)]
+    new.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    upd = tmp_path / "upd.jsonl"
+    upd.write_text(json.dumps({"_id": "n3", "title": "changed", "text": "stem cells and bone"}) + "\n", encoding="utf-8")
+    ids = [json.loads(l)["_id"] for l in open(meta_corpus / "corpus.jsonl", encoding="utf-8")][5:25]
+    for path in (single.path, sharded.path):
+        for args in (["add", "--corpus", new], ["update", "--corpus", upd], ["delete", *ids, "n5"]):
+            r = run_retr(args[0], "--index", path, *args[1:], "-q")
+            assert r.returncode == 0, r.stderr
+    r = run_retr("check", "--index", sharded.path, "--full")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "every document routes to shard 0 of 2" in r.stdout and "every document routes to shard 1 of 2" in r.stdout
+    single.refresh()
+    assert len(sharded) == len(single) == 400 + 12 - 21
+    for i, s in enumerate(sharded.shards):
+        for d, _m in s.index.docstore.iter_meta():
+            assert sh.shard_of(d, 2) == i
+    _same(single, sharded, _queries(small_corpus))
+    for path in (single.path, sharded.path):
+        assert run_retr("compact", "--index", path, "-q").returncode == 0
+    _same(single, sharded, _queries(small_corpus), filters=[None, {"shard": "odd"}])
+
+
+def test_check_finds_a_document_in_the_wrong_shard(tmp_path, small_corpus):
+    from retrieval import writer
+    from retrieval.sharded.write import build_sharded, check_sharded
+    from retrieval.types import Document
+
+    build_sharded(small_corpus, tmp_path / "S", 2, quiet=True).close()
+    assert check_sharded(tmp_path / "S").ok
+    stray = next(f"x{i}" for i in range(100) if sh.shard_of(f"x{i}", 2) == 1)
+    writer.add_documents(tmp_path / "S" / "shard-000", [Document(stray, "misplaced text")], quiet=True).close()
+    rep = check_sharded(tmp_path / "S")
+    assert not rep.ok and any(stray in p and "another shard" in p for p in rep.problems), rep.problems
+
+
+def test_cli_builds_and_searches_a_sharded_index(tmp_path, small_corpus):
+    out = tmp_path / "S"
+    r = run_retr("index", "--corpus", small_corpus, "--index", out, "--shards", "3", "-q")
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["shard-000", "shard-001", "shard-002", "shards.json"]
+    r = run_retr("index", "--corpus", small_corpus, "--index", tmp_path / "one", "-q")
+    assert r.returncode == 0, r.stderr
+    for where in (out, tmp_path / "one"):
+        r = run_retr("search", "--index", where, "--queries", small_corpus / "queries.jsonl", "--k", "100",
+                     "-o", where.with_suffix(".run"), "-q")
+        assert r.returncode == 0, r.stderr
+    assert out.with_suffix(".run").read_bytes() == (tmp_path / "one").with_suffix(".run").read_bytes()
+    r = run_retr("search", "--index", out, "cancer cells", "--k", "3")
+    assert r.returncode == 0 and r.stdout.count("\n") >= 3, r.stderr
+    r = run_retr("info", "--index", out)
+    assert r.returncode == 0 and "3 shards" in r.stdout and "400" in r.stdout
+
+
+def _one_line(r):
+    assert r.returncode != 0
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith("retr: error:") and "Traceback" not in r.stderr, r.stderr
+    return lines[0]
+
+
+def test_a_damaged_sharded_folder_is_one_error_line(tmp_path, small_corpus):
+    from retrieval.sharded.write import build_sharded
+
+    a, b = tmp_path / "A", tmp_path / "B"
+    build_sharded(small_corpus, a, 2, quiet=True).close()
+    build_sharded(small_corpus, b, 2, quiet=True).close()
+    search = lambda: run_retr("search", "--index", a, "cancer", "--k", "3")  # noqa: E731
+    assert search().returncode == 0
+    # a shard folder from another sharded index
+    shutil.move(a / "shard-001", tmp_path / "kept")
+    shutil.copytree(b / "shard-001", a / "shard-001")
+    assert "a shard of another sharded index" in _one_line(search())
+    # a shard folder missing
+    shutil.rmtree(a / "shard-001")
+    assert "shard 1 of 2 is missing" in _one_line(search())
+    shutil.move(tmp_path / "kept", a / "shard-001")
+    assert search().returncode == 0
+    # shards swapped: each records its own position
+    shutil.move(a / "shard-000", tmp_path / "x")
+    shutil.move(a / "shard-001", a / "shard-000")
+    shutil.move(tmp_path / "x", a / "shard-001")
+    assert "lists it as shard" in _one_line(search())
+    shutil.move(a / "shard-000", tmp_path / "x")
+    shutil.move(a / "shard-001", a / "shard-000")
+    shutil.move(tmp_path / "x", a / "shard-001")
+    good = json.loads((a / "shards.json").read_text())
+    tampered = [dict(good, folders=["shard-000", "../B/shard-001"]), dict(good, shards=3),
+                dict(good, folders=["shard-000", "shard-000"]), dict(good, id="x"), dict(good, shards=True),
+                dict(good, routing="python-hash"), [1, 2], dict(good, format_version=99)]
+    for bad in tampered:
+        (a / "shards.json").write_text(json.dumps(bad))
+        line = _one_line(search())
+        assert "shards.json" in line, line
+    (a / "shards.json").write_text("{not json")
+    assert "unreadable sharded manifest" in _one_line(search())
+    (a / "shards.json").write_text(json.dumps(good))
+    assert run_retr("check", "--index", a).returncode == 0
+    assert "no document ids" not in _one_line(run_retr("delete", "--index", a, "nope-not-there"))
+    (a / "shard-001").rename(tmp_path / "gone")
+    r = run_retr("check", "--index", a)
+    assert r.returncode == 1 and "shard 1 of 2 is missing" in r.stdout
+
+
+def test_routing_is_a_documented_hash():
+    import hashlib
+
+    for d in ["0", "abc", "ünïcødé", "x" * 300]:
+        h = int.from_bytes(hashlib.blake2b(d.encode("utf-8"), digest_size=8).digest(), "big")
+        assert sh.shard_of(d, 7) == h % 7
+    counts = [0] * 4
+    for i in range(4000):
+        counts[sh.shard_of(str(i), 4)] += 1
+    assert min(counts) > 850
+
+
+def test_merge_rounds_ties_as_the_java_helper(small_index, small_corpus):
+    """One folder's raw scores (ShardView, its own statistics) through merge.merge_lists("anserini")
+    give exactly what its search returns after HitSearcher.adjustTies: rounding, runs of ties, order.
+    Short queries at k=400 put many equal scores in a row."""
+    from indexes.lucene import LuceneIndex
+    from indexes.lucene_shard import ShardView
+    from retrieval.sharded.merge import merge_lists
+
+    lx = LuceneIndex(small_index.path / small_index.manifest["subindexes"]["bm25"]["path"])
+    texts = list(_queries(small_corpus).values())[:40] + ["cell", "the cancer", "protein", "a b c risk"]
+    qids = [str(i) for i in range(len(texts))]
+    want = lx.batch_search(texts, qids, 400)
+    raw = ShardView(lx, None).batch_search(texts, qids, 400)
+    ties = 0
+    for q in qids:
+        assert merge_lists("anserini", [raw[q]], 400) == want[q]
+        assert [d for d, _ in raw[q]] == [d for d, _ in want[q]]
+        ties += sum(1 for (_, a), (_, b) in zip(want[q], want[q][1:]) if abs(a - b) < 2e-4)
+    assert ties > 50
+    lx.close()
