@@ -3,7 +3,9 @@
 Every fenced ```python block of README.md is one test, run in README order, each in its own Python
 process whose working directory stands in for a reader's: a small SciFact slice with metadata as
 ``corpus.jsonl``, ``NEW_DOCS.jsonl`` (ten more passages), ``queries.jsonl``, ``qrels/train.tsv``, a
-BM25 + dense index folder ``IDX`` built from it, a ``token`` file and, for the serving examples, a real
+BM25 + dense index folder ``IDX`` built from it, a ``token`` file; for a block that names ``"MODEL"``,
+a DeepCT model trained there in seconds (``retr train deepct --base splade-tiny``, 2 epochs: the
+README's placeholder for "a trained DeepCT model"); and for the serving examples, a real
 ``retr serve --index sf=IDX`` on a free loopback port (the README's ``127.0.0.1:8080`` is replaced by
 that port; nothing else in a block is changed). Blocks share the folder, so a block sees what the
 ones before it wrote, as a reader following the README would. A block with top-level ``await``
@@ -112,14 +114,30 @@ def served(workdir):
         holder["s"].stop()
 
 
+@pytest.fixture(scope="module")
+def deepct_model(workdir):
+    """``MODEL``: a tiny DeepCT trained on the folder's training qrels, made when a block needs it."""
+    from tests.conftest import run_retr
+
+    def make():
+        if not (workdir / "MODEL").exists():
+            r = run_retr("train", "deepct", "--corpus", "corpus.jsonl", "--queries", "queries.jsonl", "--qrels",
+                         "qrels/train.tsv", "--output", "MODEL", "--base", "splade-tiny", "--epochs", "2",
+                         "--lr", "1e-3", "--max-length", "64", "--dev-fraction", "0.2", "--quiet", cwd=workdir)
+            assert r.returncode == 0, r.stderr
+    return make
+
+
 def test_the_readme_has_python_blocks():
     assert BLOCKS, f"no ```python blocks in {README}"
 
 
 @pytest.mark.parametrize("line,code,reason", BLOCKS, ids=[f"line{b[0]}" for b in BLOCKS])
-def test_readme_block_runs(line, code, reason, workdir, served, tmp_path):
+def test_readme_block_runs(line, code, reason, workdir, served, deepct_model, tmp_path):
     if reason is not None:
         pytest.skip(f"README line {line}: {reason}")
+    if '"MODEL"' in code:
+        deepct_model()
     if PORT in code:
         code = code.replace(PORT, served().url.split("://", 1)[1])
     block = tmp_path / f"readme_line{line}.py"
