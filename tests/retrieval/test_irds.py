@@ -28,7 +28,13 @@ def lay_out_cache(home: Path, beir: Path, corpus_lines=None) -> Path:
         z.writestr("scifact/corpus.jsonl", corpus)
         z.writestr("scifact/queries.jsonl", (beir / "queries.jsonl").read_text(encoding="utf-8"))
         z.writestr("scifact/qrels/test.tsv", (beir / "qrels" / "test.tsv").read_text(encoding="utf-8"))
+        z.writestr("scifact/qrels/train.tsv", train_qrels(beir))
     return home
+
+
+def train_qrels(beir: Path) -> str:
+    """A 'train' split for the fixture: the first 30 judgments of its test qrels (tuning refuses test qrels)."""
+    return "".join((beir / "qrels" / "test.tsv").read_text(encoding="utf-8").splitlines(True)[:31])
 
 
 class Proxy:
@@ -145,6 +151,25 @@ def test_index_search_and_eval_by_name_equal_those_from_the_files(irds_home, sma
         return json.loads(r.stdout)["runs"][0]["means"]
 
     assert means("irds:beir/scifact/test") == means(small_corpus / "qrels" / "test.tsv")
+
+    other = tmp_path / "other.trec"  # a second system, so that the report shows queries it gains and loses on
+    r = run_retr("search", "--index", small_index.path, "--queries", small_corpus / "queries.jsonl", "-o", other,
+                 "--k", "100", "--k1", "0.3", "--b", "0.1", "-q")
+    assert r.returncode == 0, r.stderr
+
+    def report(qrels, queries):
+        html = tmp_path / "report.html"
+        r = run_retr("eval", "report", "--qrels", qrels, from_files, other, "--queries", queries, "--resamples", "100",
+                     "-o", html)
+        assert r.returncode == 0, r.stderr
+        return html.read_text(encoding="utf-8")
+
+    page = report("irds:beir/scifact/test", "irds:beir/scifact/test")
+    assert page == report("irds:beir/scifact/test", small_corpus / "queries.jsonl")
+    assert page.replace("irds:beir/scifact/test", "test.tsv") == report(small_corpus / "qrels" / "test.tsv",
+                                                                         small_corpus / "queries.jsonl")
+    texts = [json.loads(line)["text"] for line in (small_corpus / "queries.jsonl").read_text().splitlines()]
+    assert sum(t[:40] in page for t in texts) >= 2
     assert offline_env.hits == 0
 
 
@@ -168,6 +193,26 @@ def test_the_cache_ir_datasets_leaves_works_without_the_zip(irds_home, tmp_path,
     assert json.loads((tmp_path / "B" / "manifest.json").read_text())["corpus"]["doc_count"] == 400
     r = run_retr("eval", "--qrels", "irds:beir/scifact/test", run, "--json")
     assert r.returncode == 0, r.stderr
+    assert offline_env.hits == 0
+
+
+def test_tuning_reads_its_queries_and_qrels_by_name(irds_home, small_corpus, small_dense_index, tmp_path,
+                                                    monkeypatch, offline_env):
+    monkeypatch.setenv("IR_DATASETS_HOME", str(irds_home))
+    (tmp_path / "train.tsv").write_text(train_qrels(small_corpus), encoding="utf-8")
+
+    def tune(queries, qrels):
+        r = run_retr("tune", "--index", small_dense_index.path, "--queries", queries, "--qrels", qrels, "--depth", "50",
+                     "--dry-run", "-q")
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    by_name = tune("irds:beir/scifact/train", "irds:beir/scifact/train")
+    assert by_name.startswith("best bm25+dense") and by_name == tune(small_corpus / "queries.jsonl",
+                                                                      tmp_path / "train.tsv")
+    line = _one_error_line(run_retr("tune", "--index", small_dense_index.path, "--queries", "irds:beir/scifact/test",
+                                    "--qrels", "irds:beir/scifact/test", "--dry-run"))
+    assert "irds:beir/scifact/test: refusing to tune on what looks like test qrels" in line
     assert offline_env.hits == 0
 
 
