@@ -15,6 +15,7 @@ import click
 from cli import params
 
 DEFAULT_NAME = "evaluate"
+FORMATS = ("table", "csv", "tsv", "json")
 # --qrels: a file, or a collection's judgments by name (irds:beir/scifact/test, dmerit:PATH)
 _QRELS = params.NamedOrPath(click.Path(exists=True, dir_okay=False))
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -122,10 +123,11 @@ def _table(results: dict[str, dict[str, float]]) -> str:
 
 @click.group("eval", cls=EvalGroup, context_settings=CONTEXT, invoke_without_command=False)
 def eval_cmd():
-    """Evaluate TREC runs against qrels (TREC or BEIR, .gz ok) with trec_eval-exact measures named
-    the ir_measures way: nDCG@10, RR@10, AP, AP@100, R@100, P@10, Success@k, Judged@10, Bpref, infAP,
-    Rprec. Add rel=N for one measure (AP(rel=2)) and a prime or judged_only=True for the condensed list
-    (nDCG'@10). Or run a subcommand."""
+    """Evaluate TREC runs against qrels (TREC or BEIR, .gz ok) with any measure of ir_measures, computed by
+    its providers (trec_eval's through pytrec_eval, so trec_eval-exact): nDCG@10, RR@10, AP, AP@100, R@100,
+    P@10, Success@k, Judged@10, Bpref, infAP, Rprec, ERR@20, IPrec@0.5, SetP, SetR, SetF(beta=2.0), NumQ,
+    NumRet, NumRel, NumRelRet... Add rel=N for one measure (AP(rel=2)) and a prime or judged_only=True for
+    the condensed list (nDCG'@10). Or run a subcommand."""
 
 
 @eval_cmd.command(DEFAULT_NAME, cls=_DefaultCommand, hidden=True, context_settings=CONTEXT)
@@ -134,9 +136,12 @@ def eval_cmd():
 @click.option("-m", "--measure", "measures", multiple=True,
               help="Measure (repeatable, or comma-separated) [default: nDCG@10 RR@10 AP R@100 P@10 Judged@10].")
 @click.option("--per-query", is_flag=True, help="Also print every query's values (then 'all').")
-@click.option("--json", "as_json", is_flag=True,
-              help='JSON: {"measures": [...], "runs": [{"name", "path", "means": {measure: mean}, "queries": N '
-                   '(averaged over), "per_query" (with --per-query)}]}, one entry per RUN given.')
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
+              help='table (aligned) [default]; csv or tsv: columns run, query, then the measures in the order given, '
+                   'one row per run (query "all": its means) and, with --per-query, one per query before it; json: '
+                   '{"measures": [...], "runs": [{"name", "path", "means": {measure: mean}, "queries": N (averaged '
+                   'over), "per_query" (with --per-query)}]}, one entry per RUN given.')
+@click.option("--json", "as_json", is_flag=True, help="The same as --format json.")
 @click.option("--rel-threshold", "-l", type=int, default=None,
               help="Minimum grade that binary measures count relevant (trec_eval -l; TREC DL: 2) [default: 1].")
 @click.option("--judged-only", "-J", is_flag=True, help="Condensed lists: drop unjudged documents (trec_eval -J).")
@@ -144,11 +149,14 @@ def eval_cmd():
               help="Average over all judged queries; a query missing from the run scores 0 (trec_eval -c).")
 @click.option("--max-docs", "-M", type=click.IntRange(min=1), default=None,
               help="Evaluate only each query's top N documents (trec_eval -M).")
-def _evaluate_cmd(qrels, runs, measures, per_query, as_json, rel_threshold, judged_only, complete, max_docs):
+def _evaluate_cmd(qrels, runs, measures, per_query, fmt, as_json, rel_threshold, judged_only, complete, max_docs):
     """Evaluate RUN files against --qrels."""
     from eval.io import read_qrels
     from eval.measures import DEFAULT_MEASURES, Evaluator
 
+    if as_json and fmt not in (None, "json"):
+        raise click.UsageError(f"--json is --format json; it cannot go with --format {fmt}")
+    fmt = "json" if as_json else fmt or "table"
     judged = read_qrels(qrels)
     evaluator = Evaluator(judged, _measures(measures) or list(DEFAULT_MEASURES), rel_threshold=rel_threshold,
                           judged_only=judged_only, complete=complete, max_docs=max_docs)
@@ -162,8 +170,10 @@ def _evaluate_cmd(qrels, runs, measures, per_query, as_json, rel_threshold, judg
         results[name] = {**table, "all": means} if per_query else means
         records.append({"name": name, "path": str(path), "means": means, "queries": len(table),
                         **({"per_query": table} if per_query else {})})
-    if as_json:  # one shape whatever the number of runs
+    if fmt == "json":  # one shape whatever the number of runs
         click.echo(json.dumps({"measures": list(evaluator.measures), "runs": records}, indent=1))
+    elif fmt in ("csv", "tsv"):
+        _write_delimited(records, list(evaluator.measures), "," if fmt == "csv" else "\t")
     elif per_query:
         from eval.tables import fmt_value, format_table
         head = ["run", "query", *evaluator.measures]
@@ -172,6 +182,21 @@ def _evaluate_cmd(qrels, runs, measures, per_query, as_json, rel_threshold, judg
         click.echo(format_table(head, rows))
     else:
         click.echo(_table(results))
+
+
+def _write_delimited(records: list[dict], measures: list[str], delimiter: str) -> None:
+    """CSV or TSV (the csv module's quoting): run, query, measures; a run's queries (when kept), then its means
+    as query "all"; values at full precision."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    out = csv.writer(buf, delimiter=delimiter, lineterminator="\n")
+    out.writerow(["run", "query", *measures])
+    for rec in records:
+        rows = [*rec.get("per_query", {}).items(), ("all", rec["means"])]
+        out.writerows([rec["name"], q, *(repr(float(values[m])) for m in measures)] for q, values in rows)
+    click.echo(buf.getvalue(), nl=False)
 
 
 @eval_cmd.command("partial", context_settings=CONTEXT)
@@ -219,12 +244,14 @@ def partial_cmd(qrels, runs, measures, budgets, seeds, rel_threshold, drop_nonre
 
 
 def format_partial(result: dict) -> str:
-    """Aligned table: one row per budget; Kendall's tau / swapped pairs / flipped share per measure."""
-    from eval.partial import partial_table
+    """The systems under the full judgments (the reference), then one row per budget after the full
+    judgments' own: Kendall's tau / swapped pairs / flipped share per measure."""
+    from eval.partial import full_table, partial_table
     from eval.tables import format_table
 
     head, rows, note = partial_table(result)
-    return format_table(head, rows) + "\n" + note
+    return ("Under the full judgments (the reference):\n" + format_table(*full_table(result)) + "\n\n"
+            + format_table(head, rows) + "\n" + note)
 
 
 @eval_cmd.command("significance", context_settings=CONTEXT)

@@ -1,4 +1,5 @@
-"""retr's standalone evaluator: trec_eval-exact ranking measures (wrapping pytrec_eval), condensed lists
+"""retr's standalone evaluator: ir_measures' measures through its providers (trec_eval's, exact, through
+pytrec_eval), condensed lists
 for unjudged documents, partial-annotation analysis and significance tests. Imports nothing else of retr."""
 from .errors import EvalError
 from .frames import qrels_frame, read_qrels_frame, read_run_frame, run_frame, write_qrels_frame, write_run_frame

@@ -1,9 +1,11 @@
-"""Measure names (ir_measures style) and evaluation of a run, by wrapping pytrec_eval (trec_eval 9.x).
+"""Measure names (ir_measures') and evaluation of a run, through ir_measures' providers.
 
-Every value comes from pytrec_eval's C implementation of trec_eval, so it equals trec_eval's.
-pytrec_eval lacks a few things, which are derived here from its outputs (and say so below):
-``RR@k`` (trec_eval's recip_rank has no cut-off), ``Judged@k`` (not in trec_eval), trec_eval's ``-c``
-(average over all judged queries) and ``-M`` (depth limit).
+Every value is computed by the provider ir_measures picks for the measure: pytrec_eval (trec_eval 9.x's C
+code) for the trec_eval measures, so they equal trec_eval's, and ir_measures' own providers for the rest
+(``RR@k`` msmarco, ``Judged@k`` judged, ``ERR@k`` gdeval, ...). What is written here: the measures'
+names (retr's, trec_eval's and ir_measures'), trec_eval's order of tied scores for the providers that
+order a run otherwise, trec_eval's ``-J`` (condensed lists), ``-c`` (average over all judged queries)
+and ``-M`` (depth limit), none of which ir_measures has, and what a provider falls short of (below).
 """
 from __future__ import annotations
 
@@ -12,13 +14,14 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+import ir_measures
 import numpy as np
-import pytrec_eval
 
 from .errors import EvalError
 from .io import as_qrels, as_run, ranked
 
-# family -> (cut-off: "optional" | "required" | "none", binary: uses a relevance threshold)
+# retr's own families, family -> (cut-off: "optional" | "required" | "none", binary: uses a relevance
+# threshold). Any other ir_measures measure (ERR@k, IPrec@r, SetF, NumQ, Compat, ...) goes by its own name.
 FAMILIES: dict[str, tuple[str, bool]] = {
     "nDCG": ("optional", False), "RR": ("optional", True), "AP": ("optional", True),
     "P": ("optional", True), "R": ("optional", True), "Success": ("required", True),
@@ -40,15 +43,19 @@ DEFAULT_MEASURES = ("nDCG@10", "RR@10", "AP", "R@100", "P@10", "Judged@10")
 @dataclass(frozen=True)
 class Measure:
     """A parsed measure. ``rel`` overrides the run-wide relevance threshold for binary measures;
-    ``judged_only`` selects the condensed list (unjudged documents dropped first, trec_eval ``-J``)."""
+    ``judged_only`` selects the condensed list (unjudged documents dropped first, trec_eval ``-J``);
+    ``params`` holds any other ir_measures parameter as (name, value) pairs (``p`` of RBP, ``beta`` of
+    SetF, ``recall`` of IPrec, ``dcg`` or ``gains`` of nDCG)."""
     name: str
     cutoff: int | None = None
     rel: int | None = None
     judged_only: bool = False
+    params: tuple = ()
 
     def __str__(self) -> str:
         params = [f"rel={self.rel}"] if self.rel is not None else []
         params += ["judged_only=True"] if self.judged_only else []
+        params += [f"{k}={v!r}" for k, v in self.params]
         text = self.name + (f"({','.join(params)})" if params else "")
         return text + (f"@{self.cutoff}" if self.cutoff is not None else "")
 
@@ -83,12 +90,13 @@ def split_measures(measures) -> list:
 
 def parse_measure(text: str | Measure) -> Measure:
     """Parse ``nDCG@10``, ``AP(rel=2)@100``, ``nDCG(judged_only=True)@10``, ``nDCG'@10`` (condensed,
-    nDCG-prime) or a trec_eval name (``ndcg_cut.10``, ``map``, ``P_10``...); an ir_measures
-    measure object (``ir_measures.nDCG@10``) is read through its name."""
+    nDCG-prime), a trec_eval name (``ndcg_cut.10``, ``map``, ``P_10``...) or any measure of ir_measures
+    (``ERR@20``, ``IPrec@0.5``, ``SetF(beta=2.0)``, ``NumQ``, ``nDCG(dcg='exp-log2')@10``...); an
+    ir_measures measure object (``ir_measures.nDCG@10``) is taken as it is."""
     if isinstance(text, Measure):
         return text
     if _is_irm(text):
-        text = str(text)
+        return _from_ir(text, str(text))
     if not isinstance(text, str):
         raise EvalError(f"a measure is a name such as nDCG@10 or an ir_measures measure, got {type(text).__name__}")
     s = text.strip()
@@ -99,8 +107,7 @@ def parse_measure(text: str | Measure) -> Measure:
         return Measure(_TREC_PLAIN[s.lower()])
     m = _IRM.match(s)
     if not m or m.group(1).lower() not in _ALIASES:
-        raise EvalError(f"unknown measure {text!r} (known: {', '.join(FAMILIES)}; e.g. nDCG@10, AP(rel=2), "
-                        "RR@10, nDCG'@10 for the condensed list)")
+        return _parse_ir(s, text)
     rel, judged_only = None, bool(m.group(2))
     for param in filter(None, (p.strip() for p in (m.group(3) or "").split(","))):
         key, _, value = (x.strip() for x in param.partition("="))
@@ -108,78 +115,121 @@ def parse_measure(text: str | Measure) -> Measure:
             rel = int(value)
         elif key == "judged_only" and value in ("True", "False", "true", "false", "1", "0"):
             judged_only = value in ("True", "true", "1")
-        else:
-            raise EvalError(f"measure {text!r}: unknown parameter {param!r} (use rel=N or judged_only=True)")
+        else:  # another of ir_measures' parameters (nDCG's dcg=, ...): ir_measures reads the whole name
+            return _parse_ir(s, text)
+    name = _ALIASES[m.group(1).lower()]
+    if name == "NumRet" and rel is not None:  # ir_measures' NumRet(rel=N) is trec_eval's num_rel_ret
+        name = "NumRelRet"
     cutoff = int(m.group(4)) if m.group(4) else None
-    return _check(Measure(_ALIASES[m.group(1).lower()], cutoff, rel, judged_only), text)
+    return _check(Measure(name, cutoff, rel, judged_only), text)
+
+
+def _parse_ir(s: str, text: str) -> Measure:
+    """A name outside retr's own syntax, read by ir_measures' parser (a prime after the name still asks
+    for the condensed list)."""
+    name = re.match(r"[^\s(@']*", s).group(0)
+    prime = s[len(name):].startswith("'")
+    body = _ALIASES.get(name.lower(), name) + s[len(name) + prime:]
+    try:
+        obj = ir_measures.parse_measure(body)
+    except Exception:  # ir_measures' parser raises NameError, ValueError, SyntaxError... on what it cannot read
+        raise EvalError(f"unknown measure {text!r} (retr's: {', '.join(FAMILIES)}, e.g. nDCG@10, AP(rel=2), RR@10, "
+                        "nDCG'@10 for the condensed list; or any of ir_measures', e.g. ERR@20, IPrec@0.5, "
+                        "SetF(beta=2.0), NumQ)") from None
+    return _from_ir(obj, text, prime)
+
+
+def _from_ir(obj, text: str, judged_only: bool = False) -> Measure:
+    """An ir_measures measure object as a Measure (its parameters checked by ir_measures)."""
+    spec = ir_measures.measures.registry.get(obj.NAME)
+    unknown = set(obj.params) - set(spec.SUPPORTED_PARAMS) if spec is not None else set()
+    if spec is None:
+        raise EvalError(f"measure {text!r}: not a measure ir_measures knows")
+    if unknown:
+        raise EvalError(f"measure {text!r}: unknown parameter {', '.join(sorted(unknown))} ({obj.NAME} takes "
+                        f"{', '.join(spec.SUPPORTED_PARAMS) or 'none'})")
+    try:
+        obj.validate_params()
+    except (AssertionError, ValueError, TypeError) as exc:
+        raise EvalError(f"measure {text!r}: {exc}") from None
+    params = dict(obj.params)
+    cutoff, rel = params.pop("cutoff", None), params.pop("rel", None)
+    judged_only = bool(params.pop("judged_only", False)) or judged_only
+    name = "NumRelRet" if obj.NAME == "NumRet" and rel is not None else obj.NAME
+    return _check(Measure(name, cutoff, rel, judged_only, tuple(sorted(params.items()))), text)
 
 
 def _check(measure: Measure, text: str) -> Measure:
-    kind, binary = FAMILIES[measure.name]
-    if kind == "required" and measure.cutoff is None:
-        raise EvalError(f"measure {text!r} needs a cut-off, e.g. {measure.name}@10")
-    if kind == "none" and measure.cutoff is not None:
-        raise EvalError(f"measure {text!r} takes no cut-off")
+    if measure.name in FAMILIES:
+        kind, binary = FAMILIES[measure.name]
+        if kind == "required" and measure.cutoff is None:
+            raise EvalError(f"measure {text!r} needs a cut-off, e.g. {measure.name}@10")
+        if kind == "none" and measure.cutoff is not None:
+            raise EvalError(f"measure {text!r} takes no cut-off")
+        if measure.rel is not None and not binary:
+            raise EvalError(f"measure {text!r}: rel= does not apply ({measure.name} uses graded gains or no relevance)")
     if measure.cutoff is not None and measure.cutoff < 1:
         raise EvalError(f"measure {text!r}: the cut-off must be >= 1")
-    if measure.rel is not None and not binary:
-        raise EvalError(f"measure {text!r}: rel= does not apply ({measure.name} uses graded gains or no relevance)")
     return measure
 
 
-def _requests(m: Measure) -> list[tuple[str, str]]:
-    """(pytrec_eval request, result key) pairs that measure ``m`` is computed from."""
-    k = m.cutoff
-    if m.name == "Judged":  # computed by _judged, not pytrec_eval
-        return []
-    if m.name == "RR":
-        return [("recip_rank", "recip_rank")] + ([(f"success.{k}", f"success_{k}")] if k else [])
-    cut = {"nDCG": "ndcg_cut", "AP": "map_cut", "P": "P", "R": "recall", "Success": "success"}
-    plain = {"nDCG": "ndcg", "AP": "map", "P": "set_P", "R": "set_recall", "Bpref": "bpref", "infAP": "infAP",
-             "Rprec": "Rprec", "NumRet": "num_ret", "NumRel": "num_rel", "NumRelRet": "num_rel_ret"}
-    if k is not None:
-        return [(f"{cut[m.name]}.{k}", f"{cut[m.name]}_{k}")]
-    return [(plain[m.name], plain[m.name])]
+def _ir(m: Measure, level: int):
+    """The ir_measures object that computes ``m`` at run-wide threshold ``level`` (applied to every
+    measure with a ``rel`` parameter that does not set its own). The condensed list is not a parameter
+    here: the Evaluator condenses the run itself, for every measure alike (see Evaluator)."""
+    name, params = m.name, dict(m.params)
+    if name in ("P", "R") and m.cutoff is None:  # retr's (and trec_eval's) P and R without cut-off: set_P, set_recall
+        name = {"P": "SetP", "R": "SetR"}[name]
+    if name == "NumRelRet":
+        name, params["rel"] = "NumRet", level if m.rel is None else m.rel
+    elif name != "NumRet" and "rel" in ir_measures.measures.registry[name].SUPPORTED_PARAMS:
+        params["rel"] = level if m.rel is None else m.rel
+    if m.cutoff is not None:
+        params["cutoff"] = m.cutoff
+    return ir_measures.measures.registry[name](**params)
 
 
-def _value(m: Measure, r: Mapping[str, float]) -> float:
-    if m.name == "RR" and m.cutoff:
-        # Hand-written: trec_eval's recip_rank has no cut-off. The first relevant document is within
-        # the top k exactly when success@k is 1, so RR@k = recip_rank * success@k.
-        return r["recip_rank"] if r[f"success_{m.cutoff}"] > 0 else 0.0
-    return r[_requests(m)[0][1]]
+# ir_measures' providers, in the order its DefaultPipeline tries them; those that read a run in an
+# order of their own (ties by docid ascending, or in Perl) get it ranked the trec_eval way (see Evaluator).
+_PROVIDERS = ir_measures.DefaultPipeline.providers
+_TOP_K = {"judged", "msmarco", "gdeval"}  # whose measures read only the top k (the run is cut there for them)
+_DIVERSITY = {m.NAME for m in ir_measures.providers.registry["pyndeval"].SUPPORTED_MEASURES}
+_GDEVAL_MAX_GRADE = 4  # gdeval.pl refuses a qrels file with a higher grade
 
 
-def _judged(qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Mapping[str, float]], qids: list[str],
-            cutoff: int | None, condensed: bool) -> dict[str, float]:
-    """Judged@k per query. Hand-written: trec_eval has no judgment rate. Like ir_measures we divide by
-    min(k, documents retrieved); unlike ir_measures, ties are ordered as trec_eval orders them (score
-    descending, then docid descending), so the top k is the same set the other measures see."""
-    out = {}
-    for q in qids:
-        docs, judged = run[q], qrels[q]
-        hits = [(docs[d], d) for d in judged if d in docs]
-        n = len(docs)
-        if condensed:  # the condensed list holds judged documents only
-            out[q] = 1.0 if hits else 0.0
-        elif cutoff is None or n <= cutoff:
-            out[q] = len(hits) / n
-        elif not hits:
-            out[q] = 0.0
-        else:  # the k-th largest score; judged documents above it are in, those tied with it by docid
-            scores = np.fromiter(docs.values(), dtype=float, count=n)
-            kth = np.partition(scores, n - cutoff)[n - cutoff]
-            inside = sum(1 for s, _ in hits if s > kth)
-            if any(s == kth for s, _ in hits):
-                slots = cutoff - int((scores > kth).sum())
-                tied = set(sorted((d for d, s in docs.items() if s == kth), reverse=True)[:slots])
-                inside += sum(1 for s, d in hits if s == kth and d in tied)
-            out[q] = inside / cutoff
-    return out
+def _provider(ir, text: str):
+    """The first installed provider of ir_measures' pipeline that computes ``ir``; else one EvalError."""
+    would = []
+    for provider in _PROVIDERS:
+        if provider.supports(ir):
+            if provider.is_available():
+                return provider
+            would.append(provider)
+    if ir.NAME in _DIVERSITY:
+        raise EvalError(f"measure {text!r} is a diversity measure: it needs subtopic qrels (a grade per query, "
+                        "subtopic and document) and ir_measures' pyndeval; retr's qrels hold one grade per document")
+    hint = ", ".join(f"{p.NAME} ({p.install_instructions()})" if p.install_instructions() else p.NAME for p in would)
+    raise EvalError(f"measure {text!r}: no measure provider installed here computes {ir}"
+                    + (f"; ir_measures would use {hint}" if hint else ""))
+
+
+def _top(docs: Mapping[str, float], k: int | None) -> dict[str, float]:
+    """The top ``k`` documents (all with ``k`` None) in trec_eval's order (score descending, ties by docid
+    descending), rescored k, k-1, ..., 1 so that a provider which breaks ties otherwise (ir_measures' Python
+    providers order ties by docid ascending) sees the ranking trec_eval and pytrec_eval see."""
+    n = len(docs)
+    if k is None or n <= k:
+        order = ranked(docs)
+    else:  # the k-th largest score; everything above it and the ties at it, then sorted
+        scores = np.fromiter(docs.values(), dtype=float, count=n)
+        names = list(docs)
+        inside = np.flatnonzero(scores >= np.partition(scores, n - k)[n - k])
+        order = ranked({names[i]: scores[i] for i in inside})[:k]
+    return {d: float(len(order) - i) for i, (d, _) in enumerate(order)}
 
 
 def _truncate(run: Mapping[str, Mapping[str, float]], depth: int) -> dict[str, dict[str, float]]:
-    # Hand-written: pytrec_eval has no equivalent of trec_eval -M (evaluate only the top `depth`).
+    # Hand-written: ir_measures has no equivalent of trec_eval -M (evaluate only the top `depth`).
     return {q: dict(ranked(docs)[:depth]) if len(docs) > depth else dict(docs) for q, docs in run.items()}
 
 
@@ -201,17 +251,63 @@ class Evaluator:
             raise EvalError("max_docs must be >= 1")
         qrels = as_qrels(qrels)
         self.qrels, self.complete, self.max_docs = qrels, complete, max_docs
-        level = 1 if rel_threshold is None else rel_threshold
-        groups: dict[tuple[int, bool], set[str]] = {}
-        self._plan: list[tuple[str, Measure, tuple[int, bool]]] = []
+        self.level = level = 1 if rel_threshold is None else rel_threshold
+        # (text, measure, ir_measures object, group: (provider name, condensed) or None where computed here)
+        self._plan: list[tuple[str, Measure, object, tuple[str, bool] | None]] = []
+        groups: dict[tuple[str, bool], dict[str, object]] = {}
         for text, m in self.measures.items():
-            key = (m.rel if m.rel is not None else level, m.judged_only or judged_only)
-            if m.name != "Judged":
-                groups.setdefault(key, set()).update(req for req, _ in _requests(m))
-            self._plan.append((text, m, key))
-        self._evaluators = {key: pytrec_eval.RelevanceEvaluator(qrels, requests, relevance_level=key[0],
-                                                                judged_docs_only_flag=key[1])
-                            for key, requests in groups.items()}
+            ir = _ir(m, level)
+            if ir.NAME == "NumRel" and ir.params["rel"] != 1:
+                # Counted here: ir_measures' pytrec_eval provider takes NumRel at rel=1 only (it holds that
+                # pytrec_eval ignores the threshold there; pytrec_eval 0.5 does not), and no other provider has it.
+                self._plan.append((text, m, ir, None))
+                continue
+            key = (_provider(ir, text).NAME, m.judged_only or judged_only)
+            groups.setdefault(key, {})[str(ir)] = ir
+            self._plan.append((text, m, ir, key))
+        # The providers other than pytrec_eval see queries numbered 0, 1, ... (gdeval.pl takes numeric ids only).
+        self._ids = {q: str(i) for i, q in enumerate(q for q in qrels if qrels[q])}
+        self._qids = {i: q for q, i in self._ids.items()}
+        numbered = {i: qrels[q] for q, i in self._ids.items()}
+        self._groups = {key: self._group(key, list(irs.values()), numbered) for key, irs in groups.items()}
+
+    def _group(self, key: tuple[str, bool], irs: list, numbered: Mapping[str, Mapping[str, int]]):
+        """(provider's evaluator, whether it reads the run as given, depth it reads) for measures ``irs``."""
+        provider = ir_measures.providers.registry[key[0]]
+        if key[0] == "pytrec_eval":  # pytrec_eval orders ties as trec_eval does: the run as it is
+            return provider.evaluator(irs, self.qrels), True, None
+        if key[0] == "gdeval":
+            top = max((g for docs in numbered.values() for g in docs.values()), default=0)
+            if top > _GDEVAL_MAX_GRADE:
+                raise EvalError(f"{', '.join(map(str, irs))}: ir_measures computes these with gdeval, which takes "
+                                f"grades up to {_GDEVAL_MAX_GRADE}; the qrels hold grade {top}")
+        cutoffs = [ir.params.get("cutoff") for ir in irs]
+        depth = max(cutoffs) if key[0] in _TOP_K and None not in cutoffs else None
+        return provider.evaluator(irs, numbered), False, depth
+
+    def _values(self, key: tuple[str, bool], run: Mapping[str, Mapping[str, float]], qids: list[str]) -> dict:
+        """{str(ir_measures object): {qid: value}} of one provider's measures over ``qids``."""
+        evaluator, as_given, depth = self._groups[key]
+        qrels = self.qrels
+        if key[1]:  # Hand-written: trec_eval -J (drop unjudged documents), for every measure, which
+            # ir_measures offers as judged_only on some measures only (not NumRet, Bpref, RR@k, Judged...).
+            docs = {q: {d: s for d, s in run[q].items() if d in qrels[q]} for q in qids}
+        else:
+            docs = {q: run[q] for q in qids}
+        if as_given:
+            given = docs
+        else:  # a query left without documents is not given: ir_measures scores it 0 for these measures
+            given = {self._ids[q]: _top(d, depth) for q, d in docs.items() if d}
+        out: dict[str, dict[str, float]] = {}
+        qid_of = (lambda q: q) if as_given else self._qids.get
+        try:
+            for metric in evaluator.iter_calc(given):
+                out.setdefault(str(metric.measure), {})[qid_of(metric.query_id)] = metric.value
+        except Exception as exc:  # a provider's own failure (gdeval's Perl, a division by zero...): one line
+            names = ", ".join(t for t, _, _, k in self._plan if k == key)
+            raise EvalError(f"{names}: ir_measures' {key[0]} provider failed on this run "
+                            f"({type(exc).__name__}: {str(exc).strip() or 'no message'})") from None
+        return out
 
     def evaluate(self, run: Mapping[str, Mapping[str, float]], per_query: bool = False) -> dict:
         """{measure: mean}, or with ``per_query`` {qid: {measure: value}}. ``run`` in any form
@@ -220,23 +316,22 @@ class Evaluator:
         run = as_run(run)
         if self.max_docs is not None:
             run = _truncate(run, self.max_docs)
-        # trec_eval cannot see a query without result lines; pytrec_eval would score it, so drop it.
-        run = {q: docs for q, docs in run.items() if docs}
-        qids = sorted(q for q in run if qrels.get(q))
-        results = {key: ev.evaluate(run) if qids else {} for key, ev in self._evaluators.items()}
+        # trec_eval cannot see a query without result lines; ir_measures would score it, so it is left out.
+        qids = sorted(q for q, docs in run.items() if docs and qrels.get(q))
+        values = {key: self._values(key, run, qids) for key in self._groups} if qids else {}
         columns = {}
-        for text, m, key in self._plan:
-            if m.name == "Judged":
-                values = _judged(qrels, run, qids, m.cutoff, key[1])
-                columns[text] = [values[q] for q in qids]
+        for text, m, ir, key in self._plan:
+            if key is None:  # NumRel at a threshold other than 1
+                rel = ir.params["rel"]
+                columns[text] = [float(sum(g >= rel for g in qrels[q].values())) for q in qids]
             else:
-                columns[text] = [_value(m, results[key][q]) for q in qids]
+                columns[text] = [float(values[key][str(ir)][q]) for q in qids]
         table = {q: {text: columns[text][i] for text in columns} for i, q in enumerate(qids)}
         if self.complete:
             for q in qrels.keys() - table.keys():
                 if qrels[q]:  # trec_eval -c: a query without results scores 0 (NumRel still counts judgments)
-                    table[q] = {text: float(sum(g >= key[0] for g in qrels[q].values())) if m.name == "NumRel"
-                                else 0.0 for text, m, key in self._plan}
+                    table[q] = {text: float(sum(g >= ir.params["rel"] for g in qrels[q].values()))
+                                if ir.NAME == "NumRel" else 0.0 for text, m, ir, key in self._plan}
             table = dict(sorted(table.items()))
         return table if per_query else aggregate(table, self.measures)
 
@@ -272,9 +367,14 @@ def aggregate(table: Mapping[str, Mapping[str, float]], measures: Mapping[str, M
     out: dict[str, float] = {}
     for text in names:
         values = [row[text] for row in table.values()]
-        is_count = (measures[text] if measures else parse_measure(text)).name.startswith("Num")
+        is_count = _sums(measures[text] if measures else parse_measure(text))
         out[text] = float(math.fsum(values)) if is_count else (math.fsum(values) / len(values) if values else 0.0)
     return out
+
+
+def _sums(m: Measure) -> bool:
+    """Whether the measure's mean is a sum (NumRet, NumRel, NumQ...), as ir_measures aggregates it."""
+    return isinstance(_ir(m, 1).aggregator(), ir_measures.SumAgg)
 
 
 def evaluate_runs(qrels: Mapping[str, Mapping[str, int]], runs: Mapping[str, Mapping[str, Mapping[str, float]]],

@@ -133,7 +133,12 @@ def analyse_partial(qrels: Mapping[str, Mapping[str, int]], runs: Mapping[str, M
            "rel_threshold": threshold, "keep_nonrel": keep_nonrel, "seeds": seeds, "alpha": alpha,
            "correction": correction or "none", "measures": measures,
            "full": {v: dict(zip(names, full[v].mean(axis=1).tolist())) for v in all_measures},
-           "budgets": []}
+           "reference": {}, "budgets": []}
+    for m, vs in variants.items():  # the full judgments themselves, each variant against the reference
+        for v in vs:
+            tau, swapped, flipped = _compare(*reference[m], full[v].mean(axis=1),
+                                             pairwise_conclusions(full[v], alpha, correction))
+            out["reference"][v] = {"tau": tau, "swapped": swapped, "flipped": flipped}
     bar = tqdm(total=len(budgets) * seeds, desc="partial annotation", disable=quiet, unit="sample")
     for budget in budgets:
         rows = {v: {"tau": [], "swapped": [], "flipped": [], "means": []} for v in all_measures}
@@ -169,9 +174,24 @@ def partial_table(result: Mapping) -> tuple[list[str], list[list[str]], str]:
     pairs / flipped share per measure) for an ``analyse_partial`` result; the HTML report shows the same."""
     variants = list(result["budgets"][0]["results"])
     head = ["budget", "kept/q"] + [f"{v} {s}" for v in variants for s in ("tau", "swap", "flip")]
-    rows = [[b["label"], f"{b['kept_per_query']:.1f}"] +
+    ref = result.get("reference")  # absent from results saved before the reference row was added
+    rows = [["full", f"{result['relevant_per_query']:.1f}"] +
+            [x for v in variants for x in (f"{ref[v]['tau']:.3f}", f"{ref[v]['swapped']:.1f}",
+                                           f"{ref[v]['flipped']:.2f}")]] if ref else []
+    rows += [[b["label"], f"{b['kept_per_query']:.1f}"] +
             [x for v in variants for x in (f"{b['results'][v]['tau_mean']:.3f}", f"{b['results'][v]['swapped_mean']:.1f}",
                                            f"{b['results'][v]['flipped_mean']:.2f}")] for b in result["budgets"]]
     note = (f"{len(result['systems'])} systems, {result['queries']} queries, {result['relevant_per_query']:.1f} "
-            f"relevant/query, {result['seeds']} seeds; tau/swap/flip vs the standard measure on the full qrels")
+            f"relevant/query, {result['seeds']} seeds; tau/swap/flip vs the standard measure on the full qrels"
+            + ("; the first row is the full qrels themselves" if ref else ""))
     return head, rows, note
+
+
+def full_table(result: Mapping) -> tuple[list[str], list[list[str]]]:
+    """Head and cells of the systems' scores under the full judgments (the reference of ``partial_table``):
+    one row per system, ranked by the first standard measure, with its rank."""
+    variants = list(result["full"])
+    first = result["measures"][0] if result.get("measures") else variants[0]
+    order = sorted(result["systems"], key=lambda n: -result["full"][first][n])
+    head = ["system", "rank"] + variants
+    return head, [[n, str(i)] + [f"{result['full'][v][n]:.4f}" for v in variants] for i, n in enumerate(order, 1)]

@@ -1,6 +1,7 @@
 """Paired significance tests over per-query scores: t-test, randomization test, Holm correction,
-bootstrap confidence intervals and TOST equivalence. Tests come from scipy.stats; only Holm's step-down
-correction and the TOST wrapper are hand-written (scipy has neither)."""
+bootstrap confidence intervals and TOST equivalence. The tests and intervals come from scipy.stats, Holm's
+correction and TOST from statsmodels (``multipletests``, ``ttost_paired``); what is written here are the
+cases those libraries leave undefined (no variance, no comparison at all)."""
 from __future__ import annotations
 
 import math
@@ -8,6 +9,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 from scipy import stats
+from statsmodels.stats.multitest import multipletests
+from statsmodels.stats.weightstats import ttost_paired
 
 from .errors import EvalError
 from .tables import format_table
@@ -50,15 +53,11 @@ def randomization_test(a: Sequence[float], b: Sequence[float], n_resamples: int 
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:
-    """Holm-Bonferroni adjusted p-values, in input order. Hand-written: scipy.stats only offers the
-    Benjamini-Hochberg/Yekutieli FDR procedures (false_discovery_control)."""
+    """Holm-Bonferroni adjusted p-values, in input order (statsmodels' ``multipletests(method="holm")``)."""
     p = np.asarray(pvalues, dtype=float)
-    m = len(p)
-    order = np.argsort(p, kind="stable")
-    adjusted = np.maximum.accumulate((m - np.arange(m)) * p[order]).clip(max=1.0)
-    out = np.empty(m)
-    out[order] = adjusted
-    return out.tolist()
+    if not len(p):  # multipletests has nothing to adjust and fails on an empty list
+        return []
+    return multipletests(p, method="holm")[1].tolist()
 
 
 def bootstrap_ci(a: Sequence[float], b: Sequence[float] | None = None, confidence: float = 0.95,
@@ -81,17 +80,16 @@ def bootstrap_ci(a: Sequence[float], b: Sequence[float] | None = None, confidenc
 
 
 def tost(a: Sequence[float], b: Sequence[float], margin: float) -> float:
-    """p-value of the paired TOST equivalence test: H0 is |mean(a - b)| >= margin (an absolute margin
-    in the measure's units, e.g. 0.01 nDCG@10). p < alpha means a and b are equivalent within the margin.
-    Hand-written as the larger of two one-sided scipy.stats.ttest_1samp p-values."""
+    """p-value of the paired TOST equivalence test (statsmodels' ``ttost_paired`` with bounds -margin,
+    +margin): H0 is |mean(a - b)| >= margin (an absolute margin in the measure's units, e.g. 0.01 nDCG@10).
+    p < alpha means a and b are equivalent within the margin."""
     if margin <= 0:
         raise EvalError(f"equivalence margin must be > 0, got {margin}")
-    d = np.subtract(*_pair(a, b))
-    if _constant(d):  # no variance: decided by the mean alone
+    x, y = _pair(a, b)
+    d = x - y
+    if _constant(d):  # no variance: ttost_paired's t statistics are undefined (nan), decided by the mean alone
         return 0.0 if abs(d.mean()) < margin else 1.0
-    lower = stats.ttest_1samp(d, -margin, alternative="greater").pvalue
-    upper = stats.ttest_1samp(d, margin, alternative="less").pvalue
-    return float(max(lower, upper))
+    return float(ttost_paired(x, y, -margin, margin)[0])
 
 
 def compare(scores: Mapping[str, Mapping[str, float]], baseline: str, test: str = "t", alpha: float = 0.05,

@@ -124,3 +124,63 @@ def test_subcommands(files, tmp_path):
                   "--budget", "1", "--seeds", "2", "-q", "--plot", tmp_path / "p.png"])
     assert res.exit_code == 0, res.output
     assert "keep 1" in res.output and (tmp_path / "p.png").exists()
+
+
+# --- issue #29: --format, and partial's reference row
+
+def test_format_csv_tsv_json_table(files):
+    import csv
+    import io
+
+    args = ["--qrels", files / "qrels.txt", files / "one.trec", files / "two.trec", "-m", "nDCG@10,ERR@2", "-m", "SetP"]
+    qrels = E.read_qrels(files / "qrels.txt")
+    for fmt, delimiter in (("csv", ","), ("tsv", "\t")):
+        res = invoke(args + ["--format", fmt])
+        assert res.exit_code == 0, res.output
+        rows = list(csv.reader(io.StringIO(res.stdout), delimiter=delimiter))
+        assert rows[0] == ["run", "query", "nDCG@10", "ERR@2", "SetP"]
+        assert [r[:2] for r in rows[1:]] == [["one.trec", "all"], ["two.trec", "all"]]
+        want = E.evaluate(qrels, E.read_run(files / "two.trec"), ["nDCG@10", "ERR@2", "SetP"])
+        assert [float(x) for x in rows[2][2:]] == list(want.values())  # full precision
+        res = invoke(args + ["--format", fmt, "--per-query"])
+        rows = list(csv.reader(io.StringIO(res.stdout), delimiter=delimiter))
+        assert [r[:2] for r in rows[1:]] == [["one.trec", "q1"], ["one.trec", "q2"], ["one.trec", "all"],
+                                             ["two.trec", "q1"], ["two.trec", "q2"], ["two.trec", "q3"],
+                                             ["two.trec", "all"]]
+    as_json = invoke(args + ["--format", "json"])
+    assert as_json.stdout == invoke(args + ["--json"]).stdout == invoke(args + ["--json", "--format", "json"]).stdout
+    assert set(json.loads(as_json.stdout)) == {"measures", "runs"}
+    assert invoke(args + ["--format", "table"]).stdout == invoke(args).stdout
+
+
+def test_bad_format_and_measures_are_one_line(files, capsys):
+    from cli.main import main
+
+    base = ["eval", "--qrels", str(files / "qrels.txt"), str(files / "one.trec")]
+    for extra, message in ((["--format", "xml"], "Invalid value for '--format': 'xml' is not one of 'table', 'csv', "
+                                                "'tsv', 'json'"),
+                           (["--format", "csv", "--json"], "--json is --format json; it cannot go with --format csv"),
+                           (["-m", "alpha_nDCG@10"], "'alpha_nDCG@10' is a diversity measure: it needs subtopic qrels"),
+                           (["-m", "nDCG@10,Nope@3"], "unknown measure 'Nope@3'")):
+        assert main(base + extra) == 2
+        out = capsys.readouterr()
+        assert out.out == "" and out.err.startswith("retr: error: ") and message in out.err, out.err
+        assert out.err.count("\n") == 1
+
+
+def test_partial_shows_the_full_judgments(files):
+    res = invoke(["partial", "--qrels", files / "qrels.txt", "--run", files / "one.trec", "--run", files / "two.trec",
+                  "--budget", "1", "--seeds", "2", "-q", "-m", "AP"])
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    assert lines[0] == "Under the full judgments (the reference):"
+    assert lines[1].split() == ["system", "rank", "AP", "AP'"]
+    qrels = E.read_qrels(files / "qrels.txt")
+    full = {n: E.evaluate(qrels, E.read_run(files / n), ["AP"], complete=True)["AP"] for n in ("one.trec", "two.trec")}
+    ranked_names = sorted(full, key=lambda n: -full[n])
+    assert [line.split()[:3] for line in lines[2:4]] == [[n, str(i), f"{full[n]:.4f}"]
+                                                        for i, n in enumerate(ranked_names, 1)]
+    table = lines[lines.index("") + 1:]
+    assert table[0].split()[:2] == ["budget", "kept/q"]
+    assert table[1].split()[:5] == ["full", "1.3", "1.000", "0.0", "0.00"]  # 4 relevant documents, 3 queries
+    assert table[2].split()[:2] == ["keep", "1"] and table[-1].endswith("the first row is the full qrels themselves")

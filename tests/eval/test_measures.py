@@ -269,3 +269,72 @@ def test_ir_measures_objects_and_comma_lists():
         assert got[str(m)] == pytest.approx(theirs[m])
     assert E.evaluate(qrels, run, ir_measures.nDCG@10) == {"nDCG@10": got["nDCG@10"]}
     assert E.parse_measure(ir_measures.AP(rel=2)) == E.Measure("AP", rel=2)
+
+
+# --- issue #29: ir_measures' whole vocabulary, computed by its providers
+
+IR_VOCABULARY = ["ERR@20", "IPrec@0.5", "SetF(beta=2.0)", "SetP", "SetR", "SetAP", "NumQ", "NumRet", "NumRel",
+                 "NumRet(rel=2)", "Rprec", "Bpref", "infAP(rel=2)", "P@10", "P(rel=2)@5", "RR(rel=2)@10", "RR",
+                 "Judged@10", "nDCG(dcg='exp-log2')@10", "Compat(p=0.8)", "Success@5", "AP(rel=2)@100", "R@100",
+                 "nDCG@10"]
+
+
+@pytest.mark.parametrize("system", ["BM25", "D_BERT_KD_TASB"])
+def test_ir_measures_vocabulary_equals_ir_measures(msmarco, system):
+    """Every measure the installed providers compute, by name and as objects, equals ir_measures' own
+    calc_aggregate (over the queries both hold: ir_measures scores a query the run lacks 0)."""
+    qrels = E.read_qrels(msmarco / "qrels" / "dl19.tsv")
+    run = E.read_run(msmarco / "runs" / f"{system}.dl19.top100.trec")
+    objects = [ir_measures.parse_measure(m) for m in IR_VOCABULARY]
+    theirs = ir_measures.calc_aggregate(objects, {q: d for q, d in qrels.items() if q in run}, run)
+    by_name, by_object = E.evaluate(qrels, run, IR_VOCABULARY), E.evaluate(qrels, run, objects)
+    assert list(by_object) == [str(m) for m in objects]
+    for name, m in zip(IR_VOCABULARY, objects):
+        assert by_name[name] == by_object[str(m)] == pytest.approx(theirs[m], abs=1e-12), name
+    assert by_name["NumQ"] == len(run) and 0 < by_name["NumRet(rel=2)"] < by_name["NumRet"]
+
+
+def test_ir_measures_names_with_retr_conventions():
+    """The run-wide threshold reaches every measure with a rel parameter; a prime condenses any measure;
+    P and R without a cut-off stay trec_eval's set_P and set_recall."""
+    qrels, run = random_case(8)
+    ours = E.evaluate(qrels, run, ["SetP", "P", "SetR", "R", "IPrec@0.3", "SetF(beta=1.0)", "NumRelRet", "NumQ",
+                                   "RR'@5", "Judged'@10"], rel_threshold=2, per_query=True)
+    ref = pytrec(qrels, run, ["set_P", "set_recall", "iprec_at_recall_0.30", "set_F", "num_rel_ret"], level=2)
+    condensed = {q: {d: s for d, s in docs.items() if d in qrels[q]} for q, docs in run.items() if q in qrels}
+    rr = E.evaluate(qrels, condensed, ["RR@5"], rel_threshold=2, per_query=True)
+    for q, row in ours.items():
+        assert row["SetP"] == row["P"] == pytest.approx(ref[q]["set_P"]) and row["SetR"] == row["R"]
+        assert row["R"] == pytest.approx(ref[q]["set_recall"]) and row["NumQ"] == 1.0
+        assert row["IPrec@0.3"] == pytest.approx(ref[q]["iprec_at_recall_0.30"])
+        assert row["SetF(beta=1.0)"] == pytest.approx(ref[q]["set_F"]) and row["NumRelRet"] == ref[q]["num_rel_ret"]
+        assert row["RR'@5"] == rr[q]["RR@5"] and row["Judged'@10"] == (1.0 if condensed[q] else 0.0)
+
+
+def test_err_follows_trec_eval_order_of_ties_and_any_query_ids():
+    """gdeval.pl takes numeric query ids and orders ties its own way: neither shows."""
+    qrels = {"topic-a": {"d1": 2, "d3": 1}, "topic-b": {"x": 4}}
+    run = {"topic-a": {"d1": 1.0, "d2": 1.0, "d3": 1.0}, "topic-b": {"x": 0.5, "y": 0.7}}  # trec_eval: d3, d2, d1
+    row = E.evaluate(qrels, run, ["ERR@2", "ERR@3"], per_query=True)
+    r1, r2 = (2**1 - 1) / 16, (2**2 - 1) / 16  # gdeval's ERR: gain (2^g - 1) / 2^4, stop probability
+    assert row["topic-a"]["ERR@2"] == pytest.approx(r1)
+    assert row["topic-a"]["ERR@3"] == pytest.approx(r1 + (1 - r1) * r2 / 3, abs=1e-5)  # gdeval prints 5 decimals
+    assert row["topic-b"]["ERR@2"] == pytest.approx((2**4 - 1) / 16 / 2)
+    with pytest.raises(EvalError, match="grades up to 4; the qrels hold grade 5"):
+        E.evaluate({"1": {"a": 5}}, {"1": {"a": 1.0}}, ["ERR@10"])
+
+
+@pytest.mark.parametrize("name, message", [
+    ("alpha_nDCG@10", "'alpha_nDCG@10' is a diversity measure: it needs subtopic qrels"),
+    ("α_nDCG(alpha=0.5)@20", "diversity measure: it needs subtopic qrels"),
+    ("ERR_IA@10", "diversity measure"),
+    ("RBP(p=0.5)", "'RBP(p=0.5)': no measure provider installed here computes RBP(p=0.5,rel=1); ir_measures would "
+                   "use cwl_eval"),
+    ("nDCG@ten", "unknown measure 'nDCG@ten'"),
+    ("Foo@3", "unknown measure 'Foo@3'"),
+    ("SetF(beta=2)", "measure 'SetF(beta=2)': invalid param beta=2"),
+    ("ERR(rel=2)@10", "measure 'ERR(rel=2)@10': unknown parameter rel (ERR takes cutoff)"),
+])
+def test_measures_no_provider_here_computes_are_one_error(name, message):
+    with pytest.raises(EvalError, match=re.escape(message)):
+        E.evaluate({"1": {"a": 1}}, {"1": {"a": 1.0}}, [name])

@@ -74,3 +74,32 @@ def test_swaps_and_flips_on_made_up_systems():
     assert res["full"]["AP"]["s2"] > res["full"]["AP"]["s1"] > res["full"]["AP"]["s0"]
     with pytest.raises(EvalError):
         analyse_partial(QRELS, {"s0": runs["s0"]})
+
+
+def test_reference_row_is_the_full_judgments(msmarco):
+    """issue #29: the table starts with the full qrels themselves: the standard measure is the reference
+    (tau 1, nothing swapped or flipped), its condensed variant is compared with it as any budget's is."""
+    from eval.partial import full_table, partial_table
+    from eval.significance import pairwise_conclusions
+
+    qrels = E.read_qrels(msmarco / "qrels" / "dl19.tsv")
+    names = ["BM25", "BM25_RM3", "D_BERT_KD_TASB", "SPLADE_P_P_ENSEMBLE_DISTIL"]
+    runs = {n: E.read_run(msmarco / "runs" / f"{n}.dl19.top100.trec") for n in names}
+    res = analyse_partial(qrels, runs, measures=["nDCG@10"], budgets=[Budget("count", 1)], seeds=2, rel_threshold=2)
+    assert res["reference"]["nDCG@10"] == {"tau": 1.0, "swapped": 0, "flipped": 0.0}
+    judged = {q: d for q, d in qrels.items() if any(g >= 2 for g in d.values())}
+    ev = E.Evaluator(judged, ["nDCG@10", "nDCG'@10"], rel_threshold=2, complete=True)
+    tables = [ev.evaluate(runs[n], per_query=True) for n in names]
+    mats = {m: np.array([[t[q][m] for q in sorted(judged)] for t in tables]) for m in ("nDCG@10", "nDCG'@10")}
+    std, cond = mats["nDCG@10"].mean(axis=1), mats["nDCG'@10"].mean(axis=1)
+    flipped = np.mean(pairwise_conclusions(mats["nDCG@10"]) != pairwise_conclusions(mats["nDCG'@10"]))
+    swapped = sum((std[i] - std[j]) * (cond[i] - cond[j]) < 0 for i in range(4) for j in range(i + 1, 4))
+    assert res["reference"]["nDCG'@10"] == {"tau": pytest.approx(stats.kendalltau(std, cond).statistic),
+                                            "swapped": swapped, "flipped": pytest.approx(flipped)}
+    head, rows, note = partial_table(res)
+    assert rows[0][0] == "full" and rows[1][0] == "keep 1" and rows[0][2:5] == ["1.000", "0.0", "0.00"]
+    head, rows = full_table(res)
+    assert head == ["system", "rank", "nDCG@10", "nDCG'@10"]
+    assert [r[0] for r in rows] == sorted(names, key=lambda n: -res["full"]["nDCG@10"][n])
+    old = {k: v for k, v in res.items() if k != "reference"}  # a result saved before the reference row: no row
+    assert [r[0] for r in partial_table(old)[1]] == ["keep 1"]

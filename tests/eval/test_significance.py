@@ -79,3 +79,47 @@ def test_compare_table_marks_significance():
 def test_pairwise_conclusions():
     conc = pairwise_conclusions(np.array([A, B, C]))
     assert conc.tolist() == [-1, 0, 1]
+
+
+# --- issue #29: Holm and TOST through statsmodels, with the numbers of the hand-written versions they replaced
+
+def test_holm_and_tost_are_statsmodels():
+    from statsmodels.stats.multitest import multipletests
+    from statsmodels.stats.weightstats import ttost_paired
+
+    p = [0.01, 0.04, 0.03, 0.005, 0.5]
+    assert holm(p) == multipletests(p, method="holm")[1].tolist()
+    assert holm([]) == []
+    assert tost(C, A, margin=0.02) == ttost_paired(C, A, -0.02, 0.02)[0]
+
+
+def test_statsmodels_equals_the_hand_written_numbers_on_trec_dl(msmarco):
+    """The recorded numbers came from the hand-written Holm and TOST (see the file's "about")."""
+    import json
+    from pathlib import Path
+
+    import eval as E
+
+    recorded = json.loads((Path(__file__).parent / "data" / "significance_hand_written.json").read_text())["cases"]
+    names = ["BM25", "BM25_RM3", "D_BERT_KD_TASB", "SPLADE_P_P_ENSEMBLE_DISTIL"]
+    pairs = list(itertools.combinations(range(len(names)), 2))
+    for case, want in recorded.items():
+        year, measure = case.split(" ", 1)
+        qrels = E.read_qrels(msmarco / "qrels" / f"{year}.tsv")
+        ev = E.Evaluator(qrels, [measure], complete=True)
+        tables = {n: ev.evaluate(E.read_run(msmarco / "runs" / f"{n}.{year}.top100.trec"), per_query=True)
+                  for n in names}
+        scores = {n: {q: row[measure] for q, row in t.items()} for n, t in tables.items()}
+        qids = sorted(scores["BM25"])
+        mat = np.array([[scores[n][q] for q in qids] for n in names])
+        p = [paired_ttest(mat[i], mat[j]) for i, j in pairs]
+        assert p == pytest.approx(want["p"], abs=1e-12), case
+        assert holm(p) == pytest.approx(want["holm"], abs=1e-12), case
+        for margin, values in want["tost"].items():
+            assert [tost(mat[i], mat[j], float(margin)) for i, j in pairs] == pytest.approx(values, abs=1e-12), case
+        assert pairwise_conclusions(mat, 0.05, "holm").tolist() == want["conclusions_holm"], case
+        rows = compare(scores, "BM25", margin=0.05, n_resamples=1000)
+        for row, old in zip(rows, want["compare"], strict=True):
+            assert row["system"] == old["system"]
+            for key in ("p", "p_holm", "tost_p"):
+                assert (key in row) == (key in old) and row.get(key) == pytest.approx(old.get(key), abs=1e-12), case
