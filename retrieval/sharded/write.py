@@ -43,11 +43,12 @@ def _split(docs: Iterable[Document], n: int) -> List[List[Document]]:
 
 def build_sharded(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[str, Path], shards: int, *,
                   subindexes: Optional[Mapping[str, Any]] = None, threads: int = 2, overwrite: bool = False,
-                  empty: str = "error", quiet: bool = False, executor=None):
+                  empty: str = "error", quiet: bool = False, executor=None, precomputed: Optional[dict] = None):
     """Build a sharded index: ``shards`` ordinary folders (each :func:`retrieval.writer.build_index`
     of the documents routed to it, with the same ``subindexes``) and the sharded manifest, staged
     beside ``index_dir`` and moved into place when every shard is built. Returns the opened
-    :class:`retrieval.sharded.index.ShardedIndex`."""
+    :class:`retrieval.sharded.index.ShardedIndex`. ``precomputed``: vectors already made for the
+    documents (``BuildContext.precomputed``), else a model's kind makes them once for every shard."""
     from retrieval.sharded.index import ShardedIndex
 
     index_dir = Path(index_dir)
@@ -63,7 +64,8 @@ def build_sharded(corpus: Union[str, Path, Iterable[Document]], index_dir: Union
     shutil.rmtree(stage, ignore_errors=True)
     stage.mkdir(parents=True)
     try:
-        shared = _vectors(docs, [(kind_of_spec(s), s, None) for s in (subindexes or {}).values()], quiet, executor)
+        shared = precomputed or _vectors(docs, [(kind_of_spec(s), s, None) for s in (subindexes or {}).values()],
+                                         quiet, executor)
         for i, part in enumerate(parts):
             where = stage / record["folders"][i]
             writer.build_index(part, where, subindexes=subindexes, threads=threads, empty=empty, quiet=quiet,

@@ -1,0 +1,238 @@
+"""Sharded indexes (#30), in-process: are N shards searched as one the single folder, byte for byte,
+and what does the DFS round cost?
+
+- equality: SciFact and NFCorpus, each as one folder and as 2, 4, 8 shards (BM25 + MiniLM dense;
+  the dense vectors encoded once and given to every build, as build_sharded does itself), runs of
+  BM25, dense and bm25+dense (the default confidence-weighted fusion) at k=100 over the test queries,
+  unfiltered and with two docid filters (30% of the documents: the path one folder cuts from its
+  unfiltered ranking; 5%: the filtered search), compared as TREC text; then 50 held-out documents
+  added, 50 deleted and 10 updated in every index, and compared again;
+- synthetic: the 100k-passage synthetic corpus (benchmarks.common.synthetic_corpus), BM25 only;
+- cost: per query in one process, the sharded search against the single folder's (ratios in one run),
+  with the DFS statistics round's share.
+
+Results go to benchmarks/results/sharded.{json,md} by section (:func:`write_section`); the Ray Serve
+part of #30 adds its own sections to the same files through it.
+
+    python benchmarks/bench_sharded.py [--collections scifact nfcorpus] [--shards 2 4 8] [--synthetic 100000]
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import RESULTS, WORK, by_name, machine, md_table, synthetic_corpus  # noqa: E402
+
+STEM = "sharded"
+ORDER = ["equality-scifact", "equality-nfcorpus", "synthetic", "cost"]  # this script's, before others (serve's)
+
+
+def write_section(name: str, data: dict, markdown: str) -> None:
+    """Put one section into benchmarks/results/sharded.json (replacing a section of that name) and
+    write sharded.md again from every section: this script's in ORDER, then others (Ray Serve's) as added."""
+    path = RESULTS / f"{STEM}.json"
+    doc = json.loads(path.read_text()) if path.exists() else {"sections": {}}
+    doc["sections"][name] = {"data": data, "markdown": markdown.rstrip() + "\n", "machine": machine()}
+    names = [n for n in ORDER if n in doc["sections"]] + [n for n in doc["sections"] if n not in ORDER]
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+    md = ["# Sharded indexes (#30)", "",
+          "Written by `benchmarks/bench_sharded.py` (and the sections other scripts add through its "
+          "`write_section`). Each section says what it measured and on what machine.", ""]
+    md += [doc["sections"][n]["markdown"] for n in names]
+    (RESULTS / f"{STEM}.md").write_text("\n".join(md))
+    print(f"wrote section {name!r} of {path}")
+
+
+def _run_bytes(idx, queries, retriever, flt, k) -> str:
+    from retrieval.runs import write_run
+
+    res = idx.batch_search(queries, k=k, retriever=retriever, filter=flt)
+    with tempfile.TemporaryDirectory() as d:
+        write_run(res, Path(d) / "run", tag="t")
+        return (Path(d) / "run").read_text()
+
+
+def _compare(single, shards: dict, queries, pipelines, filters, k) -> list:
+    """Rows: (pipeline, filter name, shards, identical?, lines differing, lines)."""
+    rows = []
+    for retriever in pipelines:
+        for fname, flt in filters.items():
+            want = _run_bytes(single, queries, retriever, flt, k)
+            for n, idx in shards.items():
+                got = _run_bytes(idx, queries, retriever, flt, k)
+                a, b = want.splitlines(), got.splitlines()
+                diff = sum(1 for x, y in zip(a, b) if x != y) + abs(len(a) - len(b))
+                rows.append([retriever, fname, n, want == got, diff, len(a),
+                             hashlib.sha256(got.encode()).hexdigest()[:12]])
+    return rows
+
+
+def _filters(ids, seed=0) -> dict:
+    rng = random.Random(seed)
+    return {"none": None, "docid 30%": {"docid": {"in": rng.sample(ids, int(0.3 * len(ids)))}},
+            "docid 5%": {"docid": {"in": rng.sample(ids, max(1, int(0.05 * len(ids))))}}}
+
+
+def _change(single, paths, held, base, seed=0):
+    """The same additions, deletions and updates in the single folder and every sharded index."""
+    from retrieval import writer
+    from retrieval.sharded import write as sw
+    from retrieval.types import Document
+
+    rng = random.Random(seed)
+    gone = [d.docid for d in rng.sample(base, 50)]
+    keep = [d for d in base if d.docid not in set(gone)]
+    upd = [Document(d.docid, d.text + " updated passage text", d.title, d.metadata) for d in rng.sample(keep, 10)]
+    writer.add_documents(single.path, held, quiet=True).close()
+    writer.delete_documents(single.path, gone, quiet=True).close()
+    writer.update_documents(single.path, upd, quiet=True).close()
+    for p in paths:
+        sw.write_documents(p, held, "add", quiet=True)
+        sw.delete_documents(p, gone, quiet=True)
+        sw.write_documents(p, upd, "update", quiet=True)
+    single.refresh()
+
+
+def equality(col, shard_counts, k=100) -> dict:
+    import retrieval
+    from retrieval.collections import read_corpus
+    from retrieval.dense.subindex import DenseSpec
+    from retrieval.kinds import get_kind
+    from retrieval.sharded.index import ShardedIndex
+    from retrieval.sharded.write import build_sharded
+
+    work = WORK / "sharded" / col.name
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    docs = list(read_corpus(col.corpus, empty="skip"))
+    base, held = docs[:-50], docs[-50:]
+    spec = {"dense": DenseSpec()}
+    t0 = time.perf_counter()
+    pre = get_kind("dense").shard_vectors(base, spec=spec["dense"], quiet=True)
+    encode_s = time.perf_counter() - t0
+    single = retrieval.build_index(base, work / "single", subindexes=spec, quiet=True, precomputed=pre)
+    shards = {n: build_sharded(base, work / f"s{n}", n, subindexes=spec, quiet=True, precomputed=pre)
+              for n in shard_counts}
+    qs = {q.qid: q.text for q in col.queries()}
+    pipelines = ["bm25", "dense", "bm25+dense"]
+    filters = _filters([d.docid for d in base])
+    before = _compare(single, shards, qs, pipelines, filters, k)
+    _change(single, [i.path for i in shards.values()], held, base)
+    shards = {n: ShardedIndex.open(i.path) for n, i in shards.items()}
+    after = _compare(single, shards, qs, pipelines, {"none": None, "docid 30%": filters["docid 30%"]}, k)
+    return {"collection": col.name, "documents": len(base), "queries": len(qs), "k": k, "encode_seconds": encode_s,
+            "before": before, "after_changes": after}
+
+
+def synthetic(n_docs, shard_counts, queries, k=100) -> dict:
+    import retrieval
+    from retrieval.sharded.write import build_sharded
+
+    work = WORK / "sharded" / "synthetic"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    corpus = synthetic_corpus(n_docs, WORK / f"synthetic-{n_docs}.jsonl")
+    t0 = time.perf_counter()
+    single = retrieval.build_index(corpus, work / "single", quiet=True)
+    times = {"single": time.perf_counter() - t0}
+    shards = {}
+    for n in shard_counts:
+        t0 = time.perf_counter()
+        shards[n] = build_sharded(corpus, work / f"s{n}", n, quiet=True)
+        times[n] = time.perf_counter() - t0
+    rows = _compare(single, shards, queries, ["bm25"], {"none": None}, k)
+    return {"documents": n_docs, "queries": len(queries), "k": k, "build_seconds": times, "rows": rows,
+            "indexes": {"single": str(single.path), **{n: str(s.path) for n, s in shards.items()}}}
+
+
+def cost(single_path, shard_paths, queries, ks=(10, 1000), rounds=2) -> list:
+    """Per query (search() one by one, text=False): the single folder's time and each sharded index's,
+    and the sharded search's stats round, in one process, alternating."""
+    import retrieval
+
+    single = retrieval.open_index(single_path)
+    sharded = {n: retrieval.open_index(p) for n, p in shard_paths.items()}
+    texts = list(queries.values())
+    rows = []
+    for k in ks:
+        for idx in [single, *sharded.values()]:  # warm: JVM, readers, term caches
+            for t in texts[:50]:
+                idx.search(t, k=k, text=False)
+        spent = {"single": 0.0, **{n: 0.0 for n in sharded}}
+        stats = {n: {} for n in sharded}
+        for _ in range(rounds):
+            for t in texts:
+                t0 = time.perf_counter()
+                single.search(t, k=k, text=False)
+                spent["single"] += time.perf_counter() - t0
+                for n, idx in sharded.items():
+                    t0 = time.perf_counter()
+                    idx.search(t, k=k, text=False, timings=stats[n])
+                    spent[n] += time.perf_counter() - t0
+        per = {key: 1000 * v / (rounds * len(texts)) for key, v in spent.items()}
+        for n in sharded:
+            rows.append([k, n, per["single"], per[n], per[n] / per["single"],
+                         1000 * stats[n].get("stats", 0) / (rounds * len(texts))])
+    return rows
+
+
+def _md_equality(results) -> str:
+    out = [f"## Equality with one folder: {', '.join(r['collection'] for r in results)}", "",
+           "BM25, dense (MiniLM, Flat) and bm25+dense (the default fusion). Each row compares the TREC run (k=100, every test query) of the sharded index with the single "
+           "folder's, as text. `identical`: byte for byte; `differing`: lines that differ.", ""]
+    for r in results:
+        out += [f"### {r['collection']} ({r['documents']:,} documents, {r['queries']} queries)", "",
+                md_table(["pipeline", "filter", "shards", "identical", "differing", "lines", "sha256"], r["before"]),
+                "", "After 50 additions, 50 deletions and 10 updates routed to the shards (and the same in the "
+                    "single folder):", "",
+                md_table(["pipeline", "filter", "shards", "identical", "differing", "lines", "sha256"],
+                         r["after_changes"]), ""]
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--collections", nargs="*", default=["scifact", "nfcorpus"])
+    ap.add_argument("--shards", nargs="*", type=int, default=[2, 4, 8])
+    ap.add_argument("--synthetic", type=int, default=100_000)
+    ap.add_argument("--synthetic-shards", nargs="*", type=int, default=[4])
+    ap.add_argument("--cost-shards", nargs="*", type=int, default=None, help="[default: --shards]")
+    ap.add_argument("--skip", nargs="*", default=[], choices=["equality", "synthetic", "cost"])
+    a = ap.parse_args(argv)
+    cols = by_name(a.collections)
+    if "equality" not in a.skip:
+        for c in cols:  # one section per collection, so a rerun of one keeps the other's
+            res = [equality(c, a.shards)]
+            write_section(f"equality-{c.name}", {"results": res}, _md_equality(res))
+    qs = {q.qid: q.text for q in by_name(["scifact"])[0].queries()}
+    if "synthetic" not in a.skip:
+        syn = synthetic(a.synthetic, a.synthetic_shards, qs)
+        write_section("synthetic", syn, "\n".join([
+            f"## {syn['documents']:,} synthetic passages, BM25", "",
+            "The synthetic corpus of `benchmarks.common.synthetic_corpus`; SciFact's test queries, k=100. Build "
+            "seconds: " + ", ".join(f"{n}: {s:.0f}" for n, s in syn["build_seconds"].items()) + ".", "",
+            md_table(["pipeline", "filter", "shards", "identical", "differing", "lines", "sha256"], syn["rows"]), ""]))
+    if "cost" not in a.skip:
+        work = WORK / "sharded" / "scifact"
+        rows = cost(work / "single", {n: work / f"s{n}" for n in (a.cost_shards or a.shards)}, qs)
+        write_section("cost", {"rows": rows}, "\n".join([
+            "## Cost of the DFS round, in-process", "",
+            "SciFact, BM25, `search()` one query at a time (no text), the shards searched one after the other in "
+            "this process (no parallelism: the shape of the work, not a serving setup); milliseconds per query, "
+            "the sharded index over the single folder in the same run, and the statistics round alone.", "",
+            md_table(["k", "shards", "single ms", "sharded ms", "ratio", "stats round ms"], rows), ""]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
