@@ -203,12 +203,21 @@ EMPTY = {"stats": lambda args: {n: None for n in args[1]}, "search": lambda args
          "fetch": lambda args: {}, "get": lambda args: None, "present": lambda args: []}
 
 
+class _Unanswered(Exception):
+    """A shard gave no answer: ``why`` is "down" (no live replica) or "slow" (past --shard-timeout)."""
+
+    def __init__(self, why: str):
+        super().__init__(why)
+        self.why = why
+
+
 class ShardCalls:
     """The router's ``call`` over remote shards (see the module docstring); ``watch()`` starts the
     watcher thread that tells which shards have a live replica."""
 
-    def __init__(self, index_name: str, timeout: float = SHARD_TIMEOUT):
-        self.index_name, self.timeout = index_name, timeout
+    def __init__(self, index_name: str, timeout: float = SHARD_TIMEOUT, replicas: int = 1):
+        self.index_name, self.timeout, self.replicas = index_name, timeout, replicas
+        self._inflight: Dict[str, set] = {}      # shard name -> its DeploymentResponses not yet answered
         self.shards: List[RemoteShard] = []
         self._down: Dict[str, str] = {}          # shard name -> why
         self._lock = threading.Lock()
@@ -226,9 +235,13 @@ class ShardCalls:
                 return
             if down:
                 self._down[shard] = why
+                stuck = list(self._inflight.get(shard, ()))
             else:
                 self._down.pop(shard, None)
+                stuck = []
             self.events.append((time.time(), shard, "down" if down else "up", why))
+        for resp in stuck:  # waiting for a replica that is not there: answered now (503 or partial)
+            resp.cancel()
         log.warning("shard %s of %s is %s%s", shard, self.index_name, "down" if down else "up again",
                     f" ({why})" if why else "")
 
@@ -237,42 +250,65 @@ class ShardCalls:
         if method == "confidence":  # any one shard answers it: take a live one
             shards = [next((s for s in self.shards if not self.is_down(s.name)), shards[0])]
         answers: List[Any] = [None] * len(shards)
-        missing: List[int] = []
+        why: Dict[int, str] = {}  # shard position -> "down" (no live replica) or "slow" (--shard-timeout)
         sent = []
         for j, s in enumerate(shards):
             if self.is_down(s.name):
-                missing.append(j)
+                why[j] = "down"
             else:
-                sent.append((j, s, s.handle.call.remote(method, args, kwargs)))
+                sent.append((j, s, self._send(s, method, args, kwargs)))
         failure = None
         for j, s, resp in sent:
             try:
-                answers[j] = resp.result(timeout_s=self.timeout)
-            except Exception as e:  # noqa: BLE001 - sorted below: the shard's failure, or the request's
-                if not _unreachable(e):
-                    failure = failure or _cause(e)
-                    continue
-                resp.cancel()
-                missing.append(j)
-                if not isinstance(e, TimeoutError):
-                    self.mark(s.name, True, type(e).__name__)
+                answers[j] = self._wait(s, resp, method, args, kwargs)
+            except _Unanswered as e:
+                why[j] = e.why
+            except Exception as e:  # noqa: BLE001 - the request's own error, raised in the replica
+                failure = failure or _cause(e)
         if failure is not None:
             raise failure
         if method == "describe":
-            self._remember(shards, answers, missing)
-        if missing:
-            self._fill(shards, method, args, answers, sorted(missing))
+            self._remember(shards, answers, why)
+        if why:
+            self._fill(shards, method, args, answers, why)
         return answers
 
-    def _remember(self, shards, answers, missing) -> None:
-        for j, s in enumerate(shards):
-            if j in missing and s.name in self._described:
-                answers[j] = self._described[s.name]
-            elif j not in missing:
-                self._described[s.name] = answers[j]
-        missing[:] = [j for j in missing if answers[j] is None]
+    def _send(self, s: RemoteShard, method: str, args: tuple, kwargs: dict):
+        resp = s.handle.call.remote(method, args, kwargs)
+        with self._lock:
+            self._inflight.setdefault(s.name, set()).add(resp)
+        return resp
 
-    def _fill(self, shards, method: str, args: tuple, answers: List[Any], missing: List[int]) -> None:
+    def _wait(self, s: RemoteShard, resp, method: str, args: tuple, kwargs: dict, retried: bool = False):
+        """The answer of ``resp``; :class:`_Unanswered` when the shard cannot give it. A replica that
+        died is retried once on another where the shard has several; with one, the shard is down
+        (and its other requests in flight are cancelled: they would wait for a new replica)."""
+        try:
+            return resp.result(timeout_s=self.timeout)
+        except Exception as e:  # noqa: BLE001 - sorted here: the shard's failure, or the request's
+            if not _unreachable(e):
+                raise
+            resp.cancel()
+            if isinstance(e, TimeoutError):
+                raise _Unanswered("slow") from None
+            if self.replicas > 1 and not retried and not self.is_down(s.name):
+                return self._wait(s, self._send(s, method, args, kwargs), method, args, kwargs, True)
+            self.mark(s.name, True, type(e).__name__)
+            raise _Unanswered("down") from None
+        finally:
+            with self._lock:
+                self._inflight.get(s.name, set()).discard(resp)
+
+    def _remember(self, shards, answers, why: Dict[int, str]) -> None:
+        for j, s in enumerate(shards):
+            if j in why and s.name in self._described:
+                answers[j] = self._described[s.name]
+                del why[j]
+            elif j not in why:
+                self._described[s.name] = answers[j]
+
+    def _fill(self, shards, method: str, args: tuple, answers: List[Any], why: Dict[int, str]) -> None:
+        missing = sorted(why)
         names = [shards[j].name for j in missing]
         scope = current_scope()
         live = [s for s in self.shards if not self.is_down(s.name)]
@@ -281,9 +317,8 @@ class ShardCalls:
                 answers[j] = EMPTY[method](args)
             scope.add(names)
             return
-        slow = [n for n in names if not self.is_down(n)]
         what = ", ".join(repr(n) for n in names)
-        if slow and len(slow) == len(names):
+        if all(why[j] == "slow" for j in missing):
             raise ApiError(503, f"shard {what} of index {self.index_name!r} did not answer within {self.timeout:g} s "
                                 f"(--shard-timeout); retry, or send \"allow_partial\": true for the other shards' hits")
         plural = "s" if len(names) > 1 else ""
@@ -340,7 +375,7 @@ def serve_sharded(name: str, path: Path, address: Optional[str], replicas: int =
                 raise IndexFormatError(f"{p}: shard {i} of {record['shards']} is missing")
     connect(address, folders)
     handles = deploy(name, path, record, replicas, cpus)
-    calls = ShardCalls(name, timeout)
+    calls = ShardCalls(name, timeout, replicas)
     calls.shards = [RemoteShard(f, app_name(name, f), h, calls) for f, h in zip(folders, handles)]
 
     def close() -> None:

@@ -176,6 +176,20 @@ def test_auth_429_and_metrics_behave_as_retr_serve(router, token):
     assert 'endpoint="/v1/{index}/search"' in text and "retr_rejected" in text
 
 
+def test_retr_serve_index_of_a_sharded_folder_serves_its_shards_in_process(sharded, meta_index, tmp_path):
+    s = Server("--index", f"sh={sharded}", tmp=tmp_path)  # no Ray: every shard opened in the server
+    try:
+        for q in QUERIES[:4]:
+            assert pairs(search(s, q, k=10, text=False)) == \
+                [(h.docid, h.score) for h in meta_index.search(q, k=10, text=False)]
+        r = search(s, QUERIES[0], k=3, highlight=True)
+        assert r.status_code == 200 and all(h["highlights"] is not None for h in r.json()["hits"])
+        assert "partial" not in search(s, QUERIES[0], allow_partial=True).json()
+        assert s.get("/v1/sh").json()["documents"] == len(meta_index)
+    finally:
+        s.stop()
+
+
 # ------------------------------------------------------------------------------ faults
 def test_a_killed_replica_means_503s_naming_its_shard_never_silent_partial_results(router, cluster, meta_index):
     want = [(h.docid, h.score) for h in meta_index.search(QUERIES[0], k=10, text=False)]
