@@ -57,7 +57,7 @@ class EvalGroup(click.Group):
 
 def _qrels_name(qrels: str) -> str:
     """How reports name the judgments: a file by its name, a collection by its whole name."""
-    return qrels if qrels.startswith(("irds:", "dmerit:")) else os.path.basename(qrels)
+    return qrels if qrels.startswith(("irds:", "dmerit:", "subtopics:")) else os.path.basename(qrels)
 
 
 def _names(paths: Sequence[str]) -> list[str]:
@@ -126,12 +126,16 @@ def eval_cmd():
     """Evaluate TREC runs against qrels (TREC or BEIR, .gz ok) with any measure of ir_measures, computed by
     its providers (trec_eval's through pytrec_eval, so trec_eval-exact): nDCG@10, RR@10, AP, AP@100, R@100,
     P@10, Success@k, Judged@10, Bpref, infAP, Rprec, ERR@20, IPrec@0.5, SetP, SetR, SetF(beta=2.0), NumQ,
-    NumRet, NumRel, NumRelRet... Add rel=N for one measure (AP(rel=2)) and a prime or judged_only=True for
-    the condensed list (nDCG'@10). Or run a subcommand."""
+    NumRet, NumRel, NumRelRet, RBP(p=0.8)... Add rel=N for one measure (AP(rel=2)) and a prime or judged_only=True
+    for the condensed list (nDCG'@10). Diversity measures (alpha_nDCG@20, ERR_IA@20, NRBP...) need TREC diversity
+    qrels: --qrels subtopics:FILE. Or run a subcommand."""
 
 
 @eval_cmd.command(DEFAULT_NAME, cls=_DefaultCommand, hidden=True, context_settings=CONTEXT)
-@click.option("--qrels", required=True, type=_QRELS, help="Relevance judgments: a file, irds:NAME or dmerit:PATH.")
+@click.option("--qrels", required=True, type=_QRELS,
+              help="Relevance judgments: a file, irds:NAME or dmerit:PATH; subtopics:FILE for TREC diversity qrels "
+                   "'topic subtopic docid judgment' (what alpha_nDCG, ERR_IA, NRBP... need; the other measures see "
+                   "each document's highest grade).")
 @click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False), metavar="RUN...")
 @click.option("-m", "--measure", "measures", multiple=True,
               help="Measure (repeatable, or comma-separated) [default: nDCG@10 RR@10 AP R@100 P@10 Judged@10].")

@@ -35,7 +35,7 @@ POSITIVE = FiniteFloatRange(min=0, min_open=True)      # a rate, ratio or margin
 
 class NamedOrPath(click.ParamType):
     """A collection by name, passed on as given (``irds:beir/scifact/test``: ir_datasets, read from its
-    local cache; ``dmerit:PATH``: D-MERIT's files; the readers check them and name what is missing), or
+    local cache; ``dmerit:PATH``: D-MERIT's files; ``subtopics:PATH``: TREC diversity qrels; the readers check them and name what is missing), or
     else a value ``path`` (a click.Path) takes. For options that would otherwise insist on an existing file."""
     name = "file"
 
@@ -43,7 +43,7 @@ class NamedOrPath(click.ParamType):
         self.path = path
 
     def convert(self, value, param, ctx):
-        if isinstance(value, str) and value.startswith(("irds:", "dmerit:")):
+        if isinstance(value, str) and value.startswith(("irds:", "dmerit:", "subtopics:")):
             return value
         return self.path.convert(value, param, ctx)
 

@@ -49,7 +49,8 @@ def read_qrels(path: str | os.PathLike) -> Qrels:
     The format is detected from the first data line; lines starting with ``#`` are comments.
     Raises EvalError (with ``file:line``) on a wrong column count, a non-integer grade or a
     document judged twice for one query. ``irds:NAME`` reads a dataset's qrels from ir_datasets' local
-    cache (``eval.irds``), ``dmerit:PATH`` D-MERIT's judgments (``eval.dmerit``).
+    cache (``eval.irds``), ``dmerit:PATH`` D-MERIT's judgments (``eval.dmerit``), ``subtopics:PATH`` a
+    TREC diversity qrels file (``read_subtopic_qrels``).
     """
     named = _named_qrels(path)
     if named is not None:
@@ -84,22 +85,76 @@ def read_qrels(path: str | os.PathLike) -> Qrels:
             raise EvalError(f"{path}:{lineno}: relevance {grade!r} is out of range")
         judged = qrels.setdefault(qid, {})
         if docid in judged:
+            hint = "; diversity qrels 'topic subtopic docid judgment'? read them as subtopics:FILE" if ncols == 4 else ""
             raise EvalError(f"{path}:{lineno}: document {docid!r} judged twice for query {qid!r} "
-                            f"(first at line {first_line[qid, docid]})")
+                            f"(first at line {first_line[qid, docid]}){hint}")
         judged[docid] = rel
         first_line[qid, docid] = lineno
     return qrels
 
 
 def _named_qrels(source) -> Qrels | None:
-    """The qrels of a collection named ``irds:NAME`` or ``dmerit:PATH``; None for a file."""
+    """The qrels of a collection named ``irds:NAME`` or ``dmerit:PATH``, or the subtopic qrels of
+    ``subtopics:PATH``; None for a file."""
     from . import dmerit, irds
 
+    if isinstance(source, str) and source.startswith(SUBTOPICS_PREFIX):
+        return read_subtopic_qrels(source[len(SUBTOPICS_PREFIX):])
     if irds.name_of(source) is not None:
         return irds.read_qrels(source)
     if dmerit.path_of(source) is not None:
         return dmerit.read_qrels(source)
     return None
+
+
+SUBTOPICS_PREFIX = "subtopics:"
+
+
+class SubtopicQrels(dict):
+    """Diversity judgments: ``subtopics`` holds {qid: {subtopic: {docid: grade}}}, what the diversity
+    measures (alpha-nDCG, ERR-IA, ...) read; the mapping itself is {qid: {docid: grade}} with each
+    document's highest grade over the query's subtopics, what every other measure reads (a document
+    relevant to some subtopic is relevant to the query)."""
+
+    def __init__(self, subtopics: Mapping[str, Mapping[str, Mapping[str, int]]]):
+        super().__init__()
+        self.subtopics = {q: {s: dict(docs) for s, docs in subs.items()} for q, subs in subtopics.items()}
+        for q, subs in self.subtopics.items():
+            best = self.setdefault(q, {})
+            for docs in subs.values():
+                for d, g in docs.items():
+                    best[d] = max(g, best.get(d, g))
+
+
+def read_subtopic_qrels(path: str | os.PathLike) -> SubtopicQrels:
+    """Read TREC diversity qrels (the Web track's ``qrels.diversity``): ``topic subtopic docid judgment``,
+    subtopics numbered from 1, a document listed once per subtopic it was judged for. Ad hoc qrels
+    (``qid 0 docid rel``) also have 4 columns, so this form is asked for explicitly (``subtopics:PATH``
+    for ``--qrels``), and a subtopic 0 or Q0 is refused as ad hoc qrels. EvalError with ``file:line`` on
+    a wrong column count, a subtopic that is not a positive integer, a non-integer grade, or a document
+    judged twice for one subtopic."""
+    subtopics: dict[str, dict[str, dict[str, int]]] = {}
+    first_line: dict[tuple[str, str, str], int] = {}
+    for lineno, parts in _lines(path):
+        if len(parts) != 4:
+            raise EvalError(f"{path}:{lineno}: expected 4 columns 'topic subtopic docid judgment' (TREC diversity "
+                            f"qrels), got {len(parts)}")
+        qid, sub, docid, grade = parts
+        if not sub.isdigit() or int(sub) < 1:
+            raise EvalError(f"{path}:{lineno}: subtopic {sub!r} is not a positive integer (diversity qrels number "
+                            "subtopics from 1; 'qid 0 docid rel' is the ad hoc form: pass it without subtopics:)")
+        try:
+            rel = int(grade)
+        except ValueError:
+            raise EvalError(f"{path}:{lineno}: judgment {grade!r} is not an integer") from None
+        sub = str(int(sub))
+        judged = subtopics.setdefault(qid, {}).setdefault(sub, {})
+        if docid in judged:
+            raise EvalError(f"{path}:{lineno}: document {docid!r} judged twice for query {qid!r}, subtopic {sub} "
+                            f"(first at line {first_line[qid, sub, docid]})")
+        judged[docid] = rel
+        first_line[qid, sub, docid] = lineno
+    return SubtopicQrels(subtopics)
 
 
 def read_run(path: str | os.PathLike, strict: bool = True) -> Run:

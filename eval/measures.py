@@ -6,6 +6,11 @@ code) for the trec_eval measures, so they equal trec_eval's, and ir_measures' ow
 names (retr's, trec_eval's and ir_measures'), trec_eval's order of tied scores for the providers that
 order a run otherwise, trec_eval's ``-J`` (condensed lists), ``-c`` (average over all judged queries)
 and ``-M`` (depth limit), none of which ir_measures has, and what a provider falls short of (below).
+
+``RBP`` goes to cwl_eval, which needs a threshold: a document counts from the run-wide grade (``-l``,
+default 1) unless ``RBP(rel=N)`` sets one; ``RBP@k`` is RBP of the run's top k. The diversity measures
+(``alpha_nDCG@k``, ``ERR_IA@k``, ``NRBP``...) go to pyndeval (TREC's ndeval, cut-offs up to 20) and need
+subtopic qrels (``eval.io.SubtopicQrels``); ndeval counts a judgment relevant from the same threshold.
 """
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ import ir_measures
 import numpy as np
 
 from .errors import EvalError
-from .io import as_qrels, as_run, ranked
+from .io import SubtopicQrels, as_qrels, as_run, ranked
 
 # retr's own families, family -> (cut-off: "optional" | "required" | "none", binary: uses a relevance
 # threshold). Any other ir_measures measure (ERR@k, IPrec@r, SetF, NumQ, Compat, ...) goes by its own name.
@@ -193,24 +198,43 @@ def _ir(m: Measure, level: int):
 # order of their own (ties by docid ascending, or in Perl) get it ranked the trec_eval way (see Evaluator).
 _PROVIDERS = ir_measures.DefaultPipeline.providers
 _TOP_K = {"judged", "msmarco", "gdeval"}  # whose measures read only the top k (the run is cut there for them)
-_DIVERSITY = {m.NAME for m in ir_measures.providers.registry["pyndeval"].SUPPORTED_MEASURES}
 _GDEVAL_MAX_GRADE = 4  # gdeval.pl refuses a qrels file with a higher grade
+_NDEVAL_MAX_CUTOFF = 20  # ndeval (pyndeval) computes its measures to depth 20 at most
 
 
 def _provider(ir, text: str):
     """The first installed provider of ir_measures' pipeline that computes ``ir``; else one EvalError."""
     would = []
+    if ir.NAME == "RBP" and "cutoff" in ir.params:  # computed on the top k (see _key)
+        ir = ir_measures.measures.registry["RBP"](**{k: v for k, v in ir.params.items() if k != "cutoff"})
     for provider in _PROVIDERS:
         if provider.supports(ir):
             if provider.is_available():
                 return provider
             would.append(provider)
-    if ir.NAME in _DIVERSITY:
-        raise EvalError(f"measure {text!r} is a diversity measure: it needs subtopic qrels (a grade per query, "
-                        "subtopic and document) and ir_measures' pyndeval; retr's qrels hold one grade per document")
     hint = ", ".join(f"{p.NAME} ({p.install_instructions()})" if p.install_instructions() else p.NAME for p in would)
     raise EvalError(f"measure {text!r}: no measure provider installed here computes {ir}"
                     + (f"; ir_measures would use {hint}" if hint else ""))
+
+
+def _key(ir, text: str, provider: str, condensed: bool, qrels) -> tuple[tuple, object]:
+    """(group key, ir_measures object) of a measure computed by ``provider``. The key's third part
+    keeps apart what one evaluator must not mix: RBP's cut-offs (cwl_eval has none: ``RBP@k`` is RBP of the
+    run cut at k, the definition's sum stopped at k) and pyndeval's settings (ir_measures 0.4 hands the run
+    to the first of several ndeval invocations only; the others would score 0)."""
+    if ir.NAME == "RBP" and "cutoff" in ir.params:
+        params = dict(ir.params)
+        k = params.pop("cutoff")
+        return (provider, condensed, k), ir_measures.measures.registry["RBP"](**params)
+    if provider != "pyndeval":
+        return (provider, condensed), ir
+    if not isinstance(qrels, SubtopicQrels):
+        raise EvalError(f"measure {text!r} is a diversity measure: it needs subtopic qrels, TREC's 'topic subtopic "
+                        "docid judgment' (--qrels subtopics:FILE; in Python eval.read_subtopic_qrels)")
+    if (ir.params.get("cutoff") or 0) > _NDEVAL_MAX_CUTOFF:
+        raise EvalError(f"measure {text!r}: ndeval (pyndeval) computes diversity measures to depth "
+                        f"{_NDEVAL_MAX_CUTOFF} at most")
+    return (provider, condensed, tuple(ir.params.get(p) for p in ("rel", "alpha", "beta"))), ir
 
 
 def _top(docs: Mapping[str, float], k: int | None) -> dict[str, float]:
@@ -252,9 +276,10 @@ class Evaluator:
         qrels = as_qrels(qrels)
         self.qrels, self.complete, self.max_docs = qrels, complete, max_docs
         self.level = level = 1 if rel_threshold is None else rel_threshold
-        # (text, measure, ir_measures object, group: (provider name, condensed) or None where computed here)
-        self._plan: list[tuple[str, Measure, object, tuple[str, bool] | None]] = []
-        groups: dict[tuple[str, bool], dict[str, object]] = {}
+        # (text, measure, ir_measures object, group: (provider name, condensed[, what keeps it apart: see _key])
+        # or None where computed here)
+        self._plan: list[tuple[str, Measure, object, tuple | None]] = []
+        groups: dict[tuple, dict[str, object]] = {}
         for text, m in self.measures.items():
             ir = _ir(m, level)
             if ir.NAME == "NumRel" and ir.params["rel"] != 1:
@@ -262,7 +287,7 @@ class Evaluator:
                 # pytrec_eval ignores the threshold there; pytrec_eval 0.5 does not), and no other provider has it.
                 self._plan.append((text, m, ir, None))
                 continue
-            key = (_provider(ir, text).NAME, m.judged_only or judged_only)
+            key, ir = _key(ir, text, _provider(ir, text).NAME, m.judged_only or judged_only, qrels)
             groups.setdefault(key, {})[str(ir)] = ir
             self._plan.append((text, m, ir, key))
         # The providers other than pytrec_eval see queries numbered 0, 1, ... (gdeval.pl takes numeric ids only).
@@ -271,9 +296,16 @@ class Evaluator:
         numbered = {i: qrels[q] for q, i in self._ids.items()}
         self._groups = {key: self._group(key, list(irs.values()), numbered) for key, irs in groups.items()}
 
-    def _group(self, key: tuple[str, bool], irs: list, numbered: Mapping[str, Mapping[str, int]]):
+    def _group(self, key: tuple, irs: list, numbered: Mapping[str, Mapping[str, int]]):
         """(provider's evaluator, whether it reads the run as given, depth it reads) for measures ``irs``."""
         provider = ir_measures.providers.registry[key[0]]
+        if key[0] == "pyndeval":  # the subtopic qrels, as ir_measures passes them on (the subtopic as iteration)
+            subs = self.qrels.subtopics
+            judged = [ir_measures.Qrel(i, d, g, s) for q, i in self._ids.items()
+                      for s, docs in subs.get(q, {}).items() for d, g in docs.items()]
+            return provider.evaluator(irs, judged), False, None
+        if key[0] == "cwl_eval" and len(key) > 2:  # RBP@k: RBP of the top k
+            return provider.evaluator(irs, numbered), False, key[2]
         if key[0] == "pytrec_eval":  # pytrec_eval orders ties as trec_eval does: the run as it is
             return provider.evaluator(irs, self.qrels), True, None
         if key[0] == "gdeval":
@@ -285,7 +317,7 @@ class Evaluator:
         depth = max(cutoffs) if key[0] in _TOP_K and None not in cutoffs else None
         return provider.evaluator(irs, numbered), False, depth
 
-    def _values(self, key: tuple[str, bool], run: Mapping[str, Mapping[str, float]], qids: list[str]) -> dict:
+    def _values(self, key: tuple, run: Mapping[str, Mapping[str, float]], qids: list[str]) -> dict:
         """{str(ir_measures object): {qid: value}} of one provider's measures over ``qids``."""
         evaluator, as_given, depth = self._groups[key]
         qrels = self.qrels
