@@ -80,9 +80,10 @@ class ShardedIndex:
     def __len__(self) -> int:
         return sum(self._all("count"))
 
-    def fields(self) -> Dict[str, int]:
+    def fields(self, fresh: bool = True) -> Dict[str, int]:
+        """The metadata fields of every shard's documents (``fresh=False``: as the last ``describe`` saw them)."""
         out: Dict[str, int] = {}
-        for d in self.describe():
+        for d in (self.describe() if fresh else self._info):
             for f, n in d.get("fields", {}).items():
                 out[f] = out.get(f, 0) + int(n)
         return dict(sorted(out.items()))
@@ -243,8 +244,14 @@ class ShardedIndex:
         flt = parse_filter(filter)
         if flt is None:
             return
-        fields = self.fields()
-        unknown = list(dict.fromkeys(f for f, _, _ in flt.conditions if f != DOCID and f not in fields))
+        def unknown_in(fields):
+            return list(dict.fromkeys(f for f, _, _ in flt.conditions if f != DOCID and f not in fields))
+
+        fields = self.fields(fresh=False)
+        unknown = unknown_in(fields)
+        if unknown:  # perhaps added since: ask the shards again
+            fields = self.fields()
+            unknown = unknown_in(fields)
         if unknown:
             warnings.warn(unknown_fields_message(unknown, fields), FilterWarning, stacklevel=4)
 

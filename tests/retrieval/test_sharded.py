@@ -66,6 +66,10 @@ def test_runs_equal_the_single_folder_s(pair, small_corpus):
     a, b = single.search(q, k=5), sharded.search(q, k=5)  # search() fetches texts from each hit's shard
     assert [(h.docid, h.score, h.title, h.text, h.metadata) for h in a] == \
         [(h.docid, h.score, h.title, h.text, h.metadata) for h in b]
+    from indexes.errors import FilterWarning
+
+    with pytest.warns(FilterWarning, match="carried by no document"):
+        assert sharded.search(q, k=5, filter={"colour": "red"}) == []
     ra = single.search(q, k=5, retriever="bm25+dense", ranks=True)
     rb = sharded.search(q, k=5, retriever="bm25+dense", ranks=True)
     assert [(h.docid, h.score, h.scores, h.ranks) for h in ra] == [(h.docid, h.score, h.scores, h.ranks) for h in rb]
