@@ -186,3 +186,11 @@ def test_a_query_without_hits_has_no_rows(small_index):
     empty = small_index.search_df("the of and", k=3, text=True)
     assert list(empty.columns) == ["qid", "query", "docno", "score", "rank", "title", "text"] and len(empty) == 0
     assert str(empty["rank"].dtype) == "int64" and str(empty["score"].dtype) == "float64"
+
+
+def test_write_run_frame_refuses_words_a_run_file_would_split(tmp_path):
+    ok = pd.DataFrame({"qid": ["q"], "docno": ["a"], "score": [1.0]})
+    for frame, says in ((ok.assign(docno=["a b"]), "document ids"), (ok.assign(qid=[""]), "query ids"),
+                        (ok.assign(name=["x y"]), "tag"), (ok.assign(score=[float("inf")]), "finite")):
+        with pytest.raises(EvalError, match=says):
+            E.write_run_frame(frame, tmp_path / "r")
