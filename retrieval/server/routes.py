@@ -141,7 +141,8 @@ def _index_out(st: Shared, s) -> Dict[str, Any]:
             for n, e in m.get("subindexes", {}).items()}
     pipes = {n: p.get("spec", "") for n, p in (m.get("pipelines") or {}).items()}
     out = {"name": s.name, "documents": count, "generation": gen, "retrievers": subs, "pipelines": pipes,
-           "writable": st.writable, "created_at": m.get("created_at"), "updated_at": m.get("updated_at")}
+           "writable": st.writable, "created_at": m.get("created_at"), "updated_at": m.get("updated_at"),
+           "fields": s.index().fields()}
     if getattr(snap, "shards", None) is not None:  # a sharded index (retrieval.server.sharded)
         out["shards"] = snap.shards
     return out
@@ -213,7 +214,25 @@ def _search(st: Shared, index: str, body: S.SearchRequest, request: Request):
     res = {"index": index, "query": body.query, "retriever": str(p), "k": body.k, "hits": out}
     if scope.missing:
         res["partial"] = scope.missing
+    if not hits:  # conditions are all required: a field no document carries leaves no hit
+        _warn_filter(idx, body.filter, res)
     return _dumps(res)
+
+
+def _warn_filter(idx, filter, res: Dict[str, Any]) -> None:
+    """``warnings`` in a response whose filter names fields no document carries: such a condition
+    matches nothing, and a client deserves to hear why it got no hits (Index.search says the same
+    on stderr as a FilterWarning). Worked out here rather than by catching that warning, since
+    warnings.catch_warnings changes process-wide state and searches run in many threads."""
+    from retrieval.filters import DOCID, parse_filter, unknown_fields_message
+
+    flt = parse_filter(filter) if filter else None
+    if flt is None:
+        return
+    fields = idx.fields()
+    unknown = list(dict.fromkeys(f for f, _, _ in flt.conditions if f != DOCID and f not in fields))
+    if unknown:
+        res["warnings"] = [unknown_fields_message(unknown, fields)]
 
 
 def _highlights(idx, body: S.SearchRequest, pipeline: str, hits, out) -> None:
@@ -263,6 +282,8 @@ def _batch_search(st: Shared, index: str, body: S.BatchSearchRequest, request: R
                                               for h in res.get(q.qid, [])]} for q in qs]}
     if scope.missing:
         out["partial"] = scope.missing
+    if any(not res.get(q.qid) for q in qs):
+        _warn_filter(idx, body.filter, out)
     return _dumps(out)
 
 

@@ -194,6 +194,9 @@ class SearchResponse(BaseModel):
     retriever: str = Field(description="The pipeline as run, with its fusion spelled out.")
     k: int
     hits: List[HitOut]
+    warnings: Optional[List[str]] = Field(None, description="Only where the filter names metadata fields no "
+                                                         "document carries (they match nothing): what is wrong and "
+                                                         "the fields there are.")
     partial: Optional[List[str]] = Field(None, description="Only where shards did not answer and the request allowed "
                                                          "it (allow_partial): the shards whose hits are missing.")
 
@@ -208,6 +211,9 @@ class BatchSearchResponse(BaseModel):
     retriever: str
     k: int
     results: List[QueryHits]
+    warnings: Optional[List[str]] = Field(None, description="Only where the filter names metadata fields no "
+                                                         "document carries (they match nothing): what is wrong and "
+                                                         "the fields there are.")
     partial: Optional[List[str]] = Field(None, description="Only where shards did not answer and the request allowed "
                                                          "it (allow_partial): the shards whose hits are missing.")
 
@@ -278,6 +284,9 @@ class IndexOut(BaseModel):
     generation: int = Field(0, description="The folder's generation these figures are of (each change makes one).")
     retrievers: Dict[str, SubIndexOut]
     pipelines: Dict[str, str] = Field(default_factory=dict, description="Tuned default fusion per retriever combination.")
+    fields: Dict[str, int] = Field(default_factory=dict, description="The metadata fields filters can name, with the "
+                                                                    "number of documents carrying each (docid is "
+                                                                    "always there).")
     writable: bool
     created_at: Optional[str] = None
     updated_at: Optional[str] = None

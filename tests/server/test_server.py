@@ -105,6 +105,23 @@ def test_filtered_search_is_the_filtered_full_ranking(server, meta_index, meta_d
     assert docids(r) == [h.docid for h in meta_dense_index.search(Q, k=10, retriever="bm25+dense", filter=flt)]
 
 
+def test_a_filter_on_a_field_no_document_carries_is_named_in_warnings(server, meta_index):
+    """GET /v1/NAME lists the fields filters can name; a search whose filter names another one (a
+    misspelling) gets no hits and a `warnings` line naming it and the fields there are; a known
+    field gets no warnings at all."""
+    info = server.get("/v1/sf").json()
+    assert info["fields"] == meta_index.fields() and "shard" in info["fields"]
+    r = server.post("/v1/sf/search", {"query": Q, "k": 5, "filter": {"shrad": "odd"}}).json()
+    assert r["hits"] == [] and len(r["warnings"]) == 1
+    assert "'shrad'" in r["warnings"][0] and "shard (" in r["warnings"][0]
+    ok = server.post("/v1/sf/search", {"query": Q, "k": 5, "filter": {"shard": "odd"}}).json()
+    assert ok["hits"] and "warnings" not in ok
+    none = server.post("/v1/sf/search", {"query": "zzzzqqq", "k": 5, "filter": {"shard": "odd"}}).json()
+    assert none["hits"] == [] and "warnings" not in none  # no hits, but every field is known
+    b = server.post("/v1/sf/batch_search", {"queries": [Q], "k": 3, "filter": {"year": 2003, "shrad": "odd"}}).json()
+    assert b["results"][0]["hits"] == [] and "'shrad'" in b["warnings"][0] and "'year'" not in b["warnings"][0]
+
+
 def test_batch_search(server, meta_index):
     r = server.post("/v1/sf/batch_search", {"queries": QUERIES[:3] + [{"qid": "mine", "query": QUERIES[3]}],
                                             "k": 5, "filter": {"shard": "odd"}})
