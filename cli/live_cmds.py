@@ -122,12 +122,7 @@ def check_cmd(index_dir, full, sample, strict):
     if sharded_cmds.is_sharded(index_dir):
         return sharded_cmds.check(index_dir, full, sample, strict)
     rep = check_index(index_dir, full=full, sample=sample, strict=strict)
-    for note in rep.notes:
-        click.echo(f"note: {note}", err=True)
-    if rep.problems:
-        for p in rep.problems:
-            click.echo(f"{index_dir}: {p}")
-        raise click.exceptions.Exit(1)
+    params.echo_check_problems(index_dir, rep)
     ids = "every id" if full else f"a sample of {min(sample, rep.documents):,} ids"
     click.echo(f"ok: {index_dir} generation {rep.generation}, {rep.documents:,} documents; "
                f"{', '.join(rep.checked)} agree with the document store ({ids})")

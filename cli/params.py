@@ -231,3 +231,14 @@ class SectionedCommand(click.Command):
             if mine:
                 with formatter.section(f"{title} options"):
                     formatter.write_dl(mine)
+
+
+def echo_check_problems(index_dir, rep) -> None:
+    """`retr check`'s notes (stderr) and problems (one line each, then exit 1), for a folder or a
+    sharded index alike; returns only when there is no problem."""
+    for note in rep.notes:
+        click.echo(f"note: {note}", err=True)
+    if rep.problems:
+        for p in rep.problems:
+            click.echo(f"{index_dir}: {p}")
+        raise click.exceptions.Exit(1)

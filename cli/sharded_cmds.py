@@ -7,6 +7,8 @@ import json
 
 import click
 
+from cli import params
+
 
 def is_sharded(index_dir) -> bool:
     from indexes.sharded import is_sharded as sharded
@@ -61,12 +63,7 @@ def check(index_dir, full, sample, strict) -> None:
     from retrieval.sharded.write import check_sharded
 
     rep = check_sharded(index_dir, full=full, sample=sample, strict=strict)
-    for note in rep.notes:
-        click.echo(f"note: {note}", err=True)
-    if rep.problems:
-        for p in rep.problems:
-            click.echo(f"{index_dir}: {p}")
-        raise click.exceptions.Exit(1)
+    params.echo_check_problems(index_dir, rep)
     click.echo(f"ok: {index_dir}, {rep.documents:,} documents; " + "; ".join(rep.checked))
 
 

@@ -572,14 +572,7 @@ class LuceneIndex:
     def _search_part(self, queries: Sequence, k: int, threads: int):
         """One Java call over ``queries``: (snapshot, the answer's bytes, errors or None)."""
         if self.impact:
-            terms: List[str] = []
-            weights: List[int] = []
-            offsets = [0]
-            for q in queries:
-                t, w = _int_weights(q)
-                terms += t
-                weights += w
-                offsets.append(len(terms))
+            terms, weights, offsets = _flat_weights(queries)
             snap, batch = self._call(lambda s: (s, s.js.batchSearchWeighted(terms, weights, offsets, k, threads)))
         else:
             texts = [str(q) for q in queries]
@@ -845,6 +838,20 @@ def _check_k(k) -> int:
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise InputError(f"k must be a positive integer, got {k!r}")
     return k
+
+
+def _flat_weights(queries: Sequence):
+    """Weighted queries as the helper's batch calls take them: every query's terms and integer
+    weights end to end, and ``offsets`` where each query starts (one more than there are queries)."""
+    terms: List[str] = []
+    weights: List[int] = []
+    offsets = [0]
+    for q in queries:
+        t, w = _int_weights(q)
+        terms += t
+        weights += w
+        offsets.append(len(terms))
+    return terms, weights, offsets
 
 
 def _int_weights(weights: Dict[str, float]) -> Tuple[List[str], List[int]]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Sequence
 
 from indexes import jvm
-from indexes.lucene import LuceneIndex, Result, _check_k, _int_weights
+from indexes.lucene import LuceneIndex, Result, _check_k, _flat_weights
 
 
 def collection_stats(index: LuceneIndex, queries: Sequence) -> Optional[dict]:
@@ -73,14 +73,7 @@ class ShardView:
             return {}
         g, threads = self._g, max(1, int(threads))
         if self.impact:
-            terms: List[str] = []
-            weights: List[int] = []
-            offsets = [0]
-            for q in queries:
-                t, w = _int_weights(q)
-                terms += t
-                weights += w
-                offsets.append(len(terms))
+            terms, weights, offsets = _flat_weights(queries)
             snap, batch = self._index._call(lambda s: (s, s.js.batchSearchWeightedWith(terms, weights, offsets, k,
                                                                                         threads, g)))
         else:

@@ -123,6 +123,13 @@ def validate_search(model=None, **fields):
         raise ValueError(validation_message(e.errors())) from None
 
 
+def check_explanation(size: int, budget: int) -> None:
+    """An explanation of ``size`` characters within the response budget, else TooLarge (HTTP and MCP)."""
+    if size > budget:
+        raise TooLarge(f"the explanation has {size:,} characters, over this server's --max-response-chars "
+                       f"({budget:,})")
+
+
 def dimsel_options(o) -> Optional[dict]:
     """A request's :class:`schemas.DimselOptions` as ``Index.search``'s ``dimsel`` (None: none)."""
     if o is None:

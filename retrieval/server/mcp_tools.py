@@ -205,10 +205,7 @@ def _add_explain_tool(mcp, pick, run, budget: int) -> None:
             p = idx.pipeline(req.retriever, req.fusion)
             out = idx.explain(req.query, req.docid, retriever=str(p), depth=req.depth,
                               dimsel=G.dimsel_options(req.dimsel), filter=req.filter)
-            size = len(json.dumps(out, default=str))
-            if size > budget:
-                raise G.TooLarge(f"the explanation has {size:,} characters, over this server's "
-                                 f"--max-response-chars ({budget:,})")
+            G.check_explanation(len(json.dumps(out, default=str)), budget)
             return out
         return await run(go)
 

@@ -365,9 +365,7 @@ def _explain(st: Shared, index: str, body: S.ExplainRequest, request: Request):
     except NotFound as e:
         raise ApiError(404, clean(input_message(e), st.registry)) from None
     data = encode(out)
-    if len(data) > st.budget:
-        raise G.TooLarge(f"the explanation has {len(data):,} characters, over this server's --max-response-chars "
-                         f"({st.budget:,})")
+    G.check_explanation(len(data), st.budget)
     return Response(data, media_type="application/json")
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 from indexes import sharded as sh
-from indexes.errors import IndexFormatError, InputError
+from indexes.errors import InputError
 from retrieval.kinds import PRIMARY
 from retrieval.server.gate import ApiError
 from retrieval.sharded.index import Caller, ShardedIndex
@@ -63,19 +63,9 @@ def open_local_shards(path: Path):
     """The sharded manifest of ``path`` and a :class:`~retrieval.server.shard_replica.ServedShard`
     per shard in this process, each checked to be shard i of this index."""
     from retrieval.server.shard_replica import ServedShard
+    from retrieval.sharded.shard import open_shards
 
-    record = sh.read(path)
-    shards: List[Any] = []
-    try:
-        for i, p in enumerate(sh.shard_paths(path, record)):
-            if not p.is_dir():
-                raise IndexFormatError(f"{p}: shard {i} of {record['shards']} is missing")
-            shards.append(ServedShard(p, record, i))
-    except BaseException:
-        for s in shards:
-            s.close()
-        raise
-    return record, shards
+    return open_shards(path, ServedShard)
 
 
 class ShardedServed:

@@ -140,9 +140,12 @@ class ShardSearcher:
             return s._index._allowed(s._g, filter)
 
 
-def open_shards(path: Union[str, Path]) -> Tuple[dict, List[ShardSearcher]]:
-    """The sharded manifest of ``path`` and a :class:`ShardSearcher` per shard, each checked."""
+def open_shards(path: Union[str, Path], make=None) -> Tuple[dict, List[ShardSearcher]]:
+    """The sharded manifest of ``path`` and a shard object per shard, each checked to be shard i of
+    this index: ``make(folder, record, i)``, a :class:`ShardSearcher` by default (the server passes
+    its own subclass); those opened are closed again when one fails."""
     record = sh.read(path)
+    make = make or ShardSearcher
     shards: List[ShardSearcher] = []
     try:
         for i, p in enumerate(sh.shard_paths(path, record)):
@@ -150,7 +153,7 @@ def open_shards(path: Union[str, Path]) -> Tuple[dict, List[ShardSearcher]]:
                 from indexes.errors import IndexFormatError
 
                 raise IndexFormatError(f"{p}: shard {i} of {record['shards']} is missing")
-            shards.append(ShardSearcher(p, record, i))
+            shards.append(make(p, record, i))
     except BaseException:
         for s in shards:
             s.close()
