@@ -260,15 +260,19 @@ class FaissIndex:
                 out_n.append([row[j] for j in keep])
             return out_d, out_n
         kw = {} if params is None else {"params": params[0]}
+        storage = self._exact_storage()
+        kf = min(k + rescore_margin(k), self.ntotal) if storage is not None else k
         if len(q) == 1 and index is self.index:
             nt = faiss.omp_get_max_threads()
             faiss.omp_set_num_threads(1)
             try:
-                D, I = index.search(q, k, **kw)
+                D, I = index.search(q, max(kf, 1), **kw)
             finally:
                 faiss.omp_set_num_threads(nt)
         else:
-            D, I = index.search(q, k, **kw)
+            D, I = index.search(q, max(kf, 1), **kw)
+        if storage is not None:
+            return self._rescored(storage, q, I, k)
         # Plain lists: for k=10 this is a few microseconds, cheaper than numpy object indexing.
         d, names, missing = self._docids, [], False
         for row in I.tolist():
@@ -279,6 +283,36 @@ class FaissIndex:
         if missing:
             D = np.where(I < 0, -np.inf, D).astype(np.float32)
         return D, names
+
+    def _exact_storage(self):
+        """The faiss index whose rows are this index's vectors stored exactly (a Flat, or the flat
+        storage under HNSW), or None for compressed and inverted-list types, whose candidates are
+        not rescored."""
+        # not cached: self.index is replaced when a memory-mapped index is made writable, and a
+        # wrapper of the old one's storage would point at freed memory
+        base = faiss.downcast_index(self.index.index if hasattr(self.index, "id_map") else self.index)
+        if isinstance(base, faiss.IndexHNSW):
+            base = faiss.downcast_index(base.storage)
+        return base if type(base) in (faiss.IndexFlat, faiss.IndexFlatIP) else None
+
+    def _rescored(self, storage, q: np.ndarray, I: np.ndarray, k: int):
+        """faiss's candidates (``I``, a margin deeper than ``k``) scored again by :func:`exact_scores`
+        and ordered by score, then docid, cut at ``k``. faiss's own inner products change in the last
+        bit with how many rows its BLAS call holds, and it orders equal scores by row: neither is
+        the same in an index split into shards, so both paths rank by this instead."""
+        d = self._docids
+        out_d = np.full((len(q), k), -np.inf, dtype=np.float32)
+        names = []
+        for i, row in enumerate(I):
+            rows = row[row >= 0]
+            if not len(rows):
+                names.append([])
+                continue
+            vecs = storage.reconstruct_batch(rows.astype(np.int64))
+            ranked = rank_exact(exact_scores(q[i], vecs), [d[r] for r in rows.tolist()])[:k]
+            out_d[i, :len(ranked)] = [s for s, _ in ranked]
+            names.append([n for _, n in ranked])
+        return out_d, names
 
     def _selector_for(self, allowed):
         """A builder of the faiss search parameters that restrict a search to ``allowed`` (with
@@ -382,6 +416,27 @@ class FaissIndex:
         if v.shape[1] != self.dim:
             raise DimensionMismatchError(f"vectors have dimension {v.shape[1]} but the index has {self.dim}")
         return v
+
+
+def rescore_margin(k: int) -> int:
+    """How many candidates past ``k`` an exact-storage search takes from faiss before rescoring:
+    enough that rows whose faiss scores differ from their exact ones in the last bit still reach
+    the rescoring."""
+    return max(16, int(k) // 8)
+
+
+def exact_scores(query: np.ndarray, vectors: np.ndarray) -> np.ndarray:
+    """Inner products of one float32 ``query`` with float32 ``vectors`` rows, as float32: each
+    product is exact in float64 and each row is summed by numpy the same way whatever the number of
+    rows, so a row's score does not depend on which index (or shard) holds it."""
+    v = np.asarray(vectors, dtype=np.float64)
+    return (v * np.asarray(query, dtype=np.float64)[None, :]).sum(axis=1).astype(np.float32)
+
+
+def rank_exact(scores, docids) -> list:
+    """``[(score, docid)]`` by score descending, then the docid's UTF-8 bytes (the sharded merge's
+    order: retrieval.sharded.merge)."""
+    return sorted(zip(map(float, scores), docids), key=lambda x: (-x[0], x[1].encode("utf-8")))
 
 
 def _as_matrix(v) -> np.ndarray:

@@ -27,7 +27,7 @@ import numpy as np
 
 from indexes.atomic import atomic_write, write_text
 from indexes.errors import IndexFormatError, InputError
-from indexes.faiss_index import FaissIndex, _as_matrix
+from indexes.faiss_index import FaissIndex, _as_matrix, exact_scores, rank_exact, rescore_margin
 
 _DELTA = re.compile(r"^delta-g(\d+)\.npy$")
 _DELETED = re.compile(r"^deleted-g(\d+)\.rows$")
@@ -172,9 +172,15 @@ class LiveFaiss:
         m = len(self._dids)
         if m:
             S = q @ self._dv.T
-            kk = min(k, m)
+            exact = self.base._exact_storage() is not None
+            kk = min(k + rescore_margin(k), m) if exact else min(k, m)
             top = np.argpartition(-S, kk - 1, axis=1)[:, :kk] if kk < m else np.tile(np.arange(m), (n, 1))
             for i in range(n):
+                if exact:  # scored and ordered as the base's rows are (FaissIndex._rescored)
+                    cand = [(s, d) for s, d in zip(exact_scores(q[i], self._dv[top[i]]).tolist(),
+                                                     [self._dids[j] for j in top[i]])]
+                    lists[i] = rank_exact([s for s, _ in lists[i] + cand], [d for _, d in lists[i] + cand])[:k]
+                    continue
                 cand = [(float(S[i, j]), self._dids[j]) for j in top[i]]
                 # base first on equal scores, as one index holding every row would order them
                 lists[i] = sorted(lists[i] + cand, key=lambda x: -x[0])[:k]

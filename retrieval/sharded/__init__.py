@@ -59,7 +59,7 @@ The router's steps (:mod:`retrieval.sharded.merge` holds the pure functions):
  3. per retriever ``merge.merge_lists(rule, [each shard's list], depth)``: the exact global list
     (``"anserini"``: raw float score descending, then the docid's UTF-8 bytes, then Anserini's
     rounding to 4 decimals and its 1e-6 tie offsets over the merged list, as one Lucene index
-    orders and rounds; ``"score"``: score descending, ties in shard order);
+    orders and rounds; ``"score"``: score descending, then the docid's bytes, as a folder's rescored faiss ranking);
  4. a fused pipeline: ``confidence`` on one shard where the fusion asks for it, then
     ``retrieval.fusion.fuse`` on the merged lists (``merge.fuse_lists``), cut at k;
  5. with ``text``: ``fetch`` from each hit's shard.
