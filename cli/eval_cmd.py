@@ -121,6 +121,42 @@ def _table(results: dict[str, dict[str, float]]) -> str:
     return means_table(results)
 
 
+def _format_options(csv_help: str, json_help: str):
+    """--format table|csv|tsv|json and --json (the same as --format json), as `retr eval` has them."""
+    def add(f):
+        f = click.option("--json", "as_json", is_flag=True, help=f"The same as --format json: {json_help}")(f)
+        return click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
+                            help=f"table (aligned) [default]; csv or tsv: {csv_help}; json: {json_help}")(f)
+    return add
+
+
+def _format(fmt: str | None, as_json: bool) -> str:
+    if as_json and fmt not in (None, "json"):
+        raise click.UsageError(f"--json is --format json; it cannot go with --format {fmt}")
+    return "json" if as_json else fmt or "table"
+
+
+def _cell(v) -> str:
+    """A csv/tsv cell: numbers at full precision (repr), booleans true/false, nothing for None."""
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return repr(float(v)) if isinstance(v, float) else str(v)
+
+
+def _write_rows(head: Sequence[str], rows: Sequence[Sequence], fmt: str) -> None:
+    """Rows as CSV or TSV (the csv module's quoting), one header line."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    out = csv.writer(buf, delimiter="," if fmt == "csv" else "\t", lineterminator="\n")
+    out.writerow(head)
+    out.writerows([_cell(v) for v in r] for r in rows)
+    click.echo(buf.getvalue(), nl=False)
+
+
 @click.group("eval", cls=EvalGroup, context_settings=CONTEXT, invoke_without_command=False)
 def eval_cmd():
     """Evaluate TREC runs against qrels (TREC or BEIR, .gz ok) with any measure of ir_measures, computed by
@@ -158,9 +194,7 @@ def _evaluate_cmd(qrels, runs, measures, per_query, fmt, as_json, rel_threshold,
     from eval.io import read_qrels
     from eval.measures import DEFAULT_MEASURES, Evaluator
 
-    if as_json and fmt not in (None, "json"):
-        raise click.UsageError(f"--json is --format json; it cannot go with --format {fmt}")
-    fmt = "json" if as_json else fmt or "table"
+    fmt = _format(fmt, as_json)
     judged = read_qrels(qrels)
     evaluator = Evaluator(judged, _measures(measures) or list(DEFAULT_MEASURES), rel_threshold=rel_threshold,
                           judged_only=judged_only, complete=complete, max_docs=max_docs)
@@ -221,9 +255,12 @@ def _write_delimited(records: list[dict], measures: list[str], delimiter: str) -
               help="Significance level of the paired t-tests.")
 @click.option("--holm", is_flag=True, help="Holm-correct the pairwise tests within each scoring.")
 @click.option("--plot", type=click.Path(dir_okay=False), help="Write the curves over the budget to this PNG.")
-@click.option("--json", "as_json", is_flag=True, help="Print the full result as JSON.")
+@_format_options("columns budget, kept_per_query, then per scoring its tau, swapped and flipped (means over the "
+                 "seeds), one row per budget after the full judgments' own (budget \"full\")",
+                 "the full result (the systems' scores, every budget and seed)")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-def partial_cmd(qrels, runs, measures, budgets, seeds, rel_threshold, drop_nonrel, alpha, holm, plot, as_json, quiet):
+def partial_cmd(qrels, runs, measures, budgets, seeds, rel_threshold, drop_nonrel, alpha, holm, plot, fmt, as_json,
+                quiet):
     """How system rankings and significance conclusions change when only part of the relevant documents
     are judged (Kendall's tau vs the full qrels, swapped pairs, flipped conclusions), for the standard
     measures and their condensed variants."""
@@ -231,6 +268,7 @@ def partial_cmd(qrels, runs, measures, budgets, seeds, rel_threshold, drop_nonre
     from eval.io import read_qrels
     from eval.partial import DEFAULT_BUDGETS, analyse_partial, parse_budget
 
+    fmt = _format(fmt, as_json)
     if len(runs) < 2:
         raise EvalError("partial needs at least 2 --run files")
     judged = read_qrels(qrels)
@@ -241,10 +279,24 @@ def partial_cmd(qrels, runs, measures, budgets, seeds, rel_threshold, drop_nonre
     if plot:
         from eval.plots import plot_partial
         plot_partial(result, plot, title=_qrels_name(qrels))
-    if as_json:
+    if fmt == "json":
         click.echo(json.dumps(result, indent=1))
+    elif fmt in ("csv", "tsv"):
+        _write_rows(*_partial_rows(result), fmt)
     else:
         click.echo(format_partial(result))
+
+
+def _partial_rows(result: dict) -> tuple[list[str], list[list]]:
+    """partial's table at full precision: the full judgments' row, then one per budget."""
+    variants = list(result["budgets"][0]["results"])
+    head = ["budget", "kept_per_query"] + [f"{v} {s}" for v in variants for s in ("tau", "swapped", "flipped")]
+    ref = result.get("reference")
+    rows = [["full", result["relevant_per_query"]] + [ref[v][s] for v in variants
+                                                      for s in ("tau", "swapped", "flipped")]] if ref else []
+    rows += [[b["label"], b["kept_per_query"]] + [b["results"][v][f"{s}_mean"] for v in variants
+                                                  for s in ("tau", "swapped", "flipped")] for b in result["budgets"]]
+    return head, rows
 
 
 def format_partial(result: dict) -> str:
@@ -273,15 +325,18 @@ def format_partial(result: dict) -> str:
 @click.option("--resamples", type=click.IntRange(min=100), default=10_000, show_default=True,
               help="Bootstrap / permutation resamples.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed.")
-@click.option("--json", "as_json", is_flag=True, help="JSON: {measure: [rows]}.")
+@_format_options("columns measure, system, baseline, mean, delta, ci_low, ci_high, p, p_holm, significant, "
+                 "tost_p, equivalent (the last two with --margin), one row per measure and run",
+                 "{measure: [rows]}")
 def significance_cmd(qrels, baseline, runs, measures, test, alpha, margin, rel_threshold, judged_only, resamples,
-                     seed, as_json):
+                     seed, fmt, as_json):
     """Paired tests of each RUN against --baseline (Holm-corrected), bootstrap CIs of the differences and,
     with --margin, TOST equivalence. Queries missing from a run score 0."""
     from eval.io import read_qrels
     from eval.measures import Evaluator
     from eval.significance import compare, format_comparison
 
+    fmt = _format(fmt, as_json)
     paths = [baseline] + [r for r in runs if r != baseline]
     judged = read_qrels(qrels)
     all_runs = _read_runs(paths, judged, "score 0")
@@ -293,8 +348,13 @@ def significance_cmd(qrels, baseline, runs, measures, test, alpha, margin, rel_t
     for m in evaluator.measures:
         scores = {name: {q: row[m] for q, row in t.items()} for name, t in tables.items()}
         out[m] = compare(scores, base_name, test=test, alpha=alpha, margin=margin, n_resamples=resamples, seed=seed)
-    if as_json:
+    if fmt == "json":
         click.echo(json.dumps(out, indent=1))
+    elif fmt in ("csv", "tsv"):
+        cols = ["system", "baseline", "mean", "delta", "ci_low", "ci_high", "p", "p_holm", "significant"]
+        cols += ["tost_p", "equivalent"] if margin is not None else []
+        _write_rows(["measure", *cols], [[m] + [bool(r.get(c)) if c == "baseline" else r.get(c) for c in cols]
+                                         for m, rows in out.items() for r in rows], fmt)
     else:
         click.echo("\n\n".join(format_comparison(rows, m, alpha) for m, rows in out.items()))
 
@@ -395,16 +455,21 @@ def _collection_queries(idx):
 @click.option("--qrels", required=True, type=_QRELS, help="Relevance judgments: a file, irds:NAME or dmerit:PATH.")
 @click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False), metavar="RUN...")
 @click.option("-k", "k", type=click.IntRange(min=1), default=10, show_default=True, help="Depth of the top k.")
-@click.option("--json", "as_json", is_flag=True, help="JSON: {run: report}.")
-def unjudged_cmd(qrels, runs, k, as_json):
+@_format_options("columns run, queries, Judged@k, unjudged@k, retrieved@k, queries_with_unjudged (k as given)",
+                 "{run: report}")
+def unjudged_cmd(qrels, runs, k, fmt, as_json):
     """Per run, how many of its top-k documents have no judgment (Judged@k, counts, affected queries)."""
     from eval.io import read_qrels
     from eval.measures import unjudged_report
     from eval.tables import format_table, unjudged_table
 
+    fmt = _format(fmt, as_json)
     q = read_qrels(qrels)
     out = {name: unjudged_report(q, run, k) for name, run in _read_runs(runs, q).items()}
-    if as_json:
+    if fmt == "json":
         click.echo(json.dumps(out, indent=1))
-        return
-    click.echo(format_table(*unjudged_table(out, k)))
+    elif fmt in ("csv", "tsv"):
+        cols = ["queries", f"Judged@{k}", f"unjudged@{k}", f"retrieved@{k}", "queries_with_unjudged"]
+        _write_rows(["run", *cols], [[name, *(r[c] for c in cols)] for name, r in out.items()], fmt)
+    else:
+        click.echo(format_table(*unjudged_table(out, k)))
