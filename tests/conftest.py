@@ -71,6 +71,34 @@ def small_dense_index(tmp_path_factory, small_corpus):
     return add_subindex(idx, DenseSpec(), quiet=True)
 
 
+@pytest.fixture(scope="session")
+def pruned_dense_index(tmp_path_factory, small_corpus):
+    """The 400 passages pruned by 30% with the learned quality estimator, in process, with a dense
+    sub-index made of the estimator's vectors: built once for test_quality and test_ray_executor
+    (the in-process reference of the Ray build), which only read it."""
+    from retrieval.dense.subindex import DenseSpec
+    from retrieval.writer import build_pruned_index
+
+    return build_pruned_index(small_corpus, tmp_path_factory.mktemp("pruned") / "P", 0.3, "learned",
+                              subindexes={"dense": DenseSpec()}, quiet=True)
+
+
+def dense_vectors(path):
+    """(docids, vectors) of a dense sub-index: a folder, or an index folder (its current
+    generation's dense sub-index, added rows included)."""
+    import numpy as np
+
+    from indexes.faiss_live import open_live
+
+    path = Path(path)
+    if (path / "manifest.json").exists():
+        path = path / json.loads((path / "manifest.json").read_text())["subindexes"]["dense"]["path"]
+    live = open_live(path)  # a LiveFaiss once rows were added or deleted, else the FaissIndex itself
+    if hasattr(live, "vectors"):
+        return live.docids, live.vectors(np.arange(len(live.docids)))
+    return list(live._docids), live.index.reconstruct_n(0, live.ntotal)
+
+
 def with_meta(src, dst):
     """A copy of a BEIR corpus whose documents carry metadata derived from their id."""
     dst.mkdir(parents=True, exist_ok=True)
@@ -101,14 +129,21 @@ def meta_index(tmp_path_factory, meta_corpus):
 
 
 @pytest.fixture(scope="session")
-def meta_dense_index(tmp_path_factory, meta_corpus):
-    """BM25 + MiniLM dense over the 400 passages, with metadata."""
+def meta_dense_index(tmp_path_factory, meta_corpus, small_dense_index):
+    """BM25 + MiniLM dense over the 400 passages, with metadata. Their texts are small_dense_index's,
+    whose vectors MiniLM encoded in this session: the dense sub-index takes them (as a pruned build
+    takes the quality estimator's, when they are its encoder's) instead of encoding the 400 again."""
     import retrieval
     from retrieval.dense.subindex import DenseSpec
-    from retrieval.writer import add_subindex
 
-    idx = retrieval.build_index(meta_corpus, tmp_path_factory.mktemp("mdidx") / "IDX", quiet=True)
-    return add_subindex(idx, DenseSpec(), quiet=True)
+    ids, vectors = dense_vectors(small_dense_index.path)
+    sub = small_dense_index.path / small_dense_index.manifest["subindexes"]["dense"]["path"]
+    pre = {"config": json.loads((sub / "encoder.json").read_text()), "docids": ids, "array": vectors,
+           "source": "small_dense_index (the same encoder, the same passages)"}
+    idx = retrieval.build_index(meta_corpus, tmp_path_factory.mktemp("mdidx") / "IDX", quiet=True,
+                                subindexes={"dense": DenseSpec()}, precomputed=pre)
+    assert idx.manifest["subindexes"]["dense"]["vectors_from"] == pre["source"]
+    return idx
 
 
 def run_retr(*args, cwd=None, input=None, timeout=600):

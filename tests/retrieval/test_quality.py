@@ -141,21 +141,31 @@ def test_scores_file_round_trip_and_missing_ids(small_corpus, tmp_path, docs):
         read_scores(tmp_path / "bad.tsv")
 
 
-def test_pruned_dense_build_reuses_the_learned_estimators_vectors(small_corpus, tmp_path):
-    from retrieval.writer import build_index
-    from retrieval.dense.subindex import DenseSpec, _reusable
+def test_pruned_dense_build_reuses_the_learned_estimators_vectors(small_corpus, pruned_dense_index, small_dense_index):
+    """The estimator's vectors stand in for encoding: they are the vectors the dense encoder gives the
+    kept passages (compared with the full in-process dense build's, which encoded them), and the
+    pruned folder's dense search ranks as an exact search over those encoded vectors does."""
+    from retrieval.dense.subindex import _reusable
+    from tests.conftest import dense_vectors
 
-    idx = build_pruned_index(small_corpus, tmp_path / "P", 0.3, "learned", subindexes={"dense": DenseSpec()}, quiet=True)
+    idx = pruned_dense_index
     e = idx.manifest["subindexes"]["dense"]
-    assert e["vectors_from"].startswith("quality estimator") and e["doc_count"] == len(idx)
+    assert e["vectors_from"].startswith("quality estimator") and e["doc_count"] == len(idx) == 280
     keep = {row[0] for row in idx.docstore.iter_docs()}
-    fresh = build_index(small_corpus, tmp_path / "F", keep=keep, subindexes={"dense": DenseSpec()}, quiet=True)
+    fresh = small_dense_index
     assert fresh.manifest["subindexes"]["dense"]["vectors_from"] == "encoded"
+    ids_p, vp = dense_vectors(idx.path)
+    ids_f, vf = dense_vectors(fresh.path)
+    row = {d: i for i, d in enumerate(ids_f)}
+    assert set(ids_p) == keep
+    encoded = vf[[row[d] for d in ids_p]]
+    assert np.abs(vp - encoded).max() <= 1e-4  # the same vectors up to float noise from other batch padding
     qs = read_queries(small_corpus / "queries.jsonl")[:20]
     a = idx.batch_search(qs, k=10, retriever="dense")
-    b = fresh.batch_search(qs, k=10, retriever="dense")
-    for q in a:  # the same vectors up to float noise from other batch padding
-        sa, sb = {h.docid: h.score for h in a[q]}, {h.docid: h.score for h in b[q]}
+    qv = fresh.retriever("dense").encode_queries([q.text for q in qs])
+    for q, s in zip(qs, qv @ encoded.T):  # the ranking of a dense index freshly encoded from the kept passages
+        sa = {h.docid: h.score for h in a[q.qid]}
+        sb = {ids_p[j]: float(s[j]) for j in np.argsort(-s, kind="stable")[:10]}
         common = set(sa) & set(sb)
         assert len(common) >= 9 and all(abs(sa[d] - sb[d]) < 1e-4 for d in common)
     # another encoder, or a document the vectors lack: encode instead

@@ -11,32 +11,18 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import retrieval
 from tests.conftest import ROOT, run_retr
+from tests.conftest import dense_vectors as _vectors
 
 pytest.importorskip("ray", reason="Ray is not installed (pip install 'retr[ray]')")
 
 from retrieval.dense.subindex import DenseSpec  # noqa: E402
 from retrieval.executors import Executor  # noqa: E402
-
-
-def _vectors(path):
-    """(docids, vectors) of a dense sub-index: a folder, or an index folder (its current
-    generation's dense sub-index, added rows included)."""
-    from indexes.faiss_live import open_live
-
-    path = Path(path)
-    if (path / "manifest.json").exists():
-        path = path / json.loads((path / "manifest.json").read_text())["subindexes"]["dense"]["path"]
-    live = open_live(path)  # a LiveFaiss once rows were added or deleted, else the FaissIndex itself
-    if hasattr(live, "vectors"):
-        return live.docids, live.vectors(np.arange(len(live.docids)))
-    return list(live._docids), live.index.reconstruct_n(0, live.ntotal)
 
 
 def _runs(idx, queries, retriever, k=100):
@@ -196,14 +182,14 @@ def test_splade_on_ray_gives_the_in_process_index(tmp_path, small_corpus, ray_ad
         assert _runs(a, queries, r, k=50) == _runs(b, queries, r, k=50), r
 
 
-def test_pruned_build_on_ray_prunes_the_same_passages(tmp_path, small_corpus, ray_address, queries):
+def test_pruned_build_on_ray_prunes_the_same_passages(tmp_path, small_corpus, ray_address, queries,
+                                                     pruned_dense_index):
     """The learned quality estimator scored on Ray (blocks of 100) keeps the same passages as in
     process, its vectors stand in for the dense encoding as they do in process, and the runs agree."""
     from retrieval.dense.subindex import DenseSpec
 
     # the learned head named: the default estimator (length) needs no model and scores in the driver
-    a = retrieval.index_corpus(small_corpus, tmp_path / "A", prune=0.3, quality="learned", subindexes={"dense": DenseSpec()},
-                               quiet=True)
+    a = pruned_dense_index  # in process: build_pruned_index, which index_corpus(prune=) runs in its staging folder
     b = retrieval.index_corpus(small_corpus, tmp_path / "B", prune=0.3, quality="learned", subindexes={"dense": DenseSpec()}, quiet=True,
                                executor=Executor("ray", address=ray_address, workers=2, cpus_per_worker=0.5,
                                                  block_size=100))
@@ -219,25 +205,26 @@ def test_pruned_build_on_ray_prunes_the_same_passages(tmp_path, small_corpus, ra
 
 
 # -------------------------------------------------------------------------------------- the CLI
-def test_cli_index_and_add_on_ray_match_in_process(tmp_path, small_corpus, ray_address):
-    """`retr index --dense --executor ray` joining a cluster, then `retr add --executor ray`,
-    against the same two steps in process."""
+def test_cli_index_and_add_on_ray_match_in_process(tmp_path, small_corpus, small_dense_index, ray_address):
+    """`retr index --dense --executor ray` joining a cluster, then `retr add --executor ray`: the
+    vectors are the in-process encoder's of the same 80 passages (the shared dense index encoded
+    them in process; encoding them again here in process would test nothing more)."""
     lines = (small_corpus / "corpus.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
     (tmp_path / "c.jsonl").write_text("".join(lines[:60]), encoding="utf-8")
     (tmp_path / "more.jsonl").write_text("".join(lines[60:80]), encoding="utf-8")
     ray_opts = ["--executor", "ray", "--ray-address", ray_address, "--workers", "2", "--cpus-per-worker", "0.5",
                 "--block-size", "16"]
-    for name, opts in (("L", []), ("R", ray_opts)):
-        r = run_retr("index", "--corpus", tmp_path / "c.jsonl", "--index", tmp_path / name, "--dense", "--quiet", *opts)
-        assert r.returncode == 0, r.stderr
-        r = run_retr("add", "--index", tmp_path / name, "--corpus", tmp_path / "more.jsonl", "--quiet", *opts)
-        assert r.returncode == 0, r.stderr
-    ids_l, vl = _vectors(tmp_path / "L")
+    r = run_retr("index", "--corpus", tmp_path / "c.jsonl", "--index", tmp_path / "R", "--dense", "--quiet", *ray_opts)
+    assert r.returncode == 0, r.stderr
+    r = run_retr("add", "--index", tmp_path / "R", "--corpus", tmp_path / "more.jsonl", "--quiet", *ray_opts)
+    assert r.returncode == 0, r.stderr
+    ids_l, vl = _vectors(small_dense_index.path)
     ids_r, vr = _vectors(tmp_path / "R")
-    assert ids_l == ids_r and len(ids_l) == 80 and np.abs(vl - vr).max() <= 1e-5
+    assert ids_r == [json.loads(l)["_id"] for l in lines[:80]] and ids_l[:80] == ids_r
+    assert np.abs(vl[:80] - vr).max() <= 1e-5
     m = json.loads((tmp_path / "R" / "manifest.json").read_text())
     assert m["subindexes"]["dense"]["encoded_by"]["executor"] == "ray"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["L", "R", "c.jsonl", "more.jsonl"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["R", "c.jsonl", "more.jsonl"]
 
 
 def test_live_index_changes_on_ray_match_in_process(tmp_path, small_corpus, ray_address, queries):
@@ -266,10 +253,13 @@ def test_live_index_changes_on_ray_match_in_process(tmp_path, small_corpus, ray_
                                            for d in docs[20:25]], quiet=True)  # same text: old rows stay behind
         idx = add_subindex(retrieval.open_index(tmp_path / name), DenseSpec(), quiet=True, executor=ex)
         assert len(idx) == 75
-        opts = (["--executor", "ray", "--ray-address", ray_address, "--workers", "2", "--cpus-per-worker", "0.5",
-                 "--block-size", "16"] if name == "R" else [])
-        r = run_retr("update", "--index", tmp_path / name, "--corpus", tmp_path / "changed.jsonl", "--quiet", *opts)
-        assert r.returncode == 0, r.stderr
+        if name == "R":  # `retr update --executor ray` in its own process; in process, the call it makes
+            r = run_retr("update", "--index", tmp_path / name, "--corpus", tmp_path / "changed.jsonl", "--quiet",
+                         "--executor", "ray", "--ray-address", ray_address, "--workers", "2", "--cpus-per-worker",
+                         "0.5", "--block-size", "16")
+            assert r.returncode == 0, r.stderr
+        else:
+            update_documents(tmp_path / name, tmp_path / "changed.jsonl", quiet=True, executor=ex)
         out[name] = retrieval.open_index(tmp_path / name)
         rep = check_index(tmp_path / name, full=True)
         assert rep.ok, rep.problems
