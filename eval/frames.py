@@ -11,8 +11,9 @@ by score, 0-based: ``rank = file rank - 1`` for a file whose lines are in rank o
 file retr writes is. pandas is imported when one of these functions is called, never at
 ``import eval``.
 
-The readers validate through :func:`eval.io.read_run` / :func:`eval.io.read_qrels` (one
-``EvalError`` naming ``file:line``), then keep the file's line order.
+The readers keep the file's line order and raise what :func:`eval.io.read_run` /
+:func:`eval.io.read_qrels` raise (one ``EvalError`` naming ``file:line``): a run is read by pandas'
+C parser when every line is a plain run line, else line by line through ``read_run``.
 """
 from __future__ import annotations
 
@@ -69,13 +70,18 @@ def qrels_frame(qrels):
 # read_run reads it. Searched one character at a time: str's substring search is ~10x a regex class.
 _ODD_CHARS = ("\x00\x0b\x0c\x1c\x1d\x1e\x1f\x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007"
               "\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff")
-_RUN_DTYPES = {0: str, 1: "category", 2: str, 3: "category", 4: "float64", 5: str}   # Q0, rank: unused
+# Q0 and the rank are not used: as categories (a few values each) they cost less than strings. Not the
+# ids or the tag: a category's values are converted ("001" would become 1.0).
+_RUN_DTYPES = {0: str, 1: "category", 2: str, 3: "category", 4: "float64", 5: str}
 
 
-def _run_text(path) -> str | None:
-    """The file's text as read_run decodes it (gunzipped, UTF-8 with replacement), or None to leave
-    the file to read_run (unreadable, corrupt gzip)."""
+def _run_source(path):
+    """The file as pandas should read it, with its bytes: a BytesIO of plain ASCII, else a StringIO
+    of the text as read_run decodes it (UTF-8 with replacement); gunzipped. (None, None) to leave the
+    file to read_run: unreadable, a corrupt gzip, empty, or holding a character pandas splits on
+    otherwise than str.split() (see _ODD_CHARS)."""
     import gzip
+    import io
     import zlib
 
     try:
@@ -84,8 +90,12 @@ def _run_text(path) -> str | None:
         if data[:2] == b"\x1f\x8b":
             data = gzip.decompress(data)
     except (OSError, EOFError, zlib.error):
-        return None
-    return data.decode("utf-8", errors="replace")
+        return None, None
+    if data.isascii():   # most runs: pandas reads the bytes as they are (no decoding, no copy)
+        odd = any(c.encode() in data for c in _ODD_CHARS[:7])
+        return (None, None) if odd or not data else (io.BytesIO(data), data)
+    text = data.decode("utf-8", errors="replace")
+    return (None, None) if any(c in text for c in _ODD_CHARS) else (io.StringIO(text), data)
 
 
 def _fast_run_frame(pd, path):
@@ -98,29 +108,51 @@ def _fast_run_frame(pd, path):
     query. Hand-written checks around pandas' reader: it has no strict column count or
     float()-equivalent mode of its own."""
     import csv
-    import io
 
     import numpy as np
 
-    text = _run_text(path)
-    if not text or any(c in text for c in (_ODD_CHARS if not text.isascii() else _ODD_CHARS[:7])):
+    source, data = _run_source(path)
+    if source is None:
         return None
     try:
-        raw = pd.read_csv(io.StringIO(text), sep=r"\s+", header=None, engine="c", quoting=csv.QUOTE_NONE,
+        raw = pd.read_csv(source, sep=r"\s+", header=None, engine="c", quoting=csv.QUOTE_NONE,
                           na_filter=False, dtype=_RUN_DTYPES)
     except (ValueError, pd.errors.ParserError, pd.errors.EmptyDataError):
         return None   # a line of 7+ fields, a score that is not a number, nothing but blank lines
     if raw.shape[1] != 6 or str(raw[4].dtype) != "float64" or not len(raw) or (raw[5].str.len() == 0).any():
         return None   # a line of fewer fields (a comment, a missing tag)
     scores = raw[4].to_numpy()
-    if not np.isfinite(scores).all() or raw.duplicated([0, 2]).any():
-        return None   # NaN or infinity, a document listed twice
-    if ((scores == 0) | (scores == 1)).any() and any(w in text.lower() for w in ("true", "false")):
+    if not np.isfinite(scores).all():
+        return None   # NaN or infinity
+    if ((scores == 0) | (scores == 1)).any() and any(w in data.lower() for w in (b"true", b"false")):
         return None   # perhaps a boolean pandas took for a number
+    qcodes, qids = pd.factorize(raw[0])
+    dcodes, docs = pd.factorize(raw[2])
+    if pd.Series(qcodes.astype("int64") * len(docs) + dcodes).duplicated().any():
+        return None   # a document listed twice for a query
     out = pd.DataFrame({"qid": raw[0], "docno": raw[2], "score": raw[4]})
-    out["rank"] = _ranks(pd, out["qid"], out["score"])
+    ranks = _sorted_ranks(qcodes, len(qids), scores)
+    out["rank"] = _ranks(pd, out["qid"], out["score"]) if ranks is None else pd.Series(ranks, dtype="int64")
     out["name"] = raw[5]
     return out
+
+
+def _sorted_ranks(codes, n_queries: int, scores):
+    """Ranks as :func:`_ranks` gives them, without a groupby, for a run whose queries each fill one
+    block of lines with scores that never rise (every run retr or trec_eval-era tools write): the
+    position in the block. None for any other run."""
+    import numpy as np
+
+    starts = np.flatnonzero(np.diff(codes)) + 1
+    if len(starts) + 1 != n_queries:
+        return None   # a query's lines are apart
+    rising = np.diff(scores) > 0
+    rising[starts - 1] = False   # a new query may start higher
+    if rising.any():
+        return None
+    first = np.zeros(len(codes), dtype="int64")
+    first[starts] = starts
+    return np.arange(len(codes), dtype="int64") - np.maximum.accumulate(first)
 
 
 def read_run_frame(path: str | os.PathLike, strict: bool = True):

@@ -46,6 +46,7 @@ STRESS = {
     "words": 'NA Q0 null 1 1 NaN\nn/a Q0 "x 2 0.5 ""\n#q Q0 \'a 1 1 -\nNone Q0 nan 1 2 N/A\n',
     "no final newline": "q1 Q0 a 1 2.5 t\nq1 Q0 b 2 1.5 t",
     "old mac line ends": "q1 Q0 a 1 2.5 t\rq1 Q0 b 2 1.5 t\r",
+    "ids that look like numbers": "001 Q0 1 1 3 t\n1 Q0 1.0 1 2 t\n1.0 Q0 001 1 1 1\n1e3 Q0 -0 1 1 0\n",
     "unicode ids": "q\u00e9 Q0 \u6587\u66f8 1 1.5 \u00fc\nq\u00e9 Q0 d\u00e9 2 1.25 \u00fc\n",
 }
 # files the fast path must leave to read_run (which reads them): its result is still the frame
@@ -115,3 +116,29 @@ def test_trailing_fields_when_not_strict_and_corrupt_gzip(tmp_path):
     bad.write_bytes(gzip.compress(b"q1 Q0 d1 1 2.5 t\n" * 100)[:40])
     with pytest.raises(EvalError, match="corrupt gzip"):
         E.read_run_frame(bad)
+
+
+def test_ranks_of_sorted_blocks_equal_the_groupby_ranks():
+    """_sorted_ranks (positions in each query's block) against PyTerrier's groupby rule, on runs with
+    ties, one-line queries and -0.0; and None where a query's lines are apart or a score rises."""
+    import random
+
+    from eval.frames import _ranks, _sorted_ranks
+
+    rng = random.Random(7)
+    for _ in range(50):
+        qids, scores = [], []
+        for q in range(rng.randint(1, 8)):
+            s = rng.choice([0.0, -0.0, 5.0])
+            for _ in range(rng.randint(1, 30)):
+                s -= rng.choice([0.0, 0.0, 0.5, 1.0])
+                qids.append(f"q{q}")
+                scores.append(s)
+        codes, uniq = pd.factorize(pd.Series(qids, dtype="str"))
+        got = _sorted_ranks(codes, len(uniq), pd.Series(scores).to_numpy())
+        assert got is not None and got.tolist() == _ranks(pd, pd.Series(qids), pd.Series(scores)).tolist()
+    codes, uniq = pd.factorize(pd.Series(["a", "b", "a"]))
+    assert _sorted_ranks(codes, len(uniq), pd.Series([3.0, 2.0, 1.0]).to_numpy()) is None
+    codes, uniq = pd.factorize(pd.Series(["a", "a", "b"]))
+    assert _sorted_ranks(codes, len(uniq), pd.Series([1.0, 2.0, 9.0]).to_numpy()) is None
+    assert _sorted_ranks(codes, len(uniq), pd.Series([2.0, 1.0, 9.0]).to_numpy()).tolist() == [0, 1, 0]
