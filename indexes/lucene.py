@@ -438,18 +438,7 @@ class LuceneIndex:
         :class:`MissingDocvectors`."""
         if self.impact:
             raise RetrError("pseudo-relevance feedback applies to text indexes, not impact indexes")
-        F = jvm.autoclass("retr.lucene.Feedback")
-        if method is None:
-            f = None
-        elif method == "rm3":
-            f = F.rm3(int(params["fb_terms"]), int(params["fb_docs"]), float(params["original_query_weight"]),
-                      bool(params["filter_terms"]))
-        elif method == "rocchio":
-            f = F.rocchio(int(params["fb_terms"]), int(params["fb_docs"]), int(params["bottom_fb_terms"]),
-                          int(params["bottom_fb_docs"]), float(params["alpha"]), float(params["beta"]),
-                          float(params["gamma"]), bool(params["use_negative"]))
-        else:
-            raise RetrError(f"unknown feedback method {method!r} (rm3 or rocchio)")
+        f = None if method is None else self.feedback(method, **params)
         from jnius import JavaException
 
         with self._lock:
@@ -459,6 +448,27 @@ class LuceneIndex:
                 if "document vectors" in str(e):
                     raise MissingDocvectors(f"{self.path}: this Lucene index stores no document vectors") from None
                 raise
+
+    def feedback(self, method: str, **params):
+        """The Java ``retr.lucene.Feedback`` of ``method`` (``"rm3"``, ``"rocchio"``) and ``params``
+        (:meth:`set_feedback`'s), for one call's ``feedback`` (:meth:`search`, :meth:`batch_search`,
+        :meth:`search_filtered`) rather than every search's. :class:`MissingDocvectors` where the
+        index stores no document vectors."""
+        if self.impact:
+            raise RetrError("pseudo-relevance feedback applies to text indexes, not impact indexes")
+        if method is not None and not self._snap.js.storesVectors():
+            raise MissingDocvectors(f"{self.path}: this Lucene index stores no document vectors")
+        F = jvm.autoclass("retr.lucene.Feedback")
+        if method == "rm3":
+            f = F.rm3(int(params["fb_terms"]), int(params["fb_docs"]), float(params["original_query_weight"]),
+                      bool(params["filter_terms"]))
+        elif method == "rocchio":
+            f = F.rocchio(int(params["fb_terms"]), int(params["fb_docs"]), int(params["bottom_fb_terms"]),
+                          int(params["bottom_fb_docs"]), float(params["alpha"]), float(params["beta"]),
+                          float(params["gamma"]), bool(params["use_negative"]))
+        else:
+            raise RetrError(f"unknown feedback method {method!r} (rm3 or rocchio)")
+        return f
 
     def refresh(self) -> bool:
         """Search the index's newest commit from now on (documents added, deleted or
@@ -473,19 +483,22 @@ class LuceneIndex:
         old.js.close()  # each running search holds its own reference to the old reader
         return True
 
-    def search(self, query, k: int = 10) -> Result:
+    def search(self, query, k: int = 10, feedback=None) -> Result:
         """``query`` is text for BM25 or a ``{term: weight}`` dict for impacts
-        (weights are rounded to integers; terms that round to 0 are dropped)."""
+        (weights are rounded to integers; terms that round to 0 are dropped). ``feedback``: for
+        this call, a :meth:`feedback` object, or False for none; None: the one set (:meth:`set_feedback`)."""
         k = _check_k(k)
         if self.impact:
             terms, weights = _int_weights(query)
             if not terms:
                 return []
             return self._call(lambda s: s.decode(s.js.searchWeighted(terms, weights, k).tostring()))
+        if feedback is not None:
+            return self._call(lambda s: s.decode(s.js.search(query, k, _java(feedback)).tostring()))
         return self._call(lambda s: s.decode(s.js.search(query, k).tostring()))
 
     def batch_search(self, queries: Sequence, qids: Sequence[str], k: int = 10, threads: int = 1,
-                     parallel: str = "python") -> Dict[str, Result]:
+                     parallel: str = "python", feedback=None) -> Dict[str, Result]:
         """Search all queries. With one thread, one Java call searches everything and
         the hits of all queries come back as one array. With ``threads`` > 1 that many
         Python threads take the queries one by one, each searching its query in one Java
@@ -497,7 +510,7 @@ class LuceneIndex:
         ``parallel="java"`` instead searches everything in one call on ``threads`` Java
         threads and decodes afterwards (benchmarks/results/bm25.md compares the two).
         A query that fails is answered with no hits and a warning; the others are
-        answered as usual."""
+        answered as usual. ``feedback``: as :meth:`search` takes it, for every query."""
         k = _check_k(k)
         if parallel not in ("python", "java"):
             raise RetrError(f"unknown parallel mode {parallel!r} ('python' or 'java')")
@@ -509,10 +522,10 @@ class LuceneIndex:
         threads = max(1, int(threads))
         queries, n = list(queries), len(qids)
         if threads == 1 or parallel == "java" or n == 1:
-            snap, data, errors = self._search_part(queries, k, threads)
+            snap, data, errors = self._search_part(queries, k, threads, feedback)
             lists = snap.decode_batch(data, n)
         else:
-            lists, errors = self._parallel(queries, k, threads)
+            lists, errors = self._parallel(queries, k, threads, feedback)
         out = dict(zip(qids, lists))
         for qid, err in zip(qids, errors or ()):
             if err is not None:
@@ -520,7 +533,7 @@ class LuceneIndex:
                               stacklevel=2)
         return out
 
-    def _parallel(self, queries, k: int, threads: int) -> Tuple[List[Result], List[Optional[str]]]:
+    def _parallel(self, queries, k: int, threads: int, feedback=None) -> Tuple[List[Result], List[Optional[str]]]:
         """Search ``queries`` on ``threads`` Python threads (this one included), each taking the
         next query, searching it in one Java call (pyjnius lets go of the GIL while Java runs) and
         turning its hits into a list; returns the lists in order and each query's error or None."""
@@ -533,6 +546,8 @@ class LuceneIndex:
         weights = [_int_weights(q) for q in queries] if self.impact else None
 
         def one(s: _Snapshot, i: int) -> Result:
+            if weights is None and feedback is not None:
+                return s.decode(s.js.search(str(queries[i]), k, _java(feedback)).tostring())
             if weights is None:
                 return s.decode(s.js.search(str(queries[i]), k).tostring())
             terms, ints = weights[i]
@@ -569,20 +584,26 @@ class LuceneIndex:
             raise failed[0]
         return lists, errors
 
-    def _search_part(self, queries: Sequence, k: int, threads: int):
+    def _search_part(self, queries: Sequence, k: int, threads: int, feedback=None):
         """One Java call over ``queries``: (snapshot, the answer's bytes, errors or None)."""
         if self.impact:
             terms, weights, offsets = _flat_weights(queries)
             snap, batch = self._call(lambda s: (s, s.js.batchSearchWeighted(terms, weights, offsets, k, threads)))
         else:
             texts = [str(q) for q in queries]
-            snap, batch = self._call(lambda s: (s, s.js.batchSearch(texts, k, threads)))
+            if feedback is not None:
+                snap, batch = self._call(lambda s: (s, s.js.batchSearch(texts, k, threads, _java(feedback))))
+            else:
+                snap, batch = self._call(lambda s: (s, s.js.batchSearch(texts, k, threads)))
         return snap, batch.data.tostring(), batch.errors
 
-    def _query_maker(self, query, k: int = 1000):
+    def _query_maker(self, query, k: int = 1000, feedback=None):
         """A function of a snapshot that makes ``query``'s Lucene query there: integer-weighted terms
         on an impact index, analysed text otherwise (expanded by the feedback set, for a search of
-        ``k`` hits: :meth:`set_feedback`); None for impact weights with no term left."""
+        ``k`` hits: :meth:`set_feedback`, or ``feedback`` as :meth:`search` takes it); None for impact
+        weights with no term left."""
+        if not self.impact and feedback is not None:
+            return lambda s: s.js.searchQuery(query, k, _java(feedback))
         if not self.impact:
             return lambda s: s.js.searchQuery(query, k)
         terms, weights = _int_weights(query)
@@ -637,14 +658,15 @@ class LuceneIndex:
             raise RetrError("query mass is defined for BM25 text indexes, not impact indexes")
         return self._call(lambda s: list(s.js.queryMasses(list(texts))))
 
-    def search_filtered(self, query, k: int, allowed) -> Result:
+    def search_filtered(self, query, k: int, allowed, feedback=None) -> Result:
         """:meth:`search` restricted to the documents of ``allowed`` (a
         ``retrieval.filters.Allowed``): the first ``k`` of them in the unfiltered
-        ranking, with the same scores (see :mod:`indexes.lucene_filter`)."""
+        ranking, with the same scores (see :mod:`indexes.lucene_filter`). ``feedback``: as
+        :meth:`search` takes it."""
         from indexes import lucene_filter as lf
 
         k = _check_k(k)
-        make = self._query_maker(query, k)
+        make = self._query_maker(query, k, feedback)
         if make is None:
             return []
 
@@ -678,6 +700,11 @@ class LuceneIndex:
             self._snap.js.close()
         except Exception:  # pragma: no cover
             pass
+
+
+def _java(feedback):
+    """A call's ``feedback`` as the Java methods take it: False (none for this call) is null."""
+    return None if feedback is False else feedback
 
 
 class _Snapshot:

@@ -39,6 +39,19 @@ FOLLOW_GRACE = 2.0  # seconds a reader answers from its generation while the new
 DEEPEN_SHARE = 0.25  # filters allowing this share of the documents or more read the ranking deeper instead
 
 
+def _per_search(p: Pipeline, rs: Dict[str, Retriever], prf) -> Dict[str, Retriever]:
+    """The pipeline's retrievers with ``prf`` (one search's pseudo-relevance feedback) on each member
+    that takes it per search (its ``call_options``); one ParameterError naming the pipeline where
+    none does. None: ``rs`` as they are."""
+    if prf is None:
+        return rs
+    takers = [n for n, r in rs.items() if "prf" in r.call_options]
+    if not takers:
+        raise ParameterError("{prf} (pseudo-relevance feedback) applies to no retriever of {_p}: none of its "
+                             "retrievers ({_names}) takes it", _p=str(p), _names=", ".join(rs))
+    return {n: r.with_options(prf=prf) if n in takers else r for n, r in rs.items()}
+
+
 def _tick(timings: Optional[Dict[str, float]], stage: str, t0: float) -> None:
     if timings is not None:
         timings[stage] = timings.get(stage, 0.0) + time.perf_counter() - t0
@@ -428,7 +441,7 @@ class Index:
 
     def search(self, query: str, k: int = 10, retriever: str = PRIMARY, fusion: Optional[str] = None,
                text: bool = True, depth: Optional[int] = None, timings: Optional[Dict[str, float]] = None,
-               dimsel=None, filter=None, ranks: bool = False) -> List[Hit]:
+               dimsel=None, filter=None, ranks: bool = False, prf=None) -> List[Hit]:
         """Top-``k`` hits for one query, with title, text and metadata unless ``text=False``.
 
         ``retriever`` is a sub-index name or a fused pipeline spec such as
@@ -446,24 +459,28 @@ class Index:
         first ``k`` fused. A filter that matches every document returns the unfiltered hits.
 
         ``ranks``: each hit's ``ranks`` holds its rank in each retriever's own list (None where a
-        member's list, cut at the fusion depth, lacks it), as ``scores`` holds their scores."""
+        member's list, cut at the fusion depth, lacks it), as ``scores`` holds their scores.
+
+        ``prf``: pseudo-relevance feedback for this search alone, in any form ``configure``'s ``prf``
+        takes (``"rm3"``, ``"rocchio(gamma=0.15)"``, a dict, ``"none"``), on the members whose
+        retriever takes it per search (BM25); a pipeline with none is a ParameterError."""
         g = self._enter()
         try:
-            return self._search(g, query, k, retriever, fusion, text, depth, timings, dimsel, filter, ranks)
+            return self._search(g, query, k, retriever, fusion, text, depth, timings, dimsel, filter, ranks, prf)
         finally:
             self._leave(g)
 
     def _search(self, g: "_Generation", query, k, retriever, fusion, text, depth, timings, dimsel, filter,
-                ranks=False):
+                ranks=False, prf=None):
         if not isinstance(query, str) or not query.strip():
             raise InputError("query text is empty")
         _check_k(k)
         p = self._pipeline(g.manifest, retriever, fusion)
         allowed = self._allowed(g, filter)
-        lists, rs = {}, {}
+        lists, rs = {}, _per_search(p, {n: self._pick(g, n, dimsel, p.fused) for n in p.retrievers}, prf)
         for name in p.retrievers:
             t0 = time.perf_counter()
-            r = rs[name] = self._pick(g, name, dimsel, p.fused)
+            r = rs[name]
             kk = k if not p.fused else max(k, depth or DEPTH)
             lists[name] = r.search(query, kk) if allowed is None else self._filtered(g, r, query, kk, allowed)
             _tick(timings, name, t0)
@@ -523,8 +540,8 @@ class Index:
     def batch_search(self, queries: QueriesArg, qids: Optional[Sequence[str]] = None, k: int = 10,
                      retriever: str = PRIMARY, fusion: Optional[str] = None, threads: int = 1, text: bool = False,
                      quiet: bool = True, depth: Optional[int] = None, batch_size: Optional[int] = None,
-                     timings: Optional[Dict[str, float]] = None, dimsel=None, filter=None, as_frame: bool = False
-                     ) -> Dict[str, List[Hit]]:
+                     timings: Optional[Dict[str, float]] = None, dimsel=None, filter=None, as_frame: bool = False,
+                     prf=None) -> Dict[str, List[Hit]]:
         """Search many queries; returns ``{qid: hits}`` in the order of ``queries``.
 
         ``queries`` is a list of :class:`Query`, a mapping ``{qid: text}``, a list of
@@ -534,7 +551,7 @@ class Index:
         ``query``: PyTerrier's). Queries go to the backends in
         batches of ``batch_size`` (default: all at once when quiet, else
         about 20 batches so the progress bar moves). All of them search one generation.
-        ``filter`` applies to every query, as in :meth:`search`.
+        ``filter`` and ``prf`` apply to every query, as in :meth:`search`.
 
         ``as_frame``: a pandas DataFrame instead, PyTerrier's columns ``qid, query, docno, score,
         rank`` (rank 0-based, as PyTerrier's; ``title`` and ``text`` too with ``text=True``): see
@@ -543,7 +560,7 @@ class Index:
         g = self._enter()
         try:
             return batch_result(self._batch_search(g, qs, k, retriever, fusion, threads, text, quiet, depth,
-                                                   batch_size, timings, dimsel, filter), qs, text, as_frame)
+                                                   batch_size, timings, dimsel, filter, prf), qs, text, as_frame)
         finally:
             self._leave(g)
 
@@ -556,12 +573,12 @@ class Index:
         return search_df(self, query, qid, text, k=k, retriever=retriever, fusion=fusion, **options)
 
     def _batch_search(self, g: "_Generation", queries, k, retriever, fusion, threads, text, quiet, depth,
-                      batch_size, timings, dimsel, filter) -> Dict[str, List[Hit]]:
+                      batch_size, timings, dimsel, filter, prf=None) -> Dict[str, List[Hit]]:
         _check_k(k)
         qs = queries
         p = self._pipeline(g.manifest, retriever, fusion)
         allowed = self._allowed(g, filter)
-        rs = {name: self._pick(g, name, dimsel, p.fused) for name in p.retrievers}
+        rs = _per_search(p, {name: self._pick(g, name, dimsel, p.fused) for name in p.retrievers}, prf)
         kk = k if not p.fused else max(k, depth or DEPTH)
         if batch_size is None:
             batch_size = max(len(qs), 1) if quiet else max(256, len(qs) // 20)
@@ -765,20 +782,21 @@ class Snapshot(_View):
 
     def search(self, query: str, k: int = 10, retriever: str = PRIMARY, fusion: Optional[str] = None,
                text: bool = True, depth: Optional[int] = None, timings: Optional[Dict[str, float]] = None,
-               dimsel=None, filter=None, ranks: bool = False) -> List[Hit]:
+               dimsel=None, filter=None, ranks: bool = False, prf=None) -> List[Hit]:
         """:meth:`Index.search` on this generation."""
         return self._index._search(self._g, query, k, retriever, fusion, text, depth, timings, dimsel, filter,
-                                   ranks)
+                                   ranks, prf)
 
     def batch_search(self, queries: QueriesArg, qids: Optional[Sequence[str]] = None, k: int = 10,
                      retriever: str = PRIMARY, fusion: Optional[str] = None, threads: int = 1, text: bool = False,
                      quiet: bool = True, depth: Optional[int] = None, batch_size: Optional[int] = None,
-                     timings: Optional[Dict[str, float]] = None, dimsel=None, filter=None, as_frame: bool = False
-                     ) -> Dict[str, List[Hit]]:
+                     timings: Optional[Dict[str, float]] = None, dimsel=None, filter=None, as_frame: bool = False,
+                     prf=None) -> Dict[str, List[Hit]]:
         """:meth:`Index.batch_search` on this generation (the same forms of ``queries``, ``as_frame``)."""
         qs, k = as_queries(queries, qids, k)
         return batch_result(self._index._batch_search(self._g, qs, k, retriever, fusion, threads, text, quiet,
-                                                      depth, batch_size, timings, dimsel, filter), qs, text, as_frame)
+                                                      depth, batch_size, timings, dimsel, filter, prf),
+                            qs, text, as_frame)
 
     def search_df(self, query: str, k: int = 10, retriever: str = PRIMARY, fusion: Optional[str] = None,
                   qid: str = "1", text: bool = False, **options):

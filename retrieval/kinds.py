@@ -197,6 +197,17 @@ class RetrieverBase:
             raise InputError(f"{', '.join(options)} do not apply to the {self.kind or type(self).__name__} retriever")
         return self
 
+    #: the options one search may set for itself (:meth:`with_options`; Index.search's keywords)
+    call_options: Tuple[str, ...] = ()
+
+    def with_options(self, **options: Any) -> "RetrieverBase":
+        """This retriever with ``options`` (keys of :attr:`call_options`) for the searches made
+        through what it returns, its own settings left as they are: one request's options."""
+        if options:
+            raise InputError(f"{', '.join(options)} do not apply to one search of the "
+                             f"{self.kind or type(self).__name__} retriever")
+        return self
+
     def confidence(self, texts: Sequence[str], lists: Sequence[Scored]) -> List[Confidence]:
         return [None] * len(texts)
 

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Dict, Union
 
 from indexes.errors import ParameterError
+from retrieval.kinds import RetrieverBase
 
 #: the parameters each method takes (Pyserini's names), with their defaults
 RM3 = {"fb_terms": 10, "fb_docs": 10, "original_query_weight": 0.5, "filter_terms": True}
@@ -140,3 +141,31 @@ def parse(value: Union[None, bool, str, dict, Feedback]) -> Union[None, bool, Fe
             raise ParameterError("{prf}: {got!r} is not name=value", got=part)
         items[key.strip()] = raw
     return Feedback(method, **_given(method, items, parse=True)).validate()
+
+
+class PerSearch(RetrieverBase):
+    """A BM25 retriever searching with the feedback of one request (a Java ``retr.lucene.Feedback``,
+    or False for none), whatever :meth:`configure` set on it: Index.search's ``prf``. The same
+    Anserini rerankers as a configured setting, through the same Lucene searcher, so its hits equal
+    those of the retriever configured so."""
+
+    def __init__(self, base, lucene, feedback):
+        self.base, self._lucene, self._feedback = base, lucene, feedback
+        self.kind, self.merge_rule = base.kind, base.merge_rule
+
+    def search(self, text: str, k: int):
+        return self._lucene.search(text, k, feedback=self._feedback)
+
+    def search_filtered(self, text: str, k: int, allowed):
+        return self._lucene.search_filtered(text, k, allowed, feedback=self._feedback)
+
+    def batch_search(self, queries, k: int, threads: int = 1):
+        res = self._lucene.batch_search([q.text for q in queries], [q.qid for q in queries], k, threads,
+                                        feedback=self._feedback)
+        return {q.qid: res.get(q.qid, []) for q in queries}
+
+    def confidence(self, texts, lists):
+        return self.base.confidence(texts, lists)
+
+    def highlight(self, text: str, passages):
+        return self.base.highlight(text, passages)

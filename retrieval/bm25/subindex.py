@@ -83,6 +83,26 @@ class BM25Retriever(RetrieverBase):
                                  "sub-index does not store: rebuild the folder with {store_docvectors}") from None
         self.feedback = setting
 
+    call_options = ("prf",)  # what one search may set for itself (Index.search's prf)
+
+    def with_options(self, prf=None) -> "RetrieverBase":
+        """This retriever with feedback ``prf`` (as :meth:`configure` takes it; ``"none"``: none)
+        for the searches made through what it returns (:class:`retrieval.bm25.prf.PerSearch`), its
+        own setting left as it is."""
+        from indexes.errors import ParameterError
+        from indexes.lucene import MissingDocvectors
+        from retrieval.bm25 import prf as fb
+
+        setting = fb.parse(prf)
+        if setting is None:
+            return self
+        try:
+            java = self._index.feedback(setting.method, **setting.params()) if setting else False
+        except MissingDocvectors:
+            raise ParameterError("{prf} reads the feedback documents' term vectors, which this folder's BM25 "
+                                 "sub-index does not store: rebuild the folder with {store_docvectors}") from None
+        return fb.PerSearch(self, self._index, java)
+
     def search(self, text: str, k: int) -> Scored:
         return self._index.search(text, k)
 

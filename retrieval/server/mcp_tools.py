@@ -26,7 +26,8 @@ SEARCH_DOC = (f"Search an index. retriever: bm25, dense, deepct or a fused pipel
               f"retriever. dimsel: query-aware dimension selection for dense retrievers, e.g. "
               f"{{\"mode\": \"prf\", \"alpha\": 0.5}}. "
               f"filter: metadata conditions, e.g. {{\"year\": {{\"gte\": 2000}}}}, {{\"shard\": \"odd\"}}, "
-              f"{{\"docid\": {{\"in\": [...]}}}}. Returns ranked hits with docid, score, title, text and metadata. "
+              f"{{\"docid\": {{\"in\": [...]}}}}. prf: pseudo-relevance feedback (BM25), e.g. {{\"method\": \"rm3\", "
+              f"\"fb_terms\": 20}} or {{\"method\": \"rocchio\"}}. Returns ranked hits with docid, score, title, text and metadata. "
               f"query: at most {S.MAX_QUERY_CHARS:,} characters; k: 1 to {S.MAX_K:,}; text_chars: each hit's "
               f"text is cut to that many characters (null: the whole text).")
 
@@ -150,11 +151,12 @@ def _add_search_tool(mcp, pick, run, budget: int) -> None:
                      depth: Annotated[Optional[int], Field(ge=1, le=S.MAX_DEPTH)] = None,
                      dimsel: Optional[Dimsel] = None,
                      filter: Optional[Dict[str, Any]] = None,
-                     text_chars: Annotated[Optional[int], Field(ge=0, le=1_000_000)] = 1000) -> Dict[str, Any]:
+                     text_chars: Annotated[Optional[int], Field(ge=0, le=1_000_000)] = 1000,
+                     prf: Optional[S.PrfOptions] = None) -> Dict[str, Any]:
         try:
             req = G.validate_search(query=query, k=k, retriever=retriever, fusion=fusion, depth=depth,
                                     dimsel=dimsel.model_dump() if dimsel is not None else None, filter=filter,
-                                    text_chars=text_chars)
+                                    text_chars=text_chars, prf=S.prf_options(prf))
         except ValueError as e:
             raise ToolError(str(e)) from None
         name, s = pick(index)
@@ -164,7 +166,8 @@ def _add_search_tool(mcp, pick, run, budget: int) -> None:
             p = idx.pipeline(req.retriever, req.fusion)
             G.check_planned(1, req.k, True, req.text_chars, budget)
             hits = idx.search(req.query, k=req.k, retriever=str(p), depth=req.depth,
-                              dimsel=G.dimsel_options(req.dimsel), filter=req.filter)
+                              dimsel=G.dimsel_options(req.dimsel), filter=req.filter,
+                              **({"prf": S.prf_options(req.prf)} if req.prf is not None else {}))
             G.check_hits(hits, True, req.text_chars, budget)
             return {"index": name, "retriever": str(p), "hits": [
                 {"docid": h.docid, "rank": h.rank, "score": h.score,

@@ -107,6 +107,12 @@ def _hit(h, single: Optional[str], text: bool, text_chars: Optional[int]) -> Dic
 _dimsel = G.dimsel_options  # shared with the MCP search tool
 
 
+def _prf(body) -> Dict[str, Any]:
+    """The request's ``prf`` as Index.search's keyword, given only when set (a sharded index refuses it)."""
+    prf = S.prf_options(body.prf)
+    return {} if prf is None else {"prf": prf}
+
+
 # ---------------------------------------------------------------------- health
 def add_health_routes(router: Union[FastAPI, APIRouter], st: Shared) -> None:
     """/healthz, /readyz, /metrics (registered on the app itself, no prefix). On the event
@@ -201,7 +207,7 @@ def _search(st: Shared, index: str, body: S.SearchRequest, request: Request):
     G.check_planned(1, body.k, body.text, body.text_chars, st.budget)
     with partial_results(body.allow_partial) as scope:  # which shards of a sharded index did not answer
         hits = idx.search(body.query, k=body.k, retriever=str(p), text=body.text, depth=body.depth,
-                          dimsel=_dimsel(body.dimsel), filter=body.filter, ranks=body.ranks)
+                          dimsel=_dimsel(body.dimsel), filter=body.filter, ranks=body.ranks, **_prf(body))
     if body.text:  # without text, check_planned already counted every hit
         G.check_hits(hits, body.text, body.text_chars, st.budget)
     single = None if p.fused else p.retrievers[0]
@@ -273,7 +279,7 @@ def _batch_search(st: Shared, index: str, body: S.BatchSearchRequest, request: R
     G.check_planned(len(qs), body.k, body.text, body.text_chars, st.budget)
     with partial_results(body.allow_partial) as scope:
         res = idx.batch_search(qs, k=body.k, retriever=str(p), text=body.text, depth=body.depth,
-                               dimsel=_dimsel(body.dimsel), filter=body.filter)
+                               dimsel=_dimsel(body.dimsel), filter=body.filter, **_prf(body))
     if body.text:
         G.check_hits((h for q in qs for h in res.get(q.qid, [])), body.text, body.text_chars, st.budget)
     single = None if p.fused else p.retrievers[0]
@@ -307,7 +313,7 @@ def _stream(st: Shared, index: str, body: S.BatchSearchRequest, request: Request
         def chunk(part):
             with partial_results(body.allow_partial) as scope:  # per chunk: its lines name missing shards
                 res = snap.batch_search(part, k=body.k, retriever=str(p), text=body.text, depth=body.depth,
-                                        dimsel=_dimsel(body.dimsel), filter=body.filter)
+                                        dimsel=_dimsel(body.dimsel), filter=body.filter, **_prf(body))
             lines = []
             for q in part:
                 hits = res.get(q.qid, [])

@@ -40,6 +40,47 @@ class DimselOptions(Strict):
     adaptive: bool = Field(False, strict=True, description="learned: a per-query count of dimensions.")
 
 
+MAX_FB_TERMS = 1_000   # feedback terms and documents a request may ask for
+MAX_FB_WEIGHT = 1_000.0
+
+
+class Rm3Options(Strict):
+    method: Literal["rm3"] = Field(description="RM3 (Anserini's Rm3Reranker, as Pyserini's set_rm3).")
+    fb_terms: Optional[int] = Field(None, ge=1, le=MAX_FB_TERMS, strict=True, description="Expansion terms [10].")
+    fb_docs: Optional[int] = Field(None, ge=1, le=MAX_FB_TERMS, strict=True,
+                                   description="Feedback documents, among the first 50 hits [10].")
+    original_query_weight: Optional[float] = Field(None, ge=0, le=1, strict=True,
+                                                   description="Weight of the original query [0.5].")
+    filter_terms: Optional[bool] = Field(None, strict=True,
+                                         description="Only terms of 2 to 20 ASCII letters or digits [true].")
+
+
+class RocchioOptions(Strict):
+    method: Literal["rocchio"] = Field(description="Rocchio (Anserini's RocchioReranker, as Pyserini's set_rocchio).")
+    fb_terms: Optional[int] = Field(None, ge=1, le=MAX_FB_TERMS, strict=True, description="Top documents' terms [10].")
+    fb_docs: Optional[int] = Field(None, ge=1, le=MAX_FB_TERMS, strict=True, description="Top documents [10].")
+    bottom_fb_terms: Optional[int] = Field(None, ge=1, le=MAX_FB_TERMS, strict=True,
+                                           description="Bottom documents' terms (use_negative) [10].")
+    bottom_fb_docs: Optional[int] = Field(None, ge=1, le=MAX_FB_TERMS, strict=True,
+                                          description="Bottom documents (use_negative) [10].")
+    alpha: Optional[float] = Field(None, ge=0, le=MAX_FB_WEIGHT, strict=True, description="Query weight [1].")
+    beta: Optional[float] = Field(None, ge=0, le=MAX_FB_WEIGHT, strict=True, description="Top documents' weight [0.75].")
+    gamma: Optional[float] = Field(None, ge=0, le=MAX_FB_WEIGHT, strict=True,
+                                   description="Bottom documents' weight [0].")
+    use_negative: Optional[bool] = Field(None, strict=True, description="Subtract the bottom documents [false].")
+
+
+PRF_DOC = ("Pseudo-relevance feedback for this request: the query expanded from its own top documents by RM3 or "
+           "Rocchio, on the retrievers that take it (BM25; the folder built with --docvectors). Unset parameters "
+           "take Pyserini's defaults. A pipeline with no retriever that takes it is a 400.")
+PrfOptions = Annotated[Union[Rm3Options, RocchioOptions], Field(discriminator="method", description=PRF_DOC)]
+
+
+def prf_options(o) -> Optional[dict]:
+    """A request's :data:`PrfOptions` as ``Index.search``'s ``prf`` (the parameters given; None: none)."""
+    return None if o is None else o.model_dump(exclude_none=True)
+
+
 FILTER_DOC = ("Metadata filter: {\"field\": value} for equality, {\"field\": {\"in\": [..]}}, "
               "{\"field\": {\"gte\": x, \"lt\": y}} (gt, gte, lt, lte), and {\"docid\": {\"in\": [..]}} as an id "
               "allow-list; all conditions must hold. The hits are the first k matching documents of the full "
@@ -65,6 +106,7 @@ class SearchOptions(Strict):
     text_chars: Optional[int] = Field(None, ge=0, le=1_000_000, strict=True,
                                       description="Cut each hit's text to this many characters.")
     dimsel: Optional[DimselOptions] = None
+    prf: Optional[PrfOptions] = None
 
     @field_validator("retriever", "fusion")
     @classmethod

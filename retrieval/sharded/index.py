@@ -32,6 +32,16 @@ def _tick(timings: Optional[Dict[str, float]], stage: str, t0: float) -> None:
         timings[stage] = timings.get(stage, 0.0) + time.perf_counter() - t0
 
 
+def _no_prf(prf) -> None:
+    """Pseudo-relevance feedback is refused on a sharded index: each shard would expand the query
+    from its own top documents, not the index's."""
+    from indexes.errors import ParameterError
+
+    if prf is not None:
+        raise ParameterError("{prf} (pseudo-relevance feedback) is not available on a sharded index: each shard "
+                             "would expand the query from its own top documents")
+
+
 class ShardedIndex:
     """A sharded index searched as one: ``shards`` in shard order (local
     :class:`~retrieval.sharded.shard.ShardSearcher` objects or remote handles with their methods),
@@ -118,8 +128,9 @@ class ShardedIndex:
     # -- search ----------------------------------------------------------------------------
     def search(self, query: str, k: int = 10, retriever: str = PRIMARY, fusion: Optional[str] = None,
                text: bool = True, depth: Optional[int] = None, timings: Optional[Dict[str, float]] = None,
-               dimsel=None, filter=None, ranks: bool = False) -> List[Hit]:
-        """:meth:`retrieval.index.Index.search` across the shards."""
+               dimsel=None, filter=None, ranks: bool = False, prf=None) -> List[Hit]:
+        """:meth:`retrieval.index.Index.search` across the shards (``prf``: refused, see :func:`_no_prf`)."""
+        _no_prf(prf)
         if not isinstance(query, str) or not query.strip():
             raise InputError("query text is empty")
         hits = self._run([("0", query)], k, retriever, fusion, text, depth, timings, dimsel, filter, ranks)["0"]
@@ -130,9 +141,10 @@ class ShardedIndex:
     def batch_search(self, queries: QueriesArg, qids: Optional[Sequence[str]] = None, k: int = 10,
                      retriever: str = PRIMARY, fusion: Optional[str] = None, threads: int = 1, text: bool = False,
                      quiet: bool = True, depth: Optional[int] = None, batch_size: Optional[int] = None,
-                     timings: Optional[Dict[str, float]] = None, dimsel=None, filter=None
+                     timings: Optional[Dict[str, float]] = None, dimsel=None, filter=None, prf=None
                      ) -> Dict[str, List[Hit]]:
         """:meth:`retrieval.index.Index.batch_search` across the shards (every form of ``queries``)."""
+        _no_prf(prf)
         qs, k = as_queries(queries, qids, k)
         size = batch_size or max(len(qs), 1)
         out: Dict[str, List[Hit]] = {}

@@ -275,8 +275,27 @@ public final class HitSearcher implements Closeable {
 
   /** The query a text search of k hits runs: the text's query, expanded where feedback is set. */
   public Query searchQuery(String text, int k) throws IOException {
-    Feedback f = feedback;
+    return searchQuery(text, k, feedback);
+  }
+
+  /** {@link #searchQuery} with feedback {@code f} for this query alone (null: none), whatever is set. */
+  public Query searchQuery(String text, int k, Feedback f) throws IOException {
     return f == null ? textQuery(text) : f.expand(this, text, k);
+  }
+
+  /** {@link #search} with feedback {@code f} for this call alone (null: none): a per-request setting. */
+  public byte[] search(String text, int k, Feedback f) throws IOException {
+    return run(searchQuery(text, k, f), k).pack();
+  }
+
+  /** {@link #batchSearch} with feedback {@code f} for this call alone (null: none). */
+  public Batch batchSearch(String[] texts, int k, int threads, Feedback f) {
+    return batch(texts.length, k, threads, i -> searchQuery(texts[i], k, f));
+  }
+
+  /** Whether this reader stores the term vectors feedback reads. */
+  public boolean storesVectors() {
+    return Feedback.hasTermVectors(reader, CONTENTS);
   }
 
   /** Integer term weights as SimpleImpactSearcher.search(Map&lt;String, Integer&gt;, k) takes them. */
