@@ -97,7 +97,8 @@ def test_the_same_command_twice_gives_the_same_weights(tmp_path, data, model):
 
 def test_ctrl_c_keeps_the_last_epoch_and_resume_finishes_as_an_uninterrupted_run(tmp_path, data):
     out = tmp_path / "M"
-    args = [str(a) for a in _args(data, out, "--epochs", "3", "--batch-size", "8", "--max-length", "64",
+    # two epochs: Ctrl-C lands in the second (the first's checkpoint is on disk), --resume runs it
+    args = [str(a) for a in _args(data, out, "--epochs", "2", "--batch-size", "8", "--max-length", "64",
                                    "--dev-share", "0.2", "--lr", "1e-4")]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     p = subprocess.Popen([sys.executable, "-m", "cli.main", *args], cwd=ROOT, stdout=subprocess.PIPE,
