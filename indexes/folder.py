@@ -21,13 +21,14 @@ import json
 import os
 import re
 import shutil
+import threading
 from pathlib import Path
-from typing import Callable, Iterator, List, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 from indexes import generations as gens
 from indexes import manifest as mf
 from indexes.docstore import DocStore, LiveStore, migrate, schema
-from indexes.errors import IndexFormatError, InputError, ParameterError
+from indexes.errors import IndexFormatError, InputError, ParameterError, RetrError
 
 MANIFEST = mf.MANIFEST
 DOCSTORE = "docs.sqlite"
@@ -49,7 +50,8 @@ GEN_DIR = re.compile(r"^(?P<base>.+)\.g(?P<gen>\d+)$")
 
 # temporary names retr itself creates inside a folder (and nothing else matches them)
 _TEMP = (re.compile(r"^retr-lucene-"), re.compile(r"^\..+\.new-"), re.compile(r"^\..+\.tmp-\d+$"),
-         re.compile(r"^\.manifest\.json\.tmp-\d+$"), re.compile(r"^docs\.g\d+\.sqlite(?:-wal|-shm|-journal)?$"))
+         re.compile(r"^\.manifest\.json\.tmp-\d+$"), re.compile(r"^docs\.g\d+\.sqlite(?:-wal|-shm|-journal)?$"),
+         re.compile(r"^manifest\.g\d+\.json$"))
 
 
 def gen_path(path: str, generation: int) -> str:
@@ -85,12 +87,18 @@ def inner_leftovers(folder: Path, manifest: dict) -> List[Path]:
     """Entries inside ``folder`` that only a writer that did not finish can have left: folders of
     an uncommitted generation and retr's temporary names. Only meaningful while no writer runs."""
     keep = {MANIFEST, gens.LOCK, gens.READERS}
-    ds = (manifest.get("docstore") or {}).get("path", DOCSTORE)
-    keep |= {ds, ds + "-wal", ds + "-shm", ds + "-journal"}
-    for e in manifest.get("subindexes", {}).values():
-        keep.add(str(e.get("path", "")).split("/")[0])
-    for r in manifest.get("retired", []):
-        keep.add(str(r.get("path", "")).split("/")[0])
+    named = [manifest]
+    g = committed_prepared(folder, manifest)
+    if g is not None:  # a sharded index's commit names it: not a leftover, the next writer switches it in
+        keep.add(prepared_name(g))
+        named.append(read_prepared(folder, g) or {})
+    for m in named:
+        ds = (m.get("docstore") or {}).get("path", DOCSTORE)
+        keep |= {ds, ds + "-wal", ds + "-shm", ds + "-journal"}
+        for e in m.get("subindexes", {}).values():
+            keep.add(str(e.get("path", "")).split("/")[0])
+        for r in m.get("retired", []):
+            keep.add(str(r.get("path", "")).split("/")[0])
     out = []
     for p in Path(folder).iterdir():
         if p.name in keep:
@@ -127,6 +135,96 @@ def oldest_held(folder: Path, current: int) -> int:
 def store_name(generation: int) -> str:
     """The document store a format-1 folder's first change copies its store into."""
     return f"docs.g{int(generation)}.sqlite"
+
+
+# ------------------------------------------------------------------------------ prepared generations (sharded commits)
+# A change of a shard of a sharded index (retrieval.sharded.write) is made as usual, but its manifest is
+# written as manifest.g<N>.json ("prepared") instead of replacing manifest.json: nothing of it is visible
+# to the folder's own readers. The sharded index's record (SHARDED/shards.json, "generations") then names
+# N for that shard in one os.replace, for every shard the write changed at once; from then on the prepared
+# manifest IS generation N (the sharded index's readers open it by that name), and the next writer of the
+# folder moves it onto manifest.json (settle), again one os.replace. A prepared manifest the record does
+# not name was never committed: a leftover like any other, removed by clean_leftovers.
+_deferring = threading.local()
+
+
+def prepared_name(generation: int) -> str:
+    return f"manifest.g{int(generation)}.json"
+
+
+def read_prepared(path: Path | str, generation: int) -> Optional[dict]:
+    """The prepared manifest of ``generation`` (validated as any manifest), or None when there is none
+    (never prepared, or already switched in)."""
+    name = prepared_name(generation)
+    if not (Path(path) / name).is_file():
+        return None
+    try:
+        m = mf.read_manifest(path, name)
+    except IndexFormatError:
+        if not (Path(path) / name).is_file():  # switched in while we read it
+            return None
+        raise
+    if int(m.get("generation", -1)) != int(generation):
+        raise IndexFormatError(f"{Path(path) / name}: records generation {m.get('generation')!r}, not {generation}")
+    return m
+
+
+def committed_prepared(path: Path | str, manifest: dict) -> Optional[int]:
+    """The generation after ``manifest``'s that the sharded index holding this folder committed and that
+    is still only prepared here (its writer died before switching it in), or None."""
+    rec = manifest.get("sharded")
+    if not isinstance(rec, dict):
+        return None
+    from indexes import sharded as sh
+
+    parent = Path(path).parent
+    try:
+        record = sh.read(parent)
+        g = sh.committed_generation(record, rec)
+    except RetrError:
+        return None
+    if g is None or g <= int(manifest.get("generation", 0)) or not (Path(path) / prepared_name(g)).is_file():
+        return None
+    return g
+
+
+def settle(path: Path | str, manifest: dict) -> dict:
+    """Switch in a generation the sharded index committed but whose writer died before its own manifest
+    moved (one ``os.replace``); returns the folder's manifest. Call with the writer lock held."""
+    g = committed_prepared(path, manifest)
+    if g is None:
+        return manifest
+    read_prepared(path, g)  # valid, or one error line and nothing moved
+    os.replace(Path(path) / prepared_name(g), manifest_path(path))
+    return mf.read_manifest(path)
+
+
+def collect_all(path: Path | str, manifest: dict) -> None:
+    """:meth:`Change.collect` outside a change (a sharded commit's step 5): the folders of generations
+    nobody reads and the store's rows nobody can see. Call with the writer lock held."""
+    collect(Path(path), manifest)
+    store = docstore_path(path, manifest)
+    if store.exists() and schema(store) == 2:
+        ls = LiveStore(store)
+        try:
+            ls.purge(oldest_held(Path(path), int(manifest.get("generation", 0))))
+        finally:
+            ls.close()
+
+
+@contextlib.contextmanager
+def deferred(paths) -> Iterator[Dict[str, int]]:
+    """Within (in this thread), a :class:`Change` of one of the folders ``paths`` that commits writes its
+    manifest as the prepared ``manifest.g<N>.json`` and leaves ``manifest.json`` alone; yields
+    ``{real path: N}`` of those prepared. The caller holds each folder's writer lock throughout, makes
+    them visible (the sharded record) and then moves each in with :func:`settle` (see above)."""
+    prev = getattr(_deferring, "paths", None)
+    done: Dict[str, int] = {}
+    _deferring.paths = ({os.path.realpath(p) for p in paths}, done)
+    try:
+        yield done
+    finally:
+        _deferring.paths = prev
 
 
 # ------------------------------------------------------------------------------ builds
@@ -305,6 +403,13 @@ class Change:
         m = self.new
         live = {str(e.get("path")) for e in m["subindexes"].values()} | {self.store_rel}
         m["retired"] = [r for r in m["retired"] if r["path"] not in live and (self.path / r["path"]).exists()]
+        defer = getattr(_deferring, "paths", None)
+        if defer is not None and os.path.realpath(self.path) in defer[0]:
+            mf.write_manifest(self.path, m, prepared_name(self.gen))  # a sharded commit switches it in
+            self.committed = True
+            defer[1][os.path.realpath(self.path)] = self.gen
+            gens.pause(f"sharded:prepared:{self.path.name}")
+            return
         gens.pause("write:before-switch")
         mf.write_manifest(self.path, m)
         self.committed = True
@@ -354,8 +459,8 @@ def clean_leftovers(path: Path, manifest: dict) -> List[str]:
     store = docstore_path(path, manifest)
     if store.exists() and schema(store) == 2:
         ls = LiveStore(store)
-        try:
-            n = ls.rollback_after(int(manifest.get("generation", 0)))
+        try:  # (rows of a generation the sharded index committed stay: settle switches it in)
+            n = ls.rollback_after(committed_prepared(path, manifest) or int(manifest.get("generation", 0)))
         finally:
             ls.close()
         if n:
@@ -370,7 +475,7 @@ def changing(path: Path | str, on_wait: Optional[Callable[[Optional[int]], None]
     change is rolled back unless the block commits it."""
     path = Path(path)
     with gens.writer_lock(path, on_wait):
-        m = mf.read_manifest(path)
+        m = settle(path, mf.read_manifest(path))  # a generation its sharded index committed comes first
         store_path = docstore_path(path, m)
         DocStore(store_path).check()  # a missing, empty or damaged store: one line, nothing made
         clean_leftovers(path, m)

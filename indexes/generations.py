@@ -48,9 +48,16 @@ READERS = ".readers"
 # ------------------------------------------------------------------------------ test pause points
 def pause(point: str) -> None:
     """Stop here forever when ``RETR_TEST_PAUSE`` names ``point`` (for crash tests, which
-    kill the process at that point). Prints ``retr-test-paused <point> <pid>`` on stderr first."""
-    if os.environ.get("RETR_TEST_PAUSE") == point:
+    kill the process at that point; several points separated by commas). Prints
+    ``retr-test-paused <point> <pid>`` on stderr first. With ``RETR_TEST_PAUSE_SECONDS``
+    it goes on after that many seconds instead (tests that read while a writer is half-way)."""
+    want = os.environ.get("RETR_TEST_PAUSE")
+    if want and point in want.split(","):
         print(f"retr-test-paused {point} {os.getpid()}", file=sys.stderr, flush=True)
+        seconds = os.environ.get("RETR_TEST_PAUSE_SECONDS")
+        if seconds:
+            time.sleep(float(seconds))
+            return
         while True:
             time.sleep(3600)
 

@@ -58,19 +58,22 @@ def new_manifest(config: Dict[str, Any], generation: int = 0) -> Dict[str, Any]:
     }
 
 
-def write_manifest(folder: Path | str, manifest: Dict[str, Any]) -> None:
+def write_manifest(folder: Path | str, manifest: Dict[str, Any], name: str = MANIFEST) -> None:
+    """Write ``manifest`` as ``folder/name`` (``manifest.json``; a sharded index's prepared
+    generation is another name, see :mod:`indexes.folder`) with one ``os.replace``."""
     folder = Path(folder)
     manifest = dict(manifest, updated_at=now())
-    with atomic_write(folder / MANIFEST, "w", encoding="utf-8") as f:  # synced, the umask's mode
+    with atomic_write(folder / name, "w", encoding="utf-8") as f:  # synced, the umask's mode
         json.dump(manifest, f, indent=2, sort_keys=False)
         f.write("\n")
 
 
-def read_manifest(folder: Path | str) -> Dict[str, Any]:
+def read_manifest(folder: Path | str, name: str = MANIFEST) -> Dict[str, Any]:
+    """``folder/name`` (``manifest.json`` unless told), validated."""
     folder = Path(folder)
     if not folder.exists():
         raise InputError("index folder does not exist", folder)
-    path = folder / MANIFEST
+    path = folder / name
     if not path.exists():
         raise IndexFormatError(f"{folder}: not a retr index (no {MANIFEST}; an unfinished build leaves none)")
     try:

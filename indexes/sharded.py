@@ -2,7 +2,14 @@
 as every manifest), written, and the routing rule.
 
     {"format": "retr-sharded", "format_version": 1, "id": "<32 hex digits>", "shards": N,
-     "routing": "blake2b-64", "folders": ["shard-000", ...], "created_at": ...}
+     "routing": "blake2b-64", "folders": ["shard-000", ...], "created_at": ...,
+     "generations": [G0, G1, ...], "committed_at": ...}
+
+``generations`` is the sharded commit record: shard i's readers through the sharded index read its
+generation ``Gi`` (or a later one its own folder committed alone). A write through the sharded index
+prepares each changed shard's next generation without switching that shard's manifest, then replaces
+this file once, naming them all (:mod:`retrieval.sharded.write` explains the protocol). A file
+without it (written before it existed) names each shard's current generation.
 
 Each shard is an ordinary retr folder whose own manifest records ``"sharded": {"id", "shard",
 "shards"}``; :func:`check_member` compares that record with this file, so a folder copied in from
@@ -109,6 +116,20 @@ def _check(m: Any, folder: Path, path: Path) -> None:
             raise bad(f"shard folder {f!r} leads outside the index folder")
     if len(set(folders)) != n:
         raise bad("a shard folder is listed twice")
+    g = m.get("generations")
+    if g is not None and (not isinstance(g, list) or len(g) != n or not all(
+            isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= 2 ** 53 for x in g)):
+        raise bad(f"'generations' must list one generation (an integer >= 0) per shard ({n})")
+
+
+def committed_generation(record: Dict[str, Any], member_rec: Dict[str, Any]) -> Optional[int]:
+    """The generation ``record`` commits for the shard whose own manifest records ``member_rec``
+    (``{"id", "shard", "shards"}``), or None (no record of generations, or not this index's shard)."""
+    g = record.get("generations")
+    i = member_rec.get("shard")
+    if g is None or member_rec.get("id") != record["id"] or not isinstance(i, int) or not 0 <= i < len(g):
+        return None
+    return int(g[i])
 
 
 def shard_paths(folder: Path | str, record: Dict[str, Any]) -> List[Path]:

@@ -16,7 +16,7 @@ import random
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Union
+from typing import List, Optional, Union
 
 from indexes import folder as owner
 from indexes import generations as gens
@@ -46,12 +46,13 @@ def _first(xs) -> str:
 
 
 def check_index(path: Union[str, Path], full: bool = False, sample: int = 1000, strict: bool = False,
-                seed: int = 0) -> Report:
-    """Check the folder at ``path``; the returned :class:`Report` lists one line per problem."""
+                seed: int = 0, at_least: Optional[int] = None) -> Report:
+    """Check the folder at ``path``; the returned :class:`Report` lists one line per problem.
+    ``at_least``: a shard's generation its sharded index committed (``Index.open``'s)."""
     path = Path(path)
     rep = Report(str(path))
     try:
-        idx = Index.open(path, auto_refresh=False)
+        idx = Index.open(path, auto_refresh=False, at_least=at_least)
     except RetrError as e:
         rep.problems.append(str(e))
         return rep

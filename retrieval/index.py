@@ -166,18 +166,30 @@ class _Generation:
             pass
 
 
-def _open_generation(path: Path) -> _Generation:
+def _open_generation(path: Path, at_least: Optional[int] = None) -> _Generation:
     """The current generation of ``path``, held: the manifest is read, its generation
-    locked, and the manifest checked again (a writer may have switched in between)."""
+    locked, and the manifest checked again (a writer may have switched in between).
+    ``at_least``: a generation a sharded index committed for this shard folder; while the
+    folder's own manifest is older, that generation's prepared manifest is opened instead
+    (see :func:`indexes.folder.deferred`)."""
     for _ in range(1000):
         key = _stat_key(path)
         m = mf.read_manifest(path)
         g = int(m.get("generation", 0))
+        ahead = at_least is not None and g < at_least
+        if ahead:
+            m = folder.read_prepared(path, at_least)
+            if m is None:  # switched in meanwhile, or gone
+                if int(mf.read_manifest(path).get("generation", 0)) < at_least:
+                    raise IndexFormatError(f"{path}: generation {at_least}, which its sharded index committed, "
+                                           f"is missing")
+                continue
+            g = at_least
         try:
             fd = gens.hold_generation(path, g)
         except BlockingIOError:
             continue
-        if key is not None and _stat_key(path) == key:
+        if key is not None and _stat_key(path) == key and (not ahead or folder.read_prepared(path, g) is not None):
             gen = _Generation(path, m, key, fd)
             for name, entry in m.get("subindexes", {}).items():
                 if not (path / entry["path"]).exists():
@@ -205,18 +217,21 @@ class Index:
     :meth:`close` (or leaving a ``with`` block) lets writers remove the generation's
     files; a closed Index opens the newest generation again on its next use."""
 
-    def __init__(self, path: Union[str, Path], auto_refresh: bool = True):
+    def __init__(self, path: Union[str, Path], auto_refresh: bool = True, at_least: Optional[int] = None):
         self.path = Path(path)
         self.auto_refresh = auto_refresh
         self._lock = threading.RLock()
         self._options: Dict[str, dict] = {}     # Index.configure, applied again in each new generation
         self._overrides: Dict[str, object] = {}  # use_retriever
         self._failing: Optional[tuple] = None     # (manifest stat, since) of a generation follow() cannot open
-        self._gen: Optional[_Generation] = _open_generation(self.path)
+        self._at = at_least                       # pinned (a shard of a sharded index): moved by pin() only
+        self._gen: Optional[_Generation] = _open_generation(self.path, at_least)
 
     @classmethod
-    def open(cls, path: Union[str, Path], auto_refresh: bool = True) -> "Index":
-        return cls(path, auto_refresh=auto_refresh)
+    def open(cls, path: Union[str, Path], auto_refresh: bool = True, at_least: Optional[int] = None) -> "Index":
+        """``at_least``: open a shard folder at the generation its sharded index committed (or a later
+        one its own manifest names) and stay there until :meth:`pin` moves it; refresh does not."""
+        return cls(path, auto_refresh=auto_refresh, at_least=at_least)
 
     # -- generations -----------------------------------------------------
     def _current(self) -> _Generation:
@@ -224,7 +239,7 @@ class Index:
         if g is None:
             with self._lock:
                 if self._gen is None:
-                    self._gen = _open_generation(self.path)
+                    self._gen = _open_generation(self.path, self._at)
                 g = self._gen
         return g
 
@@ -237,24 +252,45 @@ class Index:
         running meanwhile finish on the generation they started on."""
         with self._lock:
             old = self._current()
-            if _stat_key(self.path) == old.key:
-                return False
-            new = _open_generation(self.path)
-            new.inherit(old)
-            for name, o in list(self._overrides.items()):
-                moved = (o.rebind(new.retriever(name, self._options.get(name)))
-                         if name in new.manifest.get("subindexes", {}) else None)
-                if moved is not None:
-                    new.retrievers[name] = self._overrides[name] = moved
-                else:
-                    self._overrides.pop(name)
-            self._gen = new
-            with old.lock:
-                old.retired = True
-                idle = old.users == 0
-            if idle:
-                old.release()
+            if self._at is not None or _stat_key(self.path) == old.key:
+                return False  # (a pinned shard moves with its sharded index: pin)
+            self._install(old, _open_generation(self.path))
             return True
+
+    def hold(self, at_least: int) -> _Generation:
+        """Generation ``at_least`` of this shard folder (or a later one its own manifest names), opened
+        and held but not yet read: :meth:`pin` installs it. The sharded index opens every shard's
+        generation this way first, so that it can move all of them at once."""
+        return _open_generation(self.path, at_least)
+
+    def pin(self, at_least: int, held: Optional[_Generation] = None) -> None:
+        """Read generation ``at_least`` (see :meth:`hold`) from now on; searches running meanwhile
+        finish on the generation they started on."""
+        with self._lock:
+            old = self._current()
+            new = held if held is not None else _open_generation(self.path, at_least)
+            self._at = at_least
+            if new.number == old.number and new.key == old.key:
+                new.release()
+                return
+            self._install(old, new)
+
+    def _install(self, old: _Generation, new: _Generation) -> None:
+        """(self._lock held) Move from ``old`` to ``new``."""
+        new.inherit(old)
+        for name, o in list(self._overrides.items()):
+            moved = (o.rebind(new.retriever(name, self._options.get(name)))
+                     if name in new.manifest.get("subindexes", {}) else None)
+            if moved is not None:
+                new.retrievers[name] = self._overrides[name] = moved
+            else:
+                self._overrides.pop(name)
+        self._gen = new
+        with old.lock:
+            old.retired = True
+            idle = old.users == 0
+        if idle:
+            old.release()
 
     def follow(self) -> bool:
         """:meth:`refresh`, for a long-lived reader (a server, each search with ``auto_refresh``): a

@@ -63,7 +63,7 @@ class ServedShard(ShardSearcher):
             fn = writer.add_documents if op == "add" else writer.update_documents
             fn(self.index, docs, quiet=True, report=rep).close()  # the writer's reopened Index
             n = len(docs)
-        self.index.follow()
+        self._follow()  # (a replica moves itself; an in-process router moves all its shards at its next call)
         return {"shard": self.position, "documents": n, "total": len(self.index)}
 
 
@@ -85,7 +85,7 @@ class ShardReplica:
     def check_health(self) -> None:
         if not self.shard.path.is_dir():
             raise RuntimeError(f"{self.shard.path}: the shard folder is gone")
-        self.shard.index.follow()
+        self.shard.sync()
 
 
 #: the methods a router may call on a shard

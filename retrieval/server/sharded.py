@@ -9,7 +9,10 @@ plus what the routes read of an ``Index`` (``snapshot``, ``docstore``, ``highlig
 
 Writes go to each document's own shard (:func:`indexes.sharded.shard_of`), whose writer makes them
 under the shard folder's lock; ids are checked on every shard concerned before the first changes.
-A write over several shards commits shard by shard (as ``retrieval.sharded.write`` does).
+With the shards in this process (``retr serve --index SHARDED``) a write is one commit of every shard
+it touches, as ``retr add --index SHARDED`` makes it (:mod:`retrieval.sharded.write`). With Ray Serve
+replicas (the folders are theirs) each shard's write is its own folder's commit, shard by shard;
+readers of the sharded index see each shard's part once it is committed.
 
 Partial answers: while a shard does not answer, a search fails with 503 naming it; inside
 :func:`partial_results` with ``allow=True`` the caller (the Ray one) answers for it as a shard
@@ -73,6 +76,7 @@ class ShardedServed:
     Ray router's remote shards with ``call``), named ``shard_names`` in errors."""
 
     sharded = True
+    one_commit = False  # (local) whether a write goes through retrieval.sharded.write as one commit
 
     def __init__(self, name: str, path: Path, shards: Sequence[Any], shard_names: Sequence[str],
                  call: Optional[Caller] = None, on_close=None):
@@ -86,14 +90,17 @@ class ShardedServed:
     @classmethod
     def local(cls, name: str, path: Path) -> "ShardedServed":
         record, shards = open_local_shards(Path(path))
-        return cls(name, path, shards, list(record["folders"]))
+        served = cls(name, path, shards, list(record["folders"]))
+        served.one_commit = True  # the folder is here: a write is one commit of the sharded index
+        return served
 
     def index(self) -> "ShardedView":
         return self._view
 
     def call_one(self, i: int, method: str, *args) -> Any:
         ix = self.sharded_index
-        return ix._call(ix.shards[i:i + 1], method, args, {})[0]
+        with ix.reading():  # local shards: the newest commit, held for the call
+            return ix._call(ix.shards[i:i + 1], method, args, {})[0]
 
     def warm(self) -> None:
         """A search per retriever through every shard (models loaded, JVMs started), a filtered one,
@@ -122,6 +129,8 @@ class ShardedServed:
         if op == "delete":
             present = {i: set(self.call_one(i, "present", g)) for i, g in groups.items()}
             groups = {i: [d for d in g if d in present[i]] for i, g in groups.items()}
+        if self.one_commit:
+            return self._commit(op, [x for g in groups.values() for x in g])
         changed = 0
         for i in sorted(groups):
             g = groups[i]
@@ -130,6 +139,18 @@ class ShardedServed:
             wire = g if op == "delete" else [(d.docid, d.text, d.title, d.metadata) for d in g]
             changed += int(self.call_one(i, "write", op, wire)["documents"])
         return changed
+
+    def _commit(self, op: str, payload: Sequence[Any]) -> int:
+        """The write as one commit of every shard it touches (:mod:`retrieval.sharded.write`)."""
+        from retrieval.sharded import write as sw
+
+        if not payload:
+            return 0
+        if op == "delete":
+            sw.delete_documents(self.path, payload, quiet=True, missing_ok=True)
+        else:
+            sw.write_documents(self.path, payload, op, quiet=True)
+        return len(payload)
 
     def close(self) -> None:
         try:

@@ -3,6 +3,7 @@
 (statistics, search, merge, fusion, text) over shard-like objects."""
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
 from pathlib import Path
@@ -55,6 +56,9 @@ class ShardedIndex:
         self.path = path
         self._call = call or call_each
         self._options: Dict[str, dict] = {}
+        from retrieval.sharded.pins import Pins
+
+        self._pins = Pins.of(path, self.shards)  # local shards move to each commit together
         self.describe()
 
     @classmethod
@@ -65,7 +69,13 @@ class ShardedIndex:
         return cls(shards, path=Path(path))
 
     def _all(self, method: str, *args, **kwargs) -> List[Any]:
-        return self._call(self.shards, method, args, kwargs)
+        with self.reading():
+            return self._call(self.shards, method, args, kwargs)
+
+    def reading(self):
+        """Hold one commit of every local shard (the newest, see :mod:`retrieval.sharded.pins`) for
+        the calls made inside; remote shards each follow the commit record themselves."""
+        return self._pins.reading() if self._pins is not None else contextlib.nullcontext()
 
     def describe(self) -> List[dict]:
         """Every shard's ``describe()``, checked to be the shards of one index, in order."""
@@ -157,6 +167,11 @@ class ShardedIndex:
              ranks, threads: int = 1) -> Dict[str, List[Hit]]:
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise InputError(f"k must be a positive integer, got {k!r}")
+        with self.reading():  # every round reads the same commit of every shard
+            return self._rounds(queries, k, retriever, fusion, text, depth, timings, dimsel, filter, ranks, threads)
+
+    def _rounds(self, queries: List[Tuple[str, str]], k, retriever, fusion, text, depth, timings, dimsel, filter,
+                ranks, threads) -> Dict[str, List[Hit]]:
         p = self.pipeline(retriever, fusion)
         self._warn_fields(filter)
         kk = k if not p.fused else max(k, depth or DEPTH)
@@ -230,9 +245,10 @@ class ShardedIndex:
     @staticmethod
     def _hits(p: Pipeline, lists, k: int, qid: str, conf, ranks: bool) -> List[Hit]:
         if not p.fused:
-            return [Hit(docid=d, score=s, rank=i, qid=qid) for i, (d, s) in enumerate(lists[p.retrievers[0]], 1)]
-        hits = [Hit(docid=d, score=s, rank=i, qid=qid, scores=raw)
-                for i, (d, s, raw) in enumerate(merge.fuse_lists(p, lists, k, conf), 1)]
+            hits = [Hit(docid=d, score=s, rank=i, qid=qid) for i, (d, s) in enumerate(lists[p.retrievers[0]], 1)]
+        else:
+            hits = [Hit(docid=d, score=s, rank=i, qid=qid, scores=raw)
+                    for i, (d, s, raw) in enumerate(merge.fuse_lists(p, lists, k, conf), 1)]
         if ranks:
             pos = {n: {d: i for i, (d, _s) in enumerate(lists[n], 1)} for n in p.retrievers}
             for h in hits:
@@ -269,7 +285,8 @@ class ShardedIndex:
 
     def get(self, docid: str) -> Optional[Document]:
         i = sh.shard_of(docid, len(self.shards))
-        return self._call(self.shards[i:i + 1], "get", (docid,), {})[0]
+        with self.reading():
+            return self._call(self.shards[i:i + 1], "get", (docid,), {})[0]
 
     def close(self) -> None:
         for s in self.shards:

@@ -4,11 +4,13 @@ of :mod:`retrieval.sharded` (describe, stats, search, confidence, fetch) over on
 deployment can hold one and answer remote calls with it."""
 from __future__ import annotations
 
+import os
 import threading
 import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+from indexes import manifest as mf
 from indexes import sharded as sh
 from indexes.errors import FilterWarning
 from retrieval.index import Index
@@ -18,14 +20,37 @@ from retrieval.types import Query, Scored
 ALLOWED = "#allowed"  # stats()'s key for a filter's counts (no sub-index name starts with "#")
 
 
+def _stat(path: Path) -> Optional[Tuple[int, int, int, int]]:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def committed_at(record: dict, position: int) -> int:
+    """The generation the sharded record commits for shard ``position`` (0: whatever the shard's own
+    manifest names, for a record without generations)."""
+    return sh.committed_generation(record, sh.member(record, position)) or 0
+
+
 class ShardSearcher:
     """Shard ``position`` of the sharded index whose manifest is ``record`` (both None: a folder
     searched alone, e.g. a test's single folder). Opening checks the shard's own record of the
-    sharded index it belongs to (:func:`indexes.sharded.check_member`)."""
+    sharded index it belongs to (:func:`indexes.sharded.check_member`).
+
+    A shard of a sharded index reads the generation the sharded commit record names for it
+    (``shards.json``'s ``generations``: see :mod:`retrieval.sharded.write`), or a later one its own
+    folder committed alone, never a generation a multi-shard write prepared but had not yet
+    committed. With ``follows`` (a Ray Serve replica) it moves there by itself before each call (two
+    ``os.stat``); an in-process :class:`~retrieval.sharded.index.ShardedIndex` turns ``follows`` off
+    and moves all its shards at once (:mod:`retrieval.sharded.pins`)."""
 
     def __init__(self, path: Union[str, Path], record: Optional[dict] = None, position: Optional[int] = None):
         self.path = Path(path)
-        self.index = Index.open(self.path)
+        self.follows = True
+        self._key: Optional[tuple] = None
+        self.index = Index.open(self.path, at_least=None if record is None else committed_at(record, position or 0))
         self.record, self.position = record, position
         if record is not None:
             try:
@@ -36,9 +61,28 @@ class ShardSearcher:
         self._applied: Dict[str, dict] = {}
         self._lock = threading.Lock()
 
+    # -- generations -------------------------------------------------------------------------
+    def state(self) -> tuple:
+        """What :meth:`sync` compares: the sharded record's and this shard manifest's stats."""
+        return _stat(self.path.parent / sh.SHARDS_FILE), _stat(self.path / mf.MANIFEST)
+
+    def sync(self) -> None:
+        """Move to the generation the sharded record names now (a folder alone: its newest)."""
+        if self.record is None:
+            self.index.follow()
+            return
+        key = self.state()
+        if key != self._key:
+            self.index.pin(committed_at(sh.read(self.path.parent), int(self.position or 0)))
+            self._key = key
+
+    def _follow(self) -> None:
+        if self.follows:
+            self.sync()
+
     # -- the protocol ----------------------------------------------------------------------
     def describe(self) -> Dict[str, Any]:
-        self.index.follow()
+        self._follow()
         m = self.index.manifest
         rec = m.get("sharded") or {}
         return {"id": rec.get("id"), "shard": rec.get("shard"), "shards": rec.get("shards"),
@@ -51,6 +95,7 @@ class ShardSearcher:
               filter=None) -> Dict[str, Any]:
         """Round 1: per retriever, its statistics for ``texts`` in this shard (None: it needs none);
         with a ``filter``, also ``"#allowed": [documents it allows here, documents here]``."""
+        self._follow()
         self._configure(options)
         with self.index.snapshot() as s:
             out = {name: s.retriever(name).collection_stats(list(texts)) for name in retrievers}
@@ -67,6 +112,7 @@ class ShardSearcher:
         ``deepen``: the first k of the unfiltered ranking instead, each entry ``(docid, score,
         allowed)`` (the router rounds the merged unfiltered list, then filters it, as one folder does
         for a filter that allows a large share of the documents)."""
+        self._follow()
         self._configure(options)
         idx = self.index
         qs = [Query(str(q), str(t)) for q, t in queries]
@@ -90,6 +136,7 @@ class ShardSearcher:
                    stats: Optional[Mapping[str, Any]] = None, options: Optional[dict] = None
                    ) -> List[Dict[str, Optional[Tuple[str, float]]]]:
         """Per text, each retriever's confidence in its merged (global) list, under the global stats."""
+        self._follow()
         self._configure(options)
         stats = stats or {}
         with self.index.snapshot() as s:
@@ -105,15 +152,17 @@ class ShardSearcher:
             return done
 
     def fetch(self, docids: Sequence[str]) -> Dict[str, Tuple[str, str, dict]]:
+        self._follow()
         rows = self.index.docstore.get_many(list(docids))
         return {d: (r[1], r[2], r[3] or {}) for d, r in rows.items()}
 
     def get(self, docid: str):
+        self._follow()
         return self.index.get(docid)
 
     def count(self) -> int:
-        """Live documents of the shard's newest generation."""
-        self.index.follow()
+        """Live documents of the shard's generation (see :meth:`sync`)."""
+        self._follow()
         return len(self.index)
 
     def close(self) -> None:

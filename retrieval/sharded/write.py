@@ -3,19 +3,56 @@ routed to the shards its documents hash to (:func:`indexes.sharded.shard_of`), w
 :mod:`retrieval.writer` makes it as in any folder (one generation per changed shard); and
 ``retr check`` over every shard plus the routing invariant.
 
-A change that touches several shards commits shard by shard: a reader may see one shard's part
-before another's (as Elasticsearch's shards refresh independently). Input is checked against every
-shard before the first one changes (unknown ids to delete, ids to add that exist), so bad input
-changes nothing.
+One change, one commit (issue #30)
+----------------------------------
+A change (add, update, delete, compact) through the sharded index becomes visible to its readers with
+one atomic switch, whatever number of shards it touches, and a kill at any point leaves the old or the
+new state (:func:`_transaction`):
+
+1. Take the sharded index's writer lock (``SHARDED/.lock``: sharded writers serialise) and every
+   shard's own writer lock (held to the end, so no writer of a single shard folder interleaves).
+2. Recover: a shard whose generation ``shards.json`` names is still only prepared (a writer died after
+   step 4) is switched in now (:func:`indexes.folder.settle`); a prepared generation ``shards.json``
+   does not name (a writer died before step 4) is a leftover, removed with its folders and
+   document-store rows by the shard's next change (:func:`indexes.folder.clean_leftovers`), as any
+   uncommitted generation. Input is checked against every shard here, under the locks.
+3. Prepare: each changed shard's generation N+1 is made as in any folder (store rows, hard-link copies
+   changed by the kinds), but its manifest is written as ``manifest.g<N+1>.json`` and the shard's own
+   ``manifest.json`` stays (:func:`indexes.folder.deferred`): neither the shard's readers nor the
+   sharded index's see any of it.
+4. Switch: ``shards.json`` is replaced (one ``os.replace``) with ``generations`` naming every shard's
+   new generation. This is the commit.
+5. Roll forward: each prepared manifest is moved onto its shard's ``manifest.json`` (one
+   ``os.replace`` each) and the shard's unread generations are collected.
+
+Readers of the sharded index (:class:`~retrieval.sharded.index.ShardedIndex`, a served sharded
+index) open each shard at the generation ``shards.json`` names, reading the prepared manifest while
+step 5 has not reached that shard, and hold each shard's generation lock like any reader, so nothing
+they read is collected; an in-process router moves all its shards to a new commit at once, between
+calls (:mod:`retrieval.sharded.pins`). A kill before step 4 leaves the old commit (the prepared
+generations are leftovers), after it the new one (the next writer, or the readers meanwhile, take
+the prepared manifests as the shards' generations). Pause points for crash tests:
+``sharded:prepared:<shard folder>`` (after that shard's step 3), ``sharded:before-switch``,
+``sharded:after-switch``, ``sharded:rolled:<shard folder>`` (after that shard's step 5).
+
+A reader that opens one shard folder on its own (``retr search --index SHARDED/shard-001``) sees that
+folder's ``manifest.json``: one shard's part of a write appears there at step 5, shard by shard, and a
+shard whose step 5 a kill cut off shows its previous generation until the next write of the sharded
+index. Writes made to one shard folder directly (``retr add --index SHARDED/shard-001``, the
+in-process server's and Ray Serve replicas' per-shard writes) commit that shard alone, as any folder;
+the sharded index's readers see such a generation once it is there (a later one than
+``shards.json`` names is taken as it is).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
 from indexes import folder
+from indexes import generations as gens
 from indexes import manifest as mf
 from indexes import sharded as sh
 from indexes.errors import InputError, ParameterError
@@ -24,6 +61,7 @@ from retrieval.check import Report, check_index
 from retrieval.collections import read_corpus
 from retrieval.index import Index
 from retrieval.kinds import kind_of, kind_of_spec
+from retrieval.sharded.shard import committed_at
 from retrieval.types import Document
 
 
@@ -72,6 +110,7 @@ def build_sharded(corpus: Union[str, Path, Iterable[Document]], index_dir: Union
                                executor=executor, precomputed=shared).close()
             member = sh.member(record, i)
             folder.commit_manifest(where, lambda ch, m=member: ch.new.__setitem__("sharded", m))
+        record["generations"] = [int(mf.read_manifest(stage / f)["generation"]) for f in record["folders"]]
         sh.write(stage, record)
         _swap(stage, index_dir)
     except BaseException:
@@ -127,6 +166,55 @@ def _shards(path: Union[str, Path]) -> List[Path]:
     return paths
 
 
+def _notice(path: Path, quiet: bool):
+    if quiet:
+        return None
+    from retrieval.writer import _notice as say
+
+    return lambda pid: say(f"retr: waiting for another writer of {path}" + (f" (pid {pid})" if pid and pid > 0 else ""))
+
+
+@contextlib.contextmanager
+def _transaction(path: Union[str, Path], quiet: bool = True):
+    """Steps 1-5 of the module's docstring around the block, which makes its shard changes through
+    :mod:`retrieval.writer` (each one prepared, not switched in); yields the shard folders."""
+    path = Path(path)
+    sh.read(path)  # one error line for a folder that is not a sharded index, before any lock file is made
+    with gens.writer_lock(path, _notice(path, quiet)):
+        paths = _shards(path)
+        with contextlib.ExitStack() as locks:
+            for p in paths:
+                locks.enter_context(gens.writer_lock(p))
+            for p in paths:  # step 2: what a writer killed after its switch left
+                folder.settle(p, mf.read_manifest(p))
+            try:
+                with folder.deferred(paths) as prepared:
+                    yield paths
+            except BaseException:
+                for p in paths:  # this change's prepared generations: leftovers now, removed at once
+                    if os.path.realpath(p) in prepared:
+                        folder.clean_leftovers(p, mf.read_manifest(p))
+                raise
+            if prepared:
+                _switch(path, paths, prepared)
+
+
+def _switch(path: Path, paths: Sequence[Path], prepared: Dict[str, int]) -> None:
+    """Steps 4 and 5: one replace of ``shards.json`` naming every shard's generation, then each
+    prepared manifest moved onto its shard's own and what no reader holds collected."""
+    gens.pause("sharded:before-switch")
+    record = sh.read(path)
+    record["generations"] = [prepared.get(os.path.realpath(p), int(mf.read_manifest(p).get("generation", 0)))
+                             for p in paths]
+    record["committed_at"] = mf.now()
+    sh.write(path, record)
+    gens.pause("sharded:after-switch")
+    for p in paths:
+        if os.path.realpath(p) in prepared:
+            folder.collect_all(p, folder.settle(p, mf.read_manifest(p)))
+            gens.pause(f"sharded:rolled:{p.name}")
+
+
 def _present(paths: Sequence[Path], groups: Sequence[Sequence[str]]) -> List[str]:
     """Those of each shard's ids its current generation holds."""
     out: List[str] = []
@@ -154,21 +242,22 @@ def write_documents(path: Union[str, Path], corpus, op: str = "add", threads: in
     paths = _shards(path)
     docs = _read(corpus, empty)
     parts = _split(docs, len(paths))
-    if op == "add":
-        there = _present(paths, [[d.docid for d in part] for part in parts])
-        if there:
-            raise InputError(f"{len(there)} document id(s) are already in the index (first: {there[0]!r}); use "
-                             "update to replace them; nothing was added", path)
     fn = writer.add_documents if op == "add" else writer.update_documents
     entries = [e for e in mf.read_manifest(paths[0]).get("subindexes", {}).values() if not e.get("alias_of")]
-    shared = _vectors(docs, [(kind_of(e), None, e) for e in entries], quiet, executor)
+    shared = _vectors(docs, [(kind_of(e), None, e) for e in entries], quiet, executor)  # before the locks
     reports = []
-    for p, part in zip(paths, parts):
-        if part:
-            rep: Dict[str, Any] = {}
-            fn(p, part, threads=threads, empty=empty, quiet=quiet, report=rep, executor=executor,
-               precomputed=shared).close()
-            reports.append(rep)
+    with _transaction(path, quiet) as paths:
+        if op == "add":
+            there = _present(paths, [[d.docid for d in part] for part in parts])
+            if there:
+                raise InputError(f"{len(there)} document id(s) are already in the index (first: {there[0]!r}); "
+                                 "use update to replace them; nothing was added", path)
+        for p, part in zip(paths, parts):
+            if part:
+                rep: Dict[str, Any] = {}
+                fn(p, part, threads=threads, empty=empty, quiet=quiet, report=rep, executor=executor,
+                   precomputed=shared).close()
+                reports.append(rep)
     _sum(reports, report)
 
 
@@ -182,30 +271,32 @@ def delete_documents(path: Union[str, Path], docids: Iterable[str], quiet: bool 
     groups: List[List[str]] = [[] for _ in paths]
     for d in ids:
         groups[sh.shard_of(d, len(paths))].append(d)
-    have = set(_present(paths, groups))
-    missing = [d for d in ids if d not in have]
-    if missing and not missing_ok:
-        raise InputError(f"{len(missing)} of {len(ids)} document id(s) are not in the index (first: "
-                         f"{missing[0]!r}); nothing was deleted", path)
     reports = []
-    for p, group in zip(paths, groups):
-        group = [d for d in group if d in have]
-        if group:
-            rep: Dict[str, Any] = {}
-            writer.delete_documents(p, group, quiet=quiet, report=rep).close()
-            reports.append(rep)
+    with _transaction(path, quiet) as paths:
+        have = set(_present(paths, groups))
+        missing = [d for d in ids if d not in have]
+        if missing and not missing_ok:
+            raise InputError(f"{len(missing)} of {len(ids)} document id(s) are not in the index (first: "
+                             f"{missing[0]!r}); nothing was deleted", path)
+        for p, group in zip(paths, groups):
+            group = [d for d in group if d in have]
+            if group:
+                rep: Dict[str, Any] = {}
+                writer.delete_documents(p, group, quiet=quiet, report=rep).close()
+                reports.append(rep)
     _sum(reports, report)
     if report is not None:
         report.update(asked=len(ids), deleted=len(ids) - len(missing), missing=len(missing))
 
 
 def compact(path: Union[str, Path], quiet: bool = False, report: Optional[dict] = None) -> None:
-    """:func:`retrieval.writer.compact` on every shard."""
+    """:func:`retrieval.writer.compact` on every shard, one commit for all of them."""
     done: List[str] = []
-    for p in _shards(path):
-        rep: Dict[str, Any] = {}
-        writer.compact(p, quiet=quiet, report=rep).close()
-        done += [f"{p.name}/{n}" for n in rep.get("compacted", [])]
+    with _transaction(path, quiet) as paths:
+        for p in paths:
+            rep: Dict[str, Any] = {}
+            writer.compact(p, quiet=quiet, report=rep).close()
+            done += [f"{p.name}/{n}" for n in rep.get("compacted", [])]
     if report is not None:
         report.update(compacted=done)
 
@@ -228,24 +319,29 @@ def check_sharded(path: Union[str, Path], full: bool = False, sample: int = 1000
         if not p.is_dir():
             rep.problems.append(f"{p.name}: shard {i} of {n} is missing")
             continue
-        r = check_index(p, full=full, sample=sample, strict=strict, seed=seed)
+        at = committed_at(record, i)
+        r = check_index(p, full=full, sample=sample, strict=strict, seed=seed, at_least=at)
         rep.problems += [f"{p.name}: {x}" for x in r.problems]
         rep.notes += [f"{p.name}: {x}" for x in r.notes]
         rep.checked += [f"{p.name}: {x}" for x in r.checked]
         rep.documents += r.documents
         if r.problems:
             continue
-        _check_shard(p, record, i, rep)
+        _check_shard(p, record, i, rep, at)
     return rep
 
 
-def _check_shard(p: Path, record: dict, i: int, rep: Report) -> None:
+def _check_shard(p: Path, record: dict, i: int, rep: Report, at: int) -> None:
     from indexes.errors import RetrError
 
     n = record["shards"]
     try:
-        sh.check_member(mf.read_manifest(p), record, i, p)
-        with Index.open(p, auto_refresh=False) as idx:
+        m = mf.read_manifest(p)
+        sh.check_member(m, record, i, p)
+        if folder.committed_prepared(p, m) is not None:
+            rep.notes.append(f"{p.name}: generation {at}, committed by the sharded index, is not yet in the shard's "
+                             f"own manifest (a writer stopped half-way); the next write of the sharded index moves it")
+        with Index.open(p, auto_refresh=False, at_least=at) as idx:
             wrong = [d for d, _m in idx.docstore.iter_meta() if sh.shard_of(d, n) != i]
     except RetrError as e:
         rep.problems.append(f"{p.name}: {e}")

@@ -1,0 +1,140 @@
+"""How an in-process :class:`~retrieval.sharded.index.ShardedIndex` moves all its shards to a new
+commit at once, so that no search sees part of a multi-shard write (:mod:`retrieval.sharded.write`).
+
+Every shard's :class:`~retrieval.index.Index` is pinned: it reads the generation ``shards.json``'s
+``generations`` names for it (or a later one that shard's own folder committed alone) and never moves
+by itself. Before each call of the router (a search with all its rounds, a count, a fetch), one
+``os.stat`` of ``shards.json`` and of each shard's ``manifest.json`` tells whether anything moved; if
+so, :meth:`Pins.sync` opens every shard's new generation (held: no writer removes it), checks that
+``shards.json`` did not change meanwhile (else starts again: a writer committed between), and only
+then installs them all, while no call is running (:class:`Gate`). A search's rounds thus all read one
+commit of every shard.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Any, Iterator, List, Optional, Sequence
+
+from indexes import sharded as sh
+from indexes.errors import IndexFormatError
+
+
+class Gate:
+    """Many calls at once, or one move of the shards' generations alone; re-entrant for a thread that
+    is inside already (the router's rounds call it again). Hand-written: the standard library has no
+    reader-writer lock, and this project adds no dependency for twenty lines."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._moving = False
+        self._mine = threading.local()
+
+    def inside(self) -> bool:
+        return getattr(self._mine, "depth", 0) > 0
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[None]:
+        if not self.inside():
+            with self._cond:
+                while self._moving:
+                    self._cond.wait()
+                self._readers += 1
+        self._mine.depth = getattr(self._mine, "depth", 0) + 1
+        try:
+            yield
+        finally:
+            self._mine.depth -= 1
+            if not self._mine.depth:
+                with self._cond:
+                    self._readers -= 1
+                    self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def moving(self) -> Iterator[None]:
+        with self._cond:
+            while self._moving:
+                self._cond.wait()
+            self._moving = True  # new calls wait from now on
+            while self._readers:
+                self._cond.wait()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._moving = False
+                self._cond.notify_all()
+
+
+class Pins:
+    """The commit every local shard of the sharded index at ``path`` reads, moved as one."""
+
+    def __init__(self, path, shards: Sequence[Any]):
+        self.path = path
+        self.shards = list(shards)
+        for s in self.shards:
+            s.follows = False
+        self.gate = Gate()
+        self._key: Optional[tuple] = None
+        self._sync_lock = threading.Lock()
+
+    @classmethod
+    def of(cls, path, shards: Sequence[Any]) -> Optional["Pins"]:
+        """Pins for ``shards`` when every one is a local shard of the folder ``path``, else None
+        (remote shards follow the record themselves)."""
+        from retrieval.sharded.shard import ShardSearcher
+
+        if path is None or not all(isinstance(s, ShardSearcher) and s.record is not None for s in shards):
+            return None
+        return cls(path, shards)
+
+    def _state(self) -> tuple:
+        return tuple(s.state() for s in self.shards)
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[None]:
+        """One call of the router: the shards' commit is brought up to date first (unless this thread
+        is inside a call already), then held until the call ends."""
+        if not self.gate.inside():
+            self.sync()
+        with self.gate.reading():
+            yield
+
+    def sync(self) -> None:
+        """Move every shard to the commit ``shards.json`` names now, at once (nothing when nothing moved)."""
+        if self._state() == self._key:
+            return
+        with self._sync_lock:
+            key = self._state()
+            if key == self._key:
+                return
+            at, held = self._hold_all()
+            with self.gate.moving():
+                for s, g, held_g in zip(self.shards, at, held):
+                    s.index.pin(g, held_g)
+                    s._key = s.state()
+            self._key = key
+
+    def _hold_all(self):
+        """Every shard's generation of one commit, opened and held, not yet in use."""
+        from retrieval.sharded.shard import committed_at
+
+        record_file = self.path / sh.SHARDS_FILE
+        for _ in range(100):
+            before = self.shards[0].state()[0]
+            record = sh.read(self.path)
+            at = [committed_at(record, i) for i in range(len(self.shards))]
+            held: List[Any] = []
+            try:
+                for s, g in zip(self.shards, at):
+                    held.append(s.index.hold(g))
+            except BaseException:
+                for h in held:
+                    h.release()
+                raise
+            if self.shards[0].state()[0] == before:
+                return at, held
+            for h in held:  # a writer committed meanwhile: read its commit instead
+                h.release()
+        raise IndexFormatError(f"{record_file}: changed on every read; cannot open the sharded index")
