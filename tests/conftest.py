@@ -99,6 +99,16 @@ def dense_vectors(path):
     return list(live._docids), live.index.reconstruct_n(0, live.ntotal)
 
 
+def encoded_by(index) -> dict:
+    """The vectors of ``index``'s dense sub-index as ``build_index(precomputed=...)`` takes them (the form
+    of the quality estimator's): a build over passages it holds reuses them instead of encoding again
+    when its encoder is the same, and records ``vectors_from`` = their source."""
+    ids, vectors = dense_vectors(index.path)
+    sub = index.path / index.manifest["subindexes"]["dense"]["path"]
+    return {"config": json.loads((sub / "encoder.json").read_text()), "docids": ids, "array": vectors,
+            "source": f"{index.path.name} (the same encoder, the same passages)"}
+
+
 def with_meta(src, dst):
     """A copy of a BEIR corpus whose documents carry metadata derived from their id."""
     dst.mkdir(parents=True, exist_ok=True)
@@ -136,10 +146,7 @@ def meta_dense_index(tmp_path_factory, meta_corpus, small_dense_index):
     import retrieval
     from retrieval.dense.subindex import DenseSpec
 
-    ids, vectors = dense_vectors(small_dense_index.path)
-    sub = small_dense_index.path / small_dense_index.manifest["subindexes"]["dense"]["path"]
-    pre = {"config": json.loads((sub / "encoder.json").read_text()), "docids": ids, "array": vectors,
-           "source": "small_dense_index (the same encoder, the same passages)"}
+    pre = encoded_by(small_dense_index)
     idx = retrieval.build_index(meta_corpus, tmp_path_factory.mktemp("mdidx") / "IDX", quiet=True,
                                 subindexes={"dense": DenseSpec()}, precomputed=pre)
     assert idx.manifest["subindexes"]["dense"]["vectors_from"] == pre["source"]

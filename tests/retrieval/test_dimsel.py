@@ -16,13 +16,18 @@ from retrieval.dense.subindex import DenseSpec
 
 
 @pytest.fixture(scope="module")
-def dense_index(tmp_path_factory, small_corpus):
-    """BM25 + MiniLM dense over 150 SciFact passages (the judged ones come first)."""
+def dense_index(tmp_path_factory, small_corpus, small_dense_index):
+    """BM25 + MiniLM dense over 150 SciFact passages (the judged ones come first); their vectors are
+    the shared dense index's (MiniLM encoded them in this session), not encoded again."""
     from retrieval.collections import read_corpus
+    from tests.conftest import encoded_by
 
     docs = list(read_corpus(small_corpus))[:150]
     path = tmp_path_factory.mktemp("dimsel") / "IDX"
-    return retrieval.build_index(docs, path, subindexes={"dense": DenseSpec()}, quiet=True)
+    pre = encoded_by(small_dense_index)
+    idx = retrieval.build_index(docs, path, subindexes={"dense": DenseSpec()}, quiet=True, precomputed=pre)
+    assert idx.manifest["subindexes"]["dense"]["vectors_from"] == pre["source"]
+    return idx
 
 
 def _synthetic(n=120, dim=16, n_docs=300, seed=0):

@@ -32,7 +32,7 @@ def corpus(tmp_path_factory, small_corpus):
 
 
 @pytest.fixture(scope="module")
-def index(tmp_path_factory, corpus):
+def index(tmp_path_factory, corpus, small_dense_index):
     from retrieval.deepct.subindex import DeepCTSpec
     from retrieval.deepct.train import TrainConfig, train_deepct
     from retrieval.dense.subindex import DenseSpec
@@ -43,8 +43,13 @@ def index(tmp_path_factory, corpus):
     train_deepct(corpus / "corpus.jsonl", model, quiet=True,
                  cfg=TrainConfig(base="splade-tiny", epochs=1, max_length=64, dev_fraction=0.0, max_windows=1,
                                  title_limit=40, batch_size=16))
-    idx = retrieval.build_index(corpus / "corpus.jsonl", tmp_path_factory.mktemp("explain") / "IDX", quiet=True)
-    idx = add_subindex(idx, DenseSpec(), quiet=True)
+    from tests.conftest import encoded_by
+
+    # MiniLM's vectors of these passages: the shared dense index encoded them in this session
+    pre = encoded_by(small_dense_index)
+    idx = retrieval.build_index(corpus / "corpus.jsonl", tmp_path_factory.mktemp("explain") / "IDX", quiet=True,
+                                subindexes={"dense": DenseSpec()}, precomputed=pre)
+    assert idx.manifest["subindexes"]["dense"]["vectors_from"] == pre["source"]
     idx = add_subindex(idx, SpladeSpec(), quiet=True)
     return add_subindex(idx, DeepCTSpec(model=str(model), mode="impact", scale="linear", k1=0.9, b=0.4, tune=False,
                                         tune_fusion=False), quiet=True)
