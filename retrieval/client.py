@@ -74,6 +74,19 @@ def _decoded(status: int, raw: bytes) -> Any:
     return out
 
 
+def prf_body(prf: Any) -> Optional[Dict[str, Any]]:
+    """``Index.search``'s ``prf`` (``"rm3"``, ``"rocchio(gamma=0.15)"``, a dict, a ``Feedback``) as a
+    request's ``"prf"`` object: every parameter of its method, read by the parser Index.search uses (so
+    a setting Index.search refuses is the same ParameterError here, before any request). ``"none"`` /
+    False / None: no object (a served index has no feedback configured, so none is the same as off)."""
+    if prf is None:
+        return None
+    from retrieval.bm25.prf import parse  # the one parser of feedback settings (lives with BM25, which runs it)
+
+    setting = parse(prf)
+    return None if setting is False else {"method": setting.method, **setting.params()}
+
+
 class Client:
     """``url``: the server (``http://host:port``), optionally ending in ``/v1/NAME``;
     ``index``: the index name (default: the one the URL names, else the server's only
@@ -205,31 +218,35 @@ class Client:
                     metadata=r.get("metadata")) for r in rows]
 
     @staticmethod
-    def _options(k, retriever, fusion, text, depth, dimsel, filter, text_chars) -> Dict[str, Any]:
+    def _options(k, retriever, fusion, text, depth, dimsel, filter, text_chars, prf=None) -> Dict[str, Any]:
         body: Dict[str, Any] = {"k": k, "retriever": retriever, "text": text}
         for key, v in (("fusion", fusion), ("depth", depth), ("filter", filter), ("text_chars", text_chars)):
             if v is not None:
                 body[key] = v
         if dimsel is not None:
             body["dimsel"] = {"mode": dimsel} if isinstance(dimsel, str) else dict(dimsel)
+        feedback = prf_body(prf)
+        if feedback is not None:
+            body["prf"] = feedback
         return body
 
     def search(self, query: str, k: int = 10, retriever: str = PRIMARY, fusion: Optional[str] = None,
                text: bool = True, depth: Optional[int] = None, timings=None, dimsel=None, filter=None,
-               text_chars: Optional[int] = None) -> List[Hit]:
-        """As :meth:`retrieval.index.Index.search`, answered by the server (``timings`` is ignored)."""
-        body = self._options(k, retriever, fusion, text, depth, dimsel, filter, text_chars)
+               text_chars: Optional[int] = None, prf=None) -> List[Hit]:
+        """As :meth:`retrieval.index.Index.search`, answered by the server (``timings`` is ignored;
+        ``prf`` in Index.search's forms, sent as the request's ``"prf"``: :func:`prf_body`)."""
+        body = self._options(k, retriever, fusion, text, depth, dimsel, filter, text_chars, prf)
         body["query"] = query
         out = self.request("POST", self._path("/search"), body)
         return self._hits(out["hits"], "+" in out["retriever"])
 
     async def asearch(self, query: str, k: int = 10, retriever: str = PRIMARY, fusion: Optional[str] = None,
                       text: bool = True, depth: Optional[int] = None, timings=None, dimsel=None, filter=None,
-                      text_chars: Optional[int] = None) -> List[Hit]:
+                      text_chars: Optional[int] = None, prf=None) -> List[Hit]:
         """:meth:`search` for asyncio: the request goes through the loop's ``httpx.AsyncClient`` (a 429
         is retried after its Retry-After with ``asyncio.sleep``), so the event loop keeps running and
         several searches wait on the server at once."""
-        body = self._options(k, retriever, fusion, text, depth, dimsel, filter, text_chars)
+        body = self._options(k, retriever, fusion, text, depth, dimsel, filter, text_chars, prf)
         body["query"] = query
         out = await self.arequest("POST", self._path("/search"), body)
         return self._hits(out["hits"], "+" in out["retriever"])
@@ -238,18 +255,19 @@ class Client:
                      retriever: str = PRIMARY, fusion: Optional[str] = None, threads: int = 1, text: bool = False,
                      quiet: bool = True, depth: Optional[int] = None, batch_size: Optional[int] = None,
                      timings=None, dimsel=None, filter=None, text_chars: Optional[int] = None,
-                     as_frame: bool = False) -> Dict[str, List[Hit]]:
+                     as_frame: bool = False, prf=None) -> Dict[str, List[Hit]]:
         """As :meth:`retrieval.index.Index.batch_search` (the same forms of ``queries``: Query objects,
         ``{qid: text}``, texts with ``qids``, a topics DataFrame): ``{qid: hits}`` in the order of ``queries``,
         or with ``as_frame`` a PyTerrier-style DataFrame (:mod:`retrieval.frames`)
         (``threads`` and ``quiet`` are the server's business; ``batch_size`` queries per request, 1,000 at
-        most, each request streamed back a query at a time)."""
+        most, each request streamed back a query at a time; ``prf`` as in :meth:`search`, for every query)."""
         qs, k = as_queries(queries, qids, k)
         size = min(batch_size or MAX_BATCH, MAX_BATCH)
         fused = "+" in retriever
         out: Dict[str, List[Hit]] = {}
+        base = self._options(k, retriever, fusion, text, depth, dimsel, filter, text_chars, prf)
         for i in range(0, len(qs), size):
-            body = self._options(k, retriever, fusion, text, depth, dimsel, filter, text_chars)
+            body = dict(base)
             body["queries"] = [{"qid": q.qid, "query": q.text} for q in qs[i:i + size]]
             # streamed (one line per query), so the server's response budget bounds a query, not the batch
             for r in self._stream(self._path("/batch_search/stream"), body):

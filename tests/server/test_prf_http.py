@@ -2,7 +2,8 @@
 (``"prf": {"method": "rm3", ...}`` on search, batch_search and its stream) and the MCP search tool,
 against a real `retr serve` on loopback over real Lucene indexes (400 SciFact passages, one with
 document vectors). A request's feedback gives the hits Index.configure's feedback gives; bad settings
-are 422s, a pipeline with no retriever that takes feedback one 400."""
+are 422s, a pipeline with no retriever that takes feedback one 400. retrieval.Client takes Index.search's
+forms of prf and gives its hits."""
 from __future__ import annotations
 
 import asyncio
@@ -149,3 +150,67 @@ def test_a_sharded_index_refuses_feedback(tmp_path, small_corpus):
         assert srv.post("/v1/s/search", json={"query": Q}).status_code == 200
     finally:
         srv.stop()
+
+
+def _pairs(hits):
+    return [(h.docid, h.score) for h in hits]
+
+
+def test_the_client_takes_index_search_s_forms_of_feedback(prf_server, dv_index):
+    """retrieval.Client's prf: each form Index.search takes (spec, dict with Pyserini's alias and a whole
+    number for a weight, Feedback) gives the hits Index.search gives, through search, asearch,
+    batch_search (streamed), its frame and search_df; "none" is no feedback."""
+    from retrieval.bm25.prf import Feedback
+
+    forms = ["rm3(fb_terms=20,fb_docs=5)", {"method": "rocchio", "top_fb_docs": 3, "alpha": 1, "gamma": 0.15,
+                                             "use_negative": True, "bottom_fb_docs": 5},
+             Feedback("rm3", original_query_weight=0.3)]
+    idx = retrieval.open_index(dv_index.path)
+    client = retrieval.Client(prf_server.url, index="dv")
+    try:
+        plain = _pairs(idx.search(Q, k=10, text=False))
+        for prf in forms:
+            want = {q: _pairs(idx.search(q, k=10, text=False, prf=prf)) for q in QUERIES}
+            assert want[Q] != plain   # the feedback changes the ranking
+            assert {q: _pairs(client.search(q, k=10, text=False, prf=prf)) for q in QUERIES} == want
+            assert _pairs(asyncio.run(client.asearch(Q, k=10, text=False, prf=prf))) == want[Q]
+            got = client.batch_search(QUERIES, k=10, prf=prf, batch_size=2)   # two requests
+            assert {q: _pairs(got[str(i)]) for i, q in enumerate(QUERIES)} == want
+            frame = client.batch_search(QUERIES, k=10, prf=prf, as_frame=True)
+            assert frame.equals(idx.batch_search(QUERIES, k=10, prf=prf, as_frame=True))
+            assert client.search_df(Q, k=10, prf=prf).equals(idx.search_df(Q, k=10, prf=prf))
+        assert _pairs(client.search(Q, k=10, text=False, prf="none")) == plain
+    finally:
+        client.close()
+        idx.close()
+
+
+def test_the_client_s_bad_feedback(prf_server, dv_index):
+    """What Index.search refuses is the same ParameterError before any request; what only the server
+    bounds (1,000 terms) its 422, and a pipeline without BM25 its 400, as ServerError."""
+    from retrieval.client import ServerError
+
+    idx = retrieval.open_index(dv_index.path)
+    client = retrieval.Client(prf_server.url, index="dv")
+    try:
+        for bad in ("rm3(fb_terms=0)", {"method": "rm3", "gamma": 0.1}, "bm25(k1=1)", {"fb_terms": 5}, 7):
+            with pytest.raises(ParameterError) as local:
+                idx.search(Q, prf=bad)
+            for call in (lambda: client.search(Q, prf=bad), lambda: client.batch_search([Q], prf=bad),
+                         lambda: asyncio.run(client.asearch(Q, prf=bad))):
+                with pytest.raises(ParameterError) as remote:
+                    call()
+                assert str(remote.value) == str(local.value)
+        for call in (lambda: client.search(Q, prf="rm3(fb_terms=5000)"),
+                     lambda: client.batch_search([Q], prf={"method": "rocchio", "beta": 1e9})):
+            with pytest.raises(ServerError) as e:
+                call()
+            assert e.value.status == 422 and ("fb_terms" in str(e.value) or "beta" in str(e.value))
+        hy = retrieval.Client(prf_server.url, index="hy")
+        with pytest.raises(ServerError) as e:
+            hy.search(Q, retriever="dense", prf="rm3")
+        assert e.value.status == 400 and "applies to no retriever of dense" in str(e.value)
+        hy.close()
+    finally:
+        client.close()
+        idx.close()
