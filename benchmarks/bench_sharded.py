@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.common import RESULTS, WORK, by_name, machine, md_table, synthetic_corpus  # noqa: E402
 
 STEM = "sharded"
-ORDER = ["equality-scifact", "equality-nfcorpus", "synthetic", "cost"]  # this script's, before others (serve's)
+ORDER = ["equality-scifact", "equality-nfcorpus", "kinds-nfcorpus", "synthetic", "cost"]  # this script's, before others (serve's)
 
 
 def write_section(name: str, data: dict, markdown: str) -> None:
@@ -186,6 +186,73 @@ def cost(single_path, shard_paths, queries, ks=(10, 1000), rounds=2) -> list:
     return rows
 
 
+def kinds(col, n=2, k=100) -> dict:
+    """DeepCT and SPLADE on ``col`` as one folder and as ``n`` shards: every DeepCT variant (the mode
+    and scale pinned, k1/b at their defaults: no tuning, see below), DeepCT-Query, SPLADE and fusions
+    over them, compared as TREC text before and after the same changes. The DeepCT model is
+    bench_deepct's SPLADE-tiny one for the collection (trained there, or here once, cached)."""
+    import retrieval
+    from benchmarks.bench_deepct import TINY, train
+    from retrieval.collections import read_corpus
+    from retrieval.deepct.subindex import DeepCTSpec
+    from retrieval.sharded.index import ShardedIndex
+    from retrieval.sharded.write import build_sharded
+    from retrieval.splade.subindex import SpladeSpec
+
+    train(col, f"{col.name}-tiny", TINY, "train")
+    from benchmarks.bench_deepct import MODELS
+
+    work = WORK / "sharded" / f"kinds-{col.name}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    docs = list(read_corpus(col.corpus, empty="skip"))
+    base, held = docs[:-50], docs[-50:]
+    def specs():
+        return {"deepct": DeepCTSpec(model=str(MODELS / f"{col.name}-tiny"), mode="bm25", scale="linear",
+                                     tune=False, tune_fusion=False),
+                "splade": SpladeSpec()}
+    t0 = time.perf_counter()
+    single = retrieval.build_index(base, work / "single", subindexes=specs(), quiet=True)
+    t1 = time.perf_counter()
+    sharded = build_sharded(base, work / f"s{n}", n, subindexes=specs(), quiet=True)
+    builds = {"single": t1 - t0, n: time.perf_counter() - t1}
+    qs = {q.qid: q.text for q in col.queries()}
+    runs = [("deepct", {"mode": m, "scale": s}) for m in ("impact", "bm25") for s in ("linear", "sqrt")]
+    runs += [("deepct-query", None), ("splade", None), ("bm25+deepct", None), ("deepct+splade:rrf(k=60)", None)]
+    filters = _filters([d.docid for d in base])
+
+    def compare(shards, flts):
+        rows = []
+        for retriever, opts in runs:
+            for idx in (single, *shards.values()):
+                idx.configure(retriever, **(opts or {}))
+            name = retriever + (f" ({opts['mode']}-{opts['scale']})" if opts else "")
+            rows += [[name, *r[1:]] for r in _compare(single, shards, qs, [retriever], flts, k)]
+        return rows
+
+    before = compare({n: sharded}, filters)
+    _change(single, [sharded.path], held, base)
+    after = compare({n: ShardedIndex.open(sharded.path)}, {"none": None, "docid 30%": filters["docid 30%"]})
+    return {"collection": col.name, "documents": len(base), "queries": len(qs), "k": k, "shards": n,
+            "build_seconds": builds, "before": before, "after_changes": after}
+
+
+def _md_kinds(r) -> str:
+    head = ["pipeline", "filter", "shards", "identical", "differing", "lines", "sha256"]
+    return "\n".join([
+        f"## DeepCT and SPLADE on {r['shards']} shards: {r['collection']} ({r['documents']:,} documents, "
+        f"{r['queries']} queries)", "",
+        "A DeepCT model on the SPLADE-tiny body (bench_deepct's) and the bundled SPLADE-tiny, built as one folder "
+        "and as shards, each shard encoding its own passages. Every DeepCT variant (mode-scale, k1/b at their "
+        "defaults), DeepCT-Query, SPLADE and two fusions; TREC runs at k=100 compared as text. The build does not "
+        "tune DeepCT here (`tune=False`): a tuned build chooses its defaults on each shard's documents alone "
+        "(see the README's limits). Build seconds: "
+        + ", ".join(f"{key}: {v:.0f}" for key, v in r["build_seconds"].items()) + ".", "",
+        md_table(head, r["before"]), "",
+        "After 50 additions, 50 deletions and 10 updates routed to the shards (and the same in the single folder):",
+        "", md_table(head, r["after_changes"]), ""])
+
+
 def _md_equality(results) -> str:
     out = [f"## Equality with one folder: {', '.join(r['collection'] for r in results)}", "",
            "BM25, dense (MiniLM, Flat) and bm25+dense (the default fusion). Each row compares the TREC run (k=100, every test query) of the sharded index with the single "
@@ -208,7 +275,13 @@ def main(argv=None) -> int:
     ap.add_argument("--synthetic-shards", nargs="*", type=int, default=[4])
     ap.add_argument("--cost-shards", nargs="*", type=int, default=None, help="[default: --shards]")
     ap.add_argument("--skip", nargs="*", default=[], choices=["equality", "synthetic", "cost"])
+    ap.add_argument("--kinds", nargs="?", const="nfcorpus", default=None, metavar="COLLECTION",
+                    help="only the DeepCT and SPLADE equality section, on COLLECTION [nfcorpus] at 2 shards")
     a = ap.parse_args(argv)
+    if a.kinds:
+        r = kinds(by_name([a.kinds])[0])
+        write_section(f"kinds-{r['collection']}", r, _md_kinds(r))
+        return 0
     cols = by_name(a.collections)
     if "equality" not in a.skip:
         for c in cols:  # one section per collection, so a rerun of one keeps the other's
