@@ -226,7 +226,8 @@ class _Summary:
     def __init__(self, view: ShardedView):
         self._view = view
         ix = view._ix
-        parts = ix._call(ix.shards, "summary", (), {})
+        with ix.reading():  # local shards: the newest commit
+            parts = ix._call(ix.shards, "summary", (), {})
         first = parts[0]
         subs = {}
         for name, e in first["subindexes"].items():

@@ -236,6 +236,7 @@ def test_the_in_process_server_writes_one_commit(sharded, tmp_path):
         docs = [Document(d, f"{WORD.format(0)} served {d}") for d in ids]
         assert served.write("add", docs) == len(ids)
         assert sh.read(sharded)["generations"] == [g + 1 for g in g0]
+        assert served.index().snapshot().documents == n + len(ids)  # GET /v1/NAME's count, before any search
         assert _seen(served.sharded_index, 0, ids) == set(ids) and len(served.sharded_index) == n + len(ids)
         assert served.write("delete", ids[:4] + ["not-there"]) == 4
         assert sh.read(sharded)["generations"] == [g + 2 for g in g0]
