@@ -1,10 +1,14 @@
 """Where encoder weights live: the bundled models, local Hugging Face folders, and their fingerprints."""
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import importlib.util
 import os
+import threading
 from pathlib import Path
+from typing import Optional
 
 from indexes.errors import InputError, ParameterError
 
@@ -114,3 +118,51 @@ def _quiet_transformers() -> None:
     import transformers
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
+
+
+_THREADS_LOCK = threading.Lock()
+_threads_held = {"count": 0, "before": None}
+
+
+@contextlib.contextmanager
+def torch_threads(n: Optional[int]):
+    """torch's intra-op threads set to ``n`` for the block, and what they were afterwards (``n``
+    None or 0: untouched). Encoders that must give the same floats wherever they run (SPLADE,
+    DeepCT: one thread) set it around each call, not once for the process: torch's setting is
+    process-wide, and set for good it left every later dense encoding of a server or notebook on
+    one thread (twice as slow here). Nested and concurrent blocks share the first one's setting."""
+    if not n:
+        yield
+        return
+    import torch
+
+    with _THREADS_LOCK:
+        if _threads_held["count"] == 0:
+            _threads_held["before"] = torch.get_num_threads()
+            if _threads_held["before"] != int(n):
+                torch.set_num_threads(int(n))
+        _threads_held["count"] += 1
+    try:
+        yield
+    finally:
+        with _THREADS_LOCK:
+            _threads_held["count"] -= 1
+            if _threads_held["count"] == 0 and torch.get_num_threads() != _threads_held["before"]:
+                torch.set_num_threads(_threads_held["before"])
+
+
+def restores_torch_settings(fn):
+    """``fn`` (a training entry point that sets threads and deterministic algorithms for its run)
+    leaves torch's thread count and deterministic-algorithms mode as it found them."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        import torch
+
+        threads = torch.get_num_threads()
+        det, warn = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            torch.set_num_threads(threads)
+            torch.use_deterministic_algorithms(det, warn_only=warn)
+    return wrapper

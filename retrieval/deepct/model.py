@@ -28,7 +28,8 @@ import torch
 from torch import nn
 
 from indexes.atomic import atomic_path, follow_umask
-from retrieval.models import ModelDirError, _quiet_transformers, pick_device, resolve_model_path, weight_files
+from retrieval.models import (ModelDirError, _quiet_transformers, pick_device, resolve_model_path, torch_threads,
+                              weight_files)
 from retrieval.progress import progress
 
 HEAD_FILE = "deepct_head.safetensors"
@@ -282,8 +283,7 @@ class DeepCTEncoder:
         self.batch_size = int(batch_size)
         self.prep = Preparer(self.tokenizer, self.max_length, stride)
         self.pad_id = self.tokenizer.pad_token_id or 0
-        if threads:
-            torch.set_num_threads(int(threads))
+        self.threads = int(threads) if threads else None  # set around each encoding (models.torch_threads)
 
     @property
     def model_hash(self) -> str:
@@ -311,7 +311,8 @@ class DeepCTEncoder:
         (:func:`terms_of_words`) are taken where the analyzer runs."""
         out: List[List[Tuple[str, float]]] = []
         self.model.eval()
-        with torch.inference_mode(), progress(total=len(texts), desc=desc, unit="doc", quiet=quiet) as bar:
+        with torch.inference_mode(), torch_threads(self.threads), \
+                progress(total=len(texts), desc=desc, unit="doc", quiet=quiet) as bar:
             for c0 in range(0, len(texts), chunk):
                 part = texts[c0:c0 + chunk]
                 prepared = self.prep.prepare(part, stems=False)

@@ -32,7 +32,7 @@ from indexes import manifest as mf
 from indexes.atomic import atomic_path
 from indexes.errors import InputError, ParameterError
 from retrieval.deepct import model as dc
-from retrieval.models import model_hash
+from retrieval.models import model_hash, restores_torch_settings
 from retrieval.progress import progress
 
 CHECKPOINT = ".checkpoint"
@@ -163,6 +163,7 @@ def resolve_title(cfg: TrainConfig, queries) -> TrainConfig:
     return replace(cfg, title="off" if queries is not None else "only")
 
 
+@restores_torch_settings
 def train_deepct(corpus, output, queries=None, qrels=None, cfg: Optional[TrainConfig] = None,
                  overwrite: bool = False, quiet: bool = False, stop_after_steps: Optional[int] = None,
                  allow_test: bool = False) -> dict:

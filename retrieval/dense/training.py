@@ -35,12 +35,14 @@ import torch
 from indexes.atomic import atomic_path, write_text
 from indexes.errors import InputError, ParameterError
 from retrieval.dense.train_config import DenseTrainConfig  # noqa: F401 (also importable from here)
+from retrieval.models import restores_torch_settings
 from retrieval.optim import adamw_with_warmup
 from retrieval.progress import progress
 from retrieval.trainrun import CARD, CHECKPOINT, TrainingStopped, prepare_output
 from retrieval.trainrun import file_hash as _file_hash
 
 
+@restores_torch_settings
 def train(corpus, output, queries=None, qrels=None, cfg: Optional[DenseTrainConfig] = None, *,
           index=None, resume: bool = False, overwrite: bool = False, quiet: bool = False,
           allow_test: bool = False, **settings) -> Path:

@@ -21,7 +21,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from retrieval.models import ModelDirError, model_hash, pick_device, resolve_model_path
+from retrieval.models import ModelDirError, model_hash, pick_device, resolve_model_path, torch_threads
 
 DEFAULT_MODEL = "splade-tiny"
 WEIGHT_RANGE, QUANT_RANGE = 5, 256  # Pyserini's: impact = round(w / WEIGHT_RANGE * QUANT_RANGE)
@@ -84,8 +84,7 @@ class SpladeEncoder:
         limit = int(getattr(self.model.config, "max_position_embeddings", 512) or 512)
         self.max_length = min(int(max_length), limit)
         self.vocab = np.array(self.tokenizer.convert_ids_to_tokens(list(range(len(self.tokenizer)))), dtype=object)
-        if threads:
-            torch.set_num_threads(int(threads))
+        self.threads = int(threads) if threads else None  # set around each encoding (models.torch_threads)
 
     @property
     def model_hash(self) -> str:
@@ -107,7 +106,7 @@ class SpladeEncoder:
         import torch
 
         out: List[Dict[str, float]] = []
-        with torch.inference_mode():
+        with torch.inference_mode(), torch_threads(self.threads):
             for text in texts:
                 enc = self.tokenizer([text], truncation=True, max_length=self.max_length,
                                      return_tensors="pt").to(self.device)

@@ -28,6 +28,7 @@ from typing import Dict, List, Optional, Sequence
 
 from indexes.atomic import atomic_path, write_text
 from indexes.errors import InputError, ParameterError
+from retrieval.models import restores_torch_settings
 from retrieval.trainrun import CARD, CHECKPOINT, TrainingStopped, file_hash, prepare_output
 
 
@@ -87,6 +88,7 @@ class SpladeTrainConfig:
         return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+@restores_torch_settings
 def train(corpus, output, queries, qrels, cfg: Optional[SpladeTrainConfig] = None, *, index=None,
           resume: bool = False, overwrite: bool = False, quiet: bool = False, allow_test: bool = False,
           **settings) -> Path:

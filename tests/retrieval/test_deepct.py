@@ -118,6 +118,24 @@ def test_encoder_takes_first_piece_max_over_repeats_and_windows(model_dir):
     assert "amoxicillin" in w  # the last word is scored: no truncation
     assert len(w) == 61
     assert len(enc.prep.prepare([text])[0].windows) > 5
+
+
+def test_one_thread_holds_for_the_encoding_only(model_dir):
+    """threads=1 (for the same floats everywhere) is set around each encoding and undone after it:
+    set once for the process, it left every later dense encoding in a server on one thread."""
+    import torch
+    from retrieval.deepct.model import DeepCTEncoder
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        enc = DeepCTEncoder(model_dir, max_length=24, threads=1)
+        assert torch.get_num_threads() == 2
+        a = enc.encode(["amoxicillin for otitis media in children"])
+        assert torch.get_num_threads() == 2
+        assert enc.encode(["amoxicillin for otitis media in children"]) == a
+    finally:
+        torch.set_num_threads(before)
     # a repeated term keeps the max of its occurrences' weights
     [a, b, both] = enc.encode(["fever in children", "fever", "fever in children fever"])
     assert both["fever"] >= max(a["fever"], 0) - 1e-6

@@ -203,3 +203,19 @@ def test_a_manifest_naming_another_model_is_refused(tmp_path, index):
     r = run_retr("search", "--index", path, "--retriever", "splade", "heart attack")
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert "differs from the one this index was built with" in r.stderr, r.stderr
+
+
+def test_one_thread_holds_for_the_encoding_only(encoder):
+    """The encoder's threads=1 is set around each call and undone after it (torch's setting is
+    process-wide: set for good, it slowed every later dense encoding of the process)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        w = encoder.weights(["aspirin and heart attacks"])
+        assert torch.get_num_threads() == 2
+        assert encoder.weights(["aspirin and heart attacks"]) == w
+    finally:
+        torch.set_num_threads(before)
+
