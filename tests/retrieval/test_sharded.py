@@ -111,10 +111,18 @@ def test_writes_route_to_shards_and_keep_the_runs_equal(pair, meta_corpus, small
     for i, s in enumerate(sharded.shards):
         for d, _m in s.index.docstore.iter_meta():
             assert sh.shard_of(d, 2) == i
-    _same(single, sharded, _queries(small_corpus))
+    # Before compaction only what reads no collection statistics is guaranteed equal: Lucene counts a
+    # deleted document in BM25's statistics until a merge drops it, and the folder and the shards merge
+    # their own segments (README, Limits). No deleted document may show anywhere, BM25 included.
+    _same(single, sharded, _queries(small_corpus), pipelines=["dense"])
+    gone = set(ids) | {"n5"}
+    for idx in (single, sharded):
+        res = idx.batch_search(_queries(small_corpus), k=400, retriever="bm25+dense")
+        assert not gone & {h.docid for hs in res.values() for h in hs}
     for path in (single.path, sharded.path):
         assert run_retr("compact", "--index", path, "-q").returncode == 0
-    _same(single, sharded, _queries(small_corpus), filters=[None, {"shard": "odd"}])
+    single.refresh()
+    _same(single, sharded, _queries(small_corpus))
 
 
 def test_check_finds_a_document_in_the_wrong_shard(tmp_path, small_corpus):
