@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import json
 import os
+import queue
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -162,6 +165,48 @@ def run_retr(*args, cwd=None, input=None, timeout=600):
 @pytest.fixture
 def retr():
     return run_retr
+
+
+class RetrProcess:
+    """A real `retr` process started with ``RETR_TEST_PAUSE=pause`` (and, with ``seconds``, a pause
+    that carries on by itself); its stderr is read by a thread, so :meth:`wait_for` can block until
+    the process says it paused at a point."""
+
+    def __init__(self, *args, pause: str = "", seconds: float = 0.0):
+        env = dict(os.environ, RETR_TEST_PAUSE=pause)
+        if seconds:
+            env["RETR_TEST_PAUSE_SECONDS"] = str(seconds)
+        self.proc = subprocess.Popen([sys.executable, "-m", "cli.main", *map(str, args)], cwd=ROOT, env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.lines: "queue.Queue" = queue.Queue()
+        self.seen: list = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stderr:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def wait_for(self, point: str, timeout: float = 300) -> None:
+        """Block until the process prints that it paused at ``point``; fail the test if it exits
+        first or says nothing for ``timeout`` seconds."""
+        while True:
+            try:
+                line = self.lines.get(timeout=timeout)
+            except queue.Empty:
+                self.proc.kill()
+                pytest.fail(f"{point} never reached: {''.join(self.seen)}")
+            if line is None:
+                self.proc.wait()
+                pytest.fail(f"exited ({self.proc.returncode}) before {point}: {''.join(self.seen)}")
+            self.seen.append(line)
+            if f"retr-test-paused {point} " in line:  # (after a progress bar's carriage return)
+                return
+
+    def kill(self, sig=signal.SIGKILL, timeout: float = 600):
+        self.proc.send_signal(sig)
+        self.proc.wait(timeout=timeout)
+        return self.proc.returncode
 
 
 @pytest.fixture(scope="session")

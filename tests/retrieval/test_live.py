@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -24,7 +22,7 @@ from indexes.errors import InputError
 from retrieval.check import check_index
 from retrieval.types import Document
 from retrieval.writer import add_documents, compact, delete_documents, update_documents
-from tests.conftest import ROOT, run_retr
+from tests.conftest import ROOT, RetrProcess, run_retr
 
 
 # ----------------------------------------------------------------------------------------- helpers
@@ -53,28 +51,12 @@ def lucene_live(idx, name="bm25"):
     return doc_count(idx.path / idx.manifest["subindexes"][name]["path"])
 
 
-class Paused:
+class Paused(RetrProcess):
     """A real `retr` process that runs until it reaches RETR_TEST_PAUSE=point (its stderr says so)."""
 
     def __init__(self, point, *args):
-        env = dict(os.environ, RETR_TEST_PAUSE=point)
-        self.proc = subprocess.Popen([sys.executable, "-m", "cli.main", *map(str, args)], cwd=ROOT, env=env,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.lines: "queue.Queue[str]" = queue.Queue()
-        self.seen = []
-        threading.Thread(target=self._read, daemon=True).start()
-        while True:
-            try:
-                line = self.lines.get(timeout=300)
-            except queue.Empty:
-                self.proc.kill()
-                pytest.fail(f"{point} never reached: {''.join(self.seen)}")
-            if line is None:
-                self.proc.wait()
-                pytest.fail(f"exited ({self.proc.returncode}) before {point}: {''.join(self.seen)}")
-            self.seen.append(line)
-            if f"retr-test-paused {point} " in line:  # (after a progress bar's carriage return)
-                return
+        super().__init__(*args, pause=point)
+        self.wait_for(point)
 
     def rest(self) -> str:
         """What the process wrote on stderr after the pause (once it has exited)."""
@@ -82,11 +64,6 @@ class Paused:
         while (line := self.lines.get(timeout=600)) is not None:
             out.append(line)
         return "".join(out)
-
-    def _read(self):
-        for line in self.proc.stderr:
-            self.lines.put(line)
-        self.lines.put(None)
 
     def children(self):
         out = []
@@ -99,11 +76,6 @@ class Paused:
                 if int(stat.rsplit(")", 1)[1].split()[1]) == self.proc.pid:
                     out.append(int(p.name))
         return out
-
-    def kill(self, sig=signal.SIGKILL):
-        self.proc.send_signal(sig)
-        self.proc.wait(timeout=600)
-        return self.proc.returncode
 
 
 def gone(pid, within=120):

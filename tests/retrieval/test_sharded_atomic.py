@@ -7,11 +7,7 @@ stopped at named points (``RETR_TEST_PAUSE``; with ``RETR_TEST_PAUSE_SECONDS`` t
 from __future__ import annotations
 
 import json
-import os
-import queue
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -20,46 +16,19 @@ import pytest
 
 from indexes import manifest as mf
 from indexes import sharded as sh
-from tests.conftest import ROOT, run_retr
+from tests.conftest import RetrProcess, run_retr
 
 WORD = "qqbatch{}"  # one word per batch, in no SciFact passage
 
 
-class Writer:
+class Writer(RetrProcess):
     """A real ``retr`` process; :meth:`wait_for` blocks until it prints that it paused at ``point``."""
 
-    def __init__(self, *args, pause: str = "", seconds: float = 0.0):
-        env = dict(os.environ, RETR_TEST_PAUSE=pause)
-        if seconds:
-            env["RETR_TEST_PAUSE_SECONDS"] = str(seconds)
-        self.proc = subprocess.Popen([sys.executable, "-m", "cli.main", *map(str, args)], cwd=ROOT, env=env,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.lines: "queue.Queue" = queue.Queue()
-        self.seen: list = []
-        threading.Thread(target=self._read, daemon=True).start()
+    def wait_for(self, point: str, timeout: float = 120) -> None:
+        super().wait_for(point, timeout)
 
-    def _read(self):
-        for line in self.proc.stderr:
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def wait_for(self, point: str) -> None:
-        while True:
-            try:
-                line = self.lines.get(timeout=120)
-            except queue.Empty:
-                self.proc.kill()
-                pytest.fail(f"{point} never reached: {''.join(self.seen)}")
-            if line is None:
-                self.proc.wait()
-                pytest.fail(f"exited ({self.proc.returncode}) before {point}: {''.join(self.seen)}")
-            self.seen.append(line)
-            if f"retr-test-paused {point} " in line:
-                return
-
-    def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=60)
+    def kill(self, sig=signal.SIGKILL, timeout: float = 60):
+        return super().kill(sig, timeout)
 
     def finish(self) -> str:
         """Wait for the exit; all of stderr."""
