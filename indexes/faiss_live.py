@@ -177,9 +177,9 @@ class LiveFaiss:
             top = np.argpartition(-S, kk - 1, axis=1)[:, :kk] if kk < m else np.tile(np.arange(m), (n, 1))
             for i in range(n):
                 if exact:  # scored and ordered as the base's rows are (FaissIndex._rescored)
-                    cand = [(s, d) for s, d in zip(exact_scores(q[i], self._dv[top[i]]).tolist(),
-                                                     [self._dids[j] for j in top[i]])]
-                    lists[i] = rank_exact([s for s, _ in lists[i] + cand], [d for _, d in lists[i] + cand])[:k]
+                    scores = [s for s, _ in lists[i]] + exact_scores(q[i], self._dv[top[i]]).tolist()
+                    ids = [d for _, d in lists[i]] + [self._dids[j] for j in top[i]]
+                    lists[i] = rank_exact(scores, ids)[:k]
                     continue
                 cand = [(float(S[i, j]), self._dids[j]) for j in top[i]]
                 # base first on equal scores, as one index holding every row would order them

@@ -77,14 +77,14 @@ def merge_lists(rule: str, lists: Sequence[Scored], k: int) -> Scored:
       rounding and tie offsets over the merged list (:func:`anserini_ties`);
     - ``"score"`` (faiss): score descending, then the docid's UTF-8 bytes, as a folder's faiss
       sub-index orders the candidates it rescored (indexes.faiss_index.rank_exact)."""
-    if rule == "anserini":
-        merged = heapq.merge(*lists, key=lambda h: (-h[1], h[0].encode("utf-8")))
-        top = [h for _, h in zip(range(k), merged)]
-        # an entry's further fields (a deepened filter's "allowed" flag) stay with it
-        return [(h[0], s, *h[2:]) for h, s in zip(top, anserini_ties([h[1] for h in top]))]
+    if rule not in RULES:
+        raise IndexFormatError(f"unknown merge rule {rule!r} (this retr merges: {', '.join(RULES)})")
+    merged = heapq.merge(*lists, key=lambda h: (-h[1], h[0].encode("utf-8")))
+    top = [h for _, h in zip(range(k), merged)]
     if rule == "score":
-        return [h for _, h in zip(range(k), heapq.merge(*lists, key=lambda h: (-h[1], h[0].encode("utf-8"))))]
-    raise IndexFormatError(f"unknown merge rule {rule!r} (this retr merges: {', '.join(RULES)})")
+        return top
+    # an entry's further fields (a deepened filter's "allowed" flag) stay with it
+    return [(h[0], s, *h[2:]) for h, s in zip(top, anserini_ties([h[1] for h in top]))]
 
 
 def merge_all(rules: Mapping[str, str], answers: Sequence[Mapping[str, Mapping[str, Scored]]], qids: Sequence[str],
