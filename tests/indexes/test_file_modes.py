@@ -2,7 +2,8 @@
 0600 under 077): files written atomically (indexes.atomic) included, which mkstemp made 0600 whatever
 the umask (index.faiss, docids.txt, faiss.json, DeepCT's weights, the dense shards, runs).
 
-Real `retr` child processes started under the umask, real Lucene, faiss, MiniLM and SQLite."""
+Real `retr` child processes started under the umask (one per test, running its commands in turn),
+real Lucene, faiss, MiniLM and SQLite."""
 from __future__ import annotations
 
 import json
@@ -62,9 +63,19 @@ def test_atomic_write_gives_the_umask_mode_and_replaces_in_one_step(tmp_path, um
     assert target.read_text() == "new\n" and sorted(p.name for p in tmp_path.iterdir()) == ["b.bin", "f.json"]
 
 
-def retr_under(mask: int, *args):
-    r = subprocess.run([sys.executable, "-m", "cli.main", *map(str, args)], cwd=ROOT, capture_output=True,
-                       text=True, timeout=600, preexec_fn=lambda: os.umask(mask))
+# Several `retr` commands, one after another, in ONE child process started under the umask (each
+# through cli.main.main, the console entry point's function): what each writes, the later ones
+# included, follows the umask the process started with, and the child pays Python, torch and the JVM
+# once instead of once per command.
+SEQUENCE = ("import json, sys; from cli.main import main\n"
+            "for argv in json.loads(sys.argv[1]):\n"
+            "    rc = main(argv)\n"
+            "    if rc: sys.exit(f'{argv[0]} exited {rc}')\n")
+
+
+def retr_sequence_under(mask: int, *commands):
+    r = subprocess.run([sys.executable, "-c", SEQUENCE, json.dumps([[str(a) for a in c] for c in commands])],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600, preexec_fn=lambda: os.umask(mask))
     assert r.returncode == 0, r.stderr
     return r
 
@@ -96,11 +107,11 @@ def test_dense_index_and_its_changes_follow_the_umask(tmp_path, mask, file_mode,
     for p in (corpus, more, queries):
         os.chmod(p, file_mode)
     idx = work / "IDX"
-    retr_under(mask, "index", "--corpus", corpus, "--index", idx, "--dense", "-q")
-    retr_under(mask, "add", "--index", idx, "--corpus", more, "-q")        # dense.g1/delta-g1.npy, .ids
-    retr_under(mask, "delete", "--index", idx, "d3", "-q")                  # dense.g2/deleted-g2.rows
-    retr_under(mask, "search", "--index", idx, "--queries", queries, "--retriever", "bm25+dense",
-               "--output", work / "run.trec", "-q")
+    retr_sequence_under(mask, ["index", "--corpus", corpus, "--index", idx, "--dense", "-q"],
+                        ["add", "--index", idx, "--corpus", more, "-q"],     # dense.g1/delta-g1.npy, .ids
+                        ["delete", "--index", idx, "d3", "-q"],               # dense.g2/deleted-g2.rows
+                        ["search", "--index", idx, "--queries", queries, "--retriever", "bm25+dense",
+                         "--output", work / "run.trec", "-q"])
     written = {str(p.relative_to(work)) for p in work.rglob("*") if p.is_file()}
     for name in ("IDX/manifest.json", "IDX/dense.g2/index.faiss", "IDX/dense.g2/docids.txt",
                  "IDX/dense.g2/faiss.json", "IDX/dense.g2/delta-g1.npy", "IDX/dense.g2/delta-g1.ids",
@@ -124,10 +135,10 @@ def test_deepct_model_and_index_follow_the_umask(tmp_path):
         os.chmod(p, 0o755)
     for p in (corpus, queries, work / "qrels" / "train.tsv"):
         os.chmod(p, 0o644)
-    retr_under(0o022, "train", "deepct", "--corpus", corpus, "--queries", queries, "--qrels",
-               work / "qrels" / "train.tsv", "--output", work / "M", "--base", "splade-tiny", "--epochs", "1",
-               "--max-length", "32", "--dev-fraction", "0.25", "--quiet")
-    retr_under(0o022, "index", "--corpus", corpus, "--index", work / "IDX", "--deepct", work / "M", "-q")
+    retr_sequence_under(0o022, ["train", "deepct", "--corpus", corpus, "--queries", queries, "--qrels",
+                                work / "qrels" / "train.tsv", "--output", work / "M", "--base", "splade-tiny",
+                                "--epochs", "1", "--max-length", "32", "--dev-fraction", "0.25", "--quiet"],
+                        ["index", "--corpus", corpus, "--index", work / "IDX", "--deepct", work / "M", "-q"])
     written = {str(p.relative_to(work)) for p in work.rglob("*") if p.is_file()}
     assert {"M/model.safetensors", "M/deepct_head.safetensors", "IDX/deepct/weights.jsonl.gz"} <= written, \
         sorted(written)
