@@ -162,6 +162,27 @@ def run_retr(*args, cwd=None, input=None, timeout=600):
                           capture_output=True, text=True, input=input, timeout=timeout)
 
 
+def retr_in_process(*args, input=None):
+    """`retr` in this process: cli.main.main (the entry point's own one-line error handling) with
+    stdin/stdout/stderr swapped by click's CliRunner, as a CompletedProcess. For tests where the
+    child process is not what is tested: each command path keeps a real-process test (:func:`run_retr`)
+    of its one-line error and exit code, since only a child shows what a library prints to fd 2 or a
+    handler bound to the old stderr."""
+    from click.testing import CliRunner
+
+    from cli.main import main
+
+    argv = [str(a) for a in args]
+    term = signal.getsignal(signal.SIGTERM)  # main() installs its own; pytest's comes back after
+    try:
+        with CliRunner().isolation(input=input) as (out, err, _both):
+            rc = main(argv)
+            return subprocess.CompletedProcess(["retr", *argv], rc, out.getvalue().decode(),
+                                               err.getvalue().decode())
+    finally:
+        signal.signal(signal.SIGTERM, term)
+
+
 @pytest.fixture
 def retr():
     return run_retr
