@@ -170,7 +170,7 @@ def tune_cmd(index_dir, queries, qrels, retriever, metric, depth, threads, dry_r
     index's default for that combination."""
     from eval.io import read_qrels
     from retrieval.collections import read_queries
-    from retrieval.index import open_index
+    from retrieval.sharded.index import open_index  # a folder or a sharded index (every shard stores it)
     from retrieval.tune import tune
 
     idx = open_index(index_dir)
@@ -180,5 +180,8 @@ def tune_cmd(index_dir, queries, qrels, retriever, metric, depth, threads, dry_r
     click.echo(f"best {rep['spec']}  {metric} {rep['value']:.4f} on {rep['queries']} training queries "
                f"(single: {singles})")
     if not dry_run:
-        click.echo(f"stored as the default for {rep['spec'].split(':')[0]} in {folder.manifest_path(index_dir)} "
+        from cli.sharded_cmds import is_sharded
+
+        where = f"every shard of {index_dir}" if is_sharded(index_dir) else folder.manifest_path(index_dir)
+        click.echo(f"stored as the default for {rep['spec'].split(':')[0]} in {where} "
                    f"(a new generation: open readers take it when they move on)", err=True)

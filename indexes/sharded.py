@@ -153,3 +153,13 @@ def check_member(shard_manifest: Dict[str, Any], record: Dict[str, Any], i: int,
     if got != want:
         raise IndexFormatError(f"{where}: records shard {got.get('shard')!r} of {got.get('shards')!r}, but the "
                                f"sharded manifest lists it as shard {i} of {want['shards']}")
+
+
+def refuse_one_shard(shard_manifest: Dict[str, Any], where: Path | str, what: str) -> None:
+    """A choice made on the documents (a tuning) belongs to the whole sharded index: made in one shard
+    folder alone it would be made on that shard's documents, and the shards would disagree. One
+    error line naming the sharded index, for a folder whose manifest says it is a shard."""
+    rec = shard_manifest.get("sharded")
+    if isinstance(rec, dict):
+        raise InputError(f"{where} is shard {rec.get('shard')} of {rec.get('shards')} of a sharded index: {what} "
+                         f"the sharded index ({Path(where).parent}), so that every shard records one choice")

@@ -294,6 +294,20 @@ class SubIndexKind:
         """Runs once the sub-index built from ``spec`` is listed in the manifest of ``index``
         (DeepCT tunes a fusion)."""
 
+    def shard_spec(self, spec):
+        """For a sharded build: the spec each shard is built with. A kind that chooses settings on
+        the documents it has (DeepCT's tuning) builds the shards without choosing and chooses once
+        for the whole index in :meth:`tune_sharded`; by default each shard gets ``spec``."""
+        return spec
+
+    def tune_sharded(self, index, name: str, spec, quiet: bool = False) -> Optional[Callable[[Any], None]]:
+        """After a sharded build of ``spec`` (``index``: the sharded index, a
+        ``retrieval.sharded.index.ShardedIndex``, which this may configure): what one folder's build
+        would choose on its documents, chosen once through the sharded search, as ``edit(change)`` of
+        one shard's manifest change (``indexes.folder.Change``); the sharded writer records it in
+        every shard as one commit. None: nothing to choose."""
+        return None
+
     def with_dimsel(self, index, name: str, dimsel):
         # Not this kind's feature: the kind that has it says what the folder lacks.
         for other in KINDS:

@@ -45,7 +45,9 @@ def tune(index, queries: Sequence[Query], qrels: Dict[str, Dict[str, int]], retr
          metric: str = "nDCG@10", depth: int = 1000, threads: int = 2, qrels_path: Optional[str] = None,
          allow_test: bool = False, save: bool = True, quiet: bool = False) -> dict:
     """Choose the fusion of ``retriever`` (e.g. ``bm25+dense``) that maximises
-    ``metric`` on ``queries``/``qrels`` (training data). Returns a report."""
+    ``metric`` on ``queries``/``qrels`` (training data). Returns a report. ``index``: a folder's
+    :class:`~retrieval.index.Index`, or a sharded index (its search runs the members, and the
+    choice is stored in every shard as one commit)."""
     from eval import evaluate
 
     if qrels_path and looks_like_test(qrels_path) and not allow_test:
@@ -56,12 +58,22 @@ def tune(index, queries: Sequence[Query], qrels: Dict[str, Dict[str, int]], retr
     if not qs:
         raise InputError("none of the queries has judgments in the tuning qrels")
     t0 = time.perf_counter()
-    lists = {name: index.retriever(name).batch_search(qs, depth, threads) for name in p.retrievers}
+    sharded = _is_sharded(index)
+    if save and not sharded:
+        from indexes.sharded import refuse_one_shard
+
+        refuse_one_shard(index.manifest, index.path, "tune")
+    shards_read = [ix.manifest for ix in index.local()] if sharded and save else None  # what the runs read
+    # each member's own ranking, as its search returns it (a sharded index's: merged, global statistics)
+    lists = {name: {q: [(h.docid, h.score) for h in hits]
+                    for q, hits in index.batch_search(qs, k=depth, retriever=name, threads=threads).items()}
+             for name in p.retrievers}
     grid = candidates(p.retrievers)
     # each list's confidence per query, for the confidence-weighted candidate
-    conf = dict(zip((q.qid for q in qs), list_confidences(
-        {n: index.retriever(n) for n in p.retrievers}, [q.text for q in qs],
-        {n: [lists[n][q.qid] for q in qs] for n in p.retrievers})))
+    per = {n: [lists[n][q.qid] for q in qs] for n in p.retrievers}
+    texts = [q.text for q in qs]
+    conf = dict(zip((q.qid for q in qs), index.confidences(texts, per) if sharded else
+                    list_confidences({n: index.retriever(n) for n in p.retrievers}, texts, per)))
     scores = []
     for f in progress(grid, desc="tuning fusion", unit="cfg", quiet=quiet):
         run = {q.qid: {d: s for d, s, _ in fuse({n: lists[n][q.qid] for n in p.retrievers}, f,
@@ -79,8 +91,22 @@ def tune(index, queries: Sequence[Query], qrels: Dict[str, Dict[str, int]], retr
               "top": [{"fusion": str(grid[i]), metric: scores[i]}
                       for i in sorted(range(len(grid)), key=lambda i: -scores[i])[:10]]}
     if save:  # a generation of its own: readers holding the current one keep its default until they move on
-        folder.commit_manifest(index.path, lambda ch: ch.new.setdefault("pipelines", {}).__setitem__(p.base, report),
-                              based_on=index.manifest)
-        index.refresh()
+        def edit(ch) -> None:
+            ch.new.setdefault("pipelines", {})[p.base] = report
+
+        if sharded:  # every shard records it, one commit of the sharded index
+            from retrieval.sharded.write import commit_manifests
+
+            commit_manifests(index.path, edit, based_on=shards_read)
+            index.describe()
+        else:
+            folder.commit_manifest(index.path, edit, based_on=index.manifest)
+            index.refresh()
     return report
+
+
+def _is_sharded(index) -> bool:
+    from retrieval.sharded.index import ShardedIndex
+
+    return isinstance(index, ShardedIndex)
 

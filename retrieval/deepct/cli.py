@@ -115,14 +115,16 @@ def deepct(corpus, queries, qrels, output, base, epochs, lr, batch_size, max_len
 @click.option("--quiet", "-q", is_flag=True)
 def deepct_tune_cmd(index_dir, name, mode, scale, quiet):
     """Choose a DeepCT sub-index's defaults again (mode, weight scale, k1/b, then the
-    bm25+NAME fusion) on its model's held-out training queries, without re-encoding."""
+    bm25+NAME fusion) on its model's held-out training queries, without re-encoding.
+    A sharded index is tuned once through its search, and every shard records the choice."""
     from retrieval.deepct.tuning import retune_deepct
-    from retrieval.index import open_index
+    from retrieval.sharded.index import ShardedIndex, open_index
 
     idx = retune_deepct(open_index(index_dir), name, mode=mode, scale=scale, quiet=quiet)
-    e = idx.manifest["subindexes"][name]
+    m = idx.local()[0].manifest if isinstance(idx, ShardedIndex) else idx.manifest  # every shard's is the same
+    e = m["subindexes"][name]
     t, c = e["tuning"], e["config"]
-    fusion = idx.manifest.get("pipelines", {}).get(f"bm25+{name}", {}).get("spec", "untuned")
+    fusion = m.get("pipelines", {}).get(f"bm25+{name}", {}).get("spec", "untuned")
     click.echo(f"{name}: {c['mode']}-{c['scale']} k1={c['k1']} b={c['b']}; fusion {fusion} "
                f"({t['queries']} dev queries: {t['mode_choice']})")
 

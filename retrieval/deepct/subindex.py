@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import ClassVar, Dict, List, Optional, Sequence, Tuple
 
 from indexes import impact
 from indexes import manifest as mf
 from indexes.errors import InputError, ParameterError
-from retrieval.deepct.tuning import apply_tuning, tune_bm25, tune_default_fusion, with_alias
+from retrieval.deepct.tuning import (apply_tuning, folder_runs, sharded_choice, tune_bm25, tune_default_fusion,
+                                     tunes, with_alias)
 from retrieval.deepct.weights import (DEFAULT_B, DEFAULT_K1, DEFAULT_MODE, MODES, SCALES, compact_weights,
                                       open_variant, plain_query_terms, term_weights, variant_name, variants_of,
                                       write_variants)
@@ -115,8 +116,9 @@ def build_deepct(folder: Path, name: str, store_path: Path, spec: DeepCTSpec, fi
         "encode_seconds": round(encode_s, 2), "encoded_by": run.record(), "spec": asdict(spec),
     }
     if spec.tune and (spec.k1 is None or spec.b is None):
-        apply_tuning(entry, tune_bm25(folder, entry, enc.card, ids, quiet=quiet,
-                                      scales=SCALES if spec.scale == "auto" else (spec.scale,)), spec)
+        with folder_runs(folder, entry) as run:
+            apply_tuning(entry, tune_bm25(run, entry, enc.card, ids, quiet=quiet,
+                                          scales=SCALES if spec.scale == "auto" else (spec.scale,)), spec)
     entry["build_seconds"] = round(time.perf_counter() - t0, 2)
     return entry
 
@@ -339,6 +341,17 @@ class DeepCTKind(SubIndexKind):
         """Tune ``bm25+<name>`` on the model's held-out training queries, when there are any."""
         if spec.tune_fusion and "bm25" in index.retrievers:
             tune_default_fusion(index, name, quiet=quiet)
+
+    def shard_spec(self, spec: DeepCTSpec) -> DeepCTSpec:
+        """Each shard is built without tuning: :meth:`tune_sharded` chooses once for the whole index."""
+        return replace(spec, tune=False, tune_fusion=False) if tunes(spec) else spec
+
+    def tune_sharded(self, index, name: str, spec: DeepCTSpec, quiet: bool = False):
+        """The mode, scale, k1/b and ``bm25+<name>`` fusion one folder's build of ``spec`` would
+        choose, chosen on the model's held-out training queries through the sharded search."""
+        if not tunes(spec):
+            return None
+        return sharded_choice(index, name, spec, spec.tune_fusion, quiet=quiet)
 
     def spec_of(self, entry: dict, **changes) -> DeepCTSpec:
         """The spec ``entry`` records (the fields :class:`DeepCTSpec` has), with ``changes``."""

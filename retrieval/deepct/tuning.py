@@ -6,15 +6,24 @@ A build tunes (``DeepCTSpec.tune``, :func:`tune_bm25` then :func:`apply_tuning`)
 :func:`retune_deepct` chooses again on a built folder, without re-encoding (every
 variant is on disk), as a manifest-only generation of its own.
 
+A sharded index (issue #30) chooses once for all its shards, never per shard: its shards are
+built without tuning (``DeepCTKind.shard_spec``), then :func:`sharded_choice` runs the same grid
+through the sharded search (:func:`sharded_runs`: the index's global statistics, so every run equals
+the run of one folder holding every document) and the same fusion tuning, and the sharded writer
+records the choice in every shard as one commit (``retrieval.sharded.write.tune_shards``, or
+:func:`retune_deepct` given a ``ShardedIndex``). A shard's own documents and statistics would choose
+otherwise, and its default runs would then differ from the folder's.
+
 The kind (:mod:`retrieval.deepct.subindex`) imports this module, so this one reaches
 the kind, where it needs its spec, through the registry (:func:`retrieval.kinds.kind_of`).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from indexes.errors import InputError, ParameterError
 from retrieval.deepct.weights import (DEFAULT_B, DEFAULT_K1, MODES, SCALES, open_variant, plain_query_terms,
@@ -47,49 +56,73 @@ def dev_queries_of(card: dict, docids: Sequence[str]) -> Optional[Tuple[List[Que
     return (qs, qrels) if qs else None
 
 
-def tune_bm25(folder: Path, entry: dict, card: dict, docids: Sequence[str], quiet: bool = True,
+#: ``run(queries, mode, scale, k1, b)``: each query's first 1000 ``(docid, score)`` in the variant
+#: ``mode-scale`` (k1/b: BM25 over pseudo term frequencies; None in impact mode), as a search of the
+#: sub-index's default retriever with those options returns them (:func:`folder_runs`, :func:`sharded_runs`)
+Runs = Callable[[Sequence[Query], str, str, Optional[float], Optional[float]], Dict[str, Scored]]
+
+
+def tune_bm25(run: Runs, entry: dict, card: dict, docids: Sequence[str], quiet: bool = True,
               measure: str = "nDCG@10", scales: Sequence[str] = SCALES) -> Optional[dict]:
     """Grid-search scale x k1 x b of BM25-over-pseudo-tf on the model's held-out
     training queries (never test queries); also scores the impact variants of
-    each scale, so that the mode and scale can be chosen from the same queries."""
+    each scale, so that the mode and scale can be chosen from the same queries.
+    ``run`` searches one configuration: one folder's variants (:func:`folder_runs`) or a
+    sharded index's search with its global statistics (:func:`sharded_runs`), which rank alike."""
     from eval import evaluate
 
     got = dev_queries_of(card, docids)
     if got is None:
         return None
     qs, qrels = got
-    plain = plain_query_terms([q.text for q in qs])
-    qids = [q.qid for q in qs]
     out = {"queries": len(qs), "measure": measure, "source": card.get("data", {}).get("qrels"),
            "scales": list(scales), "grid": {}}
+    for scale in scales:  # the impact variants first: a run's options only grow (k1/b come with bm25)
+        v = evaluate(qrels, _run(run(qs, "impact", scale, None, None)), [measure])[measure]
+        out[f"impact-{scale}"] = round(v, 4)
+    best = None
+    grid = [(sc, k1, b) for sc in scales for k1 in K1_GRID for b in B_GRID]
+    for scale, k1, b in progress(grid, desc="tuning scale, k1, b on dev queries", quiet=quiet):
+        v = evaluate(qrels, _run(run(qs, "bm25", scale, k1, b)), [measure])[measure]
+        out["grid"][f"{scale}:{k1}/{b}"] = round(v, 4)
+        if best is None or v > best[0] + 1e-12:  # the first of equals: linear before sqrt, small k1 first
+            best = (v, scale, k1, b)
+    out["best"] = {"scale": best[1], "k1": best[2], "b": best[3], measure: round(best[0], 4)}
+    return out
+
+
+@contextlib.contextmanager
+def folder_runs(folder: Path, entry: dict) -> Iterator[Runs]:
+    """:data:`Runs` over one folder's DeepCT variants (plain query terms), closed afterwards."""
     cfg = entry.get("config", {})
     k1_0, b_0 = float(cfg.get("k1", DEFAULT_K1)), float(cfg.get("b", DEFAULT_B))
     opened: Dict[str, object] = {}
 
-    def searcher(mode: str, scale: str):
+    def run(qs: Sequence[Query], mode: str, scale: str, k1: Optional[float], b: Optional[float]):
         v = variant_name(mode, scale)
         if v not in opened:
             opened[v] = open_variant(folder, mode, scale, k1_0, b_0)
-        return opened[v]
+        s = opened[v]
+        if k1 is not None:
+            s.set_bm25(k1, b)
+        return s.batch(plain_query_terms([q.text for q in qs]), [q.qid for q in qs], 1000, 2)
 
     try:
-        for scale in scales:
-            run = searcher("impact", scale).batch(plain, qids, 1000, 2)
-            out[f"impact-{scale}"] = round(evaluate(qrels, _run(run), [measure])[measure], 4)
-        best = None
-        grid = [(sc, k1, b) for sc in scales for k1 in K1_GRID for b in B_GRID]
-        for scale, k1, b in progress(grid, desc="tuning scale, k1, b on dev queries", quiet=quiet):
-            s = searcher("bm25", scale)
-            s.set_bm25(k1, b)
-            v = evaluate(qrels, _run(s.batch(plain, qids, 1000, 2)), [measure])[measure]
-            out["grid"][f"{scale}:{k1}/{b}"] = round(v, 4)
-            if best is None or v > best[0] + 1e-12:  # the first of equals: linear before sqrt, small k1 first
-                best = (v, scale, k1, b)
+        yield run
     finally:
         for s in opened.values():
             s.close()
-    out["best"] = {"scale": best[1], "k1": best[2], "b": best[3], measure: round(best[0], 4)}
-    return out
+
+
+def sharded_runs(index, name: str) -> Runs:
+    """:data:`Runs` through a sharded index's search of ``name`` (``retrieval.sharded.index.ShardedIndex``:
+    global statistics, an exact merge), configured for each run: rankings equal to one folder's."""
+    def run(qs: Sequence[Query], mode: str, scale: str, k1: Optional[float], b: Optional[float]):
+        index.configure(name, mode=mode, scale=scale, k1=k1, b=b)
+        res = index.batch_search(list(qs), k=1000, retriever=name, threads=2)
+        return {q: [(h.docid, h.score) for h in hits] for q, hits in res.items()}
+
+    return run
 
 
 def _run(res: Dict[str, Scored]) -> Dict[str, Dict[str, float]]:
@@ -146,24 +179,30 @@ def retune_deepct(index, name: str = "deepct", mode: str = "auto", scale: str = 
     """Choose a built DeepCT sub-index's defaults again (mode, scale, k1/b, then the
     ``bm25+<name>`` fusion) on its model's held-out training queries, without
     re-encoding: every variant is already on disk. For folders built before the
-    scale was tuned, or to pin a mode/scale. Returns the reopened index."""
-    from retrieval.deepct.model import CARD_FILE
+    scale was tuned, or to pin a mode/scale. Returns the reopened index. ``index``: a folder's
+    ``Index``, or a ``ShardedIndex`` (tuned through its search, recorded in every shard as one commit)."""
     from retrieval.kinds import kind_of
 
-    entry = index.manifest["subindexes"].get(name)
+    sharded = _local_shards(index)
+    entry = (sharded[0].manifest if sharded else index.manifest)["subindexes"].get(name)
     if entry is None or entry.get("kind") != "deepct" or entry.get("alias_of"):
         raise InputError(f"{index.path}: no DeepCT sub-index named {name!r}")
-    card_path = Path(entry["model"]["path"]) / CARD_FILE
+    card_path = _card_path(entry)
     if not card_path.is_file():
         raise InputError(f"{card_path}: the DeepCT model card is missing; its dev queries are needed to tune")
     if mode not in MODES + ("auto",) or scale not in SCALES + ("auto",):
         raise ParameterError("{mode} must be auto|%s and {scale} auto|%s (got {_mode!r}, {_scale!r})"
                              % ("|".join(MODES), "|".join(SCALES)), _mode=mode, _scale=scale)
-    entry = json.loads(json.dumps(entry))  # a private copy
     spec = kind_of(entry).spec_of(entry, mode=mode, scale=scale, k1=None, b=None, tune=True)
-    tuning = tune_bm25(index.path / entry["path"], entry, json.loads(card_path.read_text()),
-                       [d for d, *_ in index.docstore.iter_docs()], quiet=quiet,
-                       scales=SCALES if scale == "auto" else (scale,))
+    if sharded:
+        return _retune_sharded(index, name, spec, tune_fusion, quiet)
+    from indexes.sharded import refuse_one_shard
+
+    refuse_one_shard(index.manifest, index.path, "retune")
+    entry = json.loads(json.dumps(entry))  # a private copy
+    with folder_runs(index.path / entry["path"], entry) as run:
+        tuning = tune_bm25(run, entry, json.loads(card_path.read_text()), [d for d, *_ in index.docstore.iter_docs()],
+                           quiet=quiet, scales=SCALES if scale == "auto" else (scale,))
     if tuning is None:
         raise InputError(f"{card_path}: the model card names no held-out training queries for this corpus")
     apply_tuning(entry, tuning, spec)
@@ -171,19 +210,103 @@ def retune_deepct(index, name: str = "deepct", mode: str = "auto", scale: str = 
     return _record(index.path, name, entry, tune_fusion, quiet)
 
 
+def _card_path(entry: dict) -> Path:
+    from retrieval.deepct.model import CARD_FILE
+
+    return Path(entry["model"]["path"]) / CARD_FILE
+
+
 def tune_default_fusion(idx, name: str = "deepct", quiet: bool = True) -> Optional[dict]:
     """Tune ``bm25+<name>`` (retrieval.tune) on the model card's held-out training
     queries and store it as the folder's default fusion; None without such queries."""
-    from retrieval.deepct.model import CARD_FILE
+    return _tune_fusion(idx, name, idx.manifest["subindexes"][name], [d for d, *_ in idx.docstore.iter_docs()],
+                        quiet, save=True)
+
+
+def _tune_fusion(idx, name: str, entry: dict, docids: Sequence[str], quiet: bool, save: bool) -> Optional[dict]:
+    """``retrieval.tune.tune`` of ``bm25+<name>`` on the dev queries over ``docids`` (an ``Index`` or a
+    ``ShardedIndex``); its report, stored when ``save``; None without such queries."""
     from retrieval.tune import tune
 
-    entry = idx.manifest["subindexes"][name]
-    card_path = Path(entry["model"]["path"]) / CARD_FILE
+    card_path = _card_path(entry)
     if not card_path.is_file():
         return None
-    got = dev_queries_of(json.loads(card_path.read_text()), [d for d, *_ in idx.docstore.iter_docs()])
+    got = dev_queries_of(json.loads(card_path.read_text()), docids)
     if got is None:
         return None
     qs, qrels = got
     return tune(idx, qs, qrels, retriever=f"bm25+{name}", qrels_path=entry["model"]["path"] + " (dev split)",
-                save=True, quiet=quiet)
+                save=save, quiet=quiet)
+
+
+# ------------------------------------------------------------------------- sharded indexes
+def _local_shards(index) -> list:
+    """The shard folders' own ``Index`` objects of a sharded index (``ShardedIndex.local``), [] for a folder."""
+    from retrieval.sharded.index import ShardedIndex
+
+    return index.local() if isinstance(index, ShardedIndex) else []
+
+
+def tunes(spec) -> bool:
+    """Whether a build of ``spec`` (a ``DeepCTSpec``) chooses anything on the dev queries."""
+    return bool((spec.tune and (spec.k1 is None or spec.b is None)) or spec.tune_fusion)
+
+
+def sharded_choice(index, name: str, spec, tune_fusion: bool, quiet: bool = True, need_queries: bool = False):
+    """What one folder's build (or retune) of ``spec`` chooses, chosen once over the sharded index
+    ``index`` (a ``ShardedIndex``) through its search: :func:`tune_bm25` with :func:`sharded_runs`,
+    :func:`apply_tuning`, then the ``bm25+<name>`` fusion (``retrieval.tune``) with those defaults.
+    Returns ``edit(change)``, which records the choice in one shard's manifest change (the same in
+    every shard); ``index`` is left configured for the grid's last run. ``need_queries``: an error
+    when the model card names no dev queries for this corpus (a retune), else nothing is tuned."""
+    from retrieval.sharded.index import ShardedIndex
+
+    shards = _local_shards(index)
+    entry = json.loads(json.dumps(shards[0].manifest["subindexes"][name]))
+    docids = [d for s in shards for d, *_ in s.docstore.iter_docs()]
+    card_path = _card_path(entry)
+    card = json.loads(card_path.read_text()) if card_path.is_file() else {}
+    tuning = None
+    if spec.tune and (spec.k1 is None or spec.b is None):
+        tuning = tune_bm25(sharded_runs(index, name), entry, card, docids, quiet=quiet,
+                           scales=SCALES if spec.scale == "auto" else (spec.scale,))
+        if tuning is None and need_queries:
+            raise InputError(f"{card_path}: the model card names no held-out training queries for this corpus")
+        apply_tuning(entry, tuning, spec)
+    report = None
+    if tune_fusion and "bm25" in index.retrievers:
+        with ShardedIndex.open(index.path) as fresh:  # every retriever at its defaults, DeepCT's as chosen
+            cfg = entry["config"]
+            fresh.configure(name, mode=cfg["mode"], scale=cfg["scale"],
+                            **({"k1": cfg["k1"], "b": cfg["b"]} if cfg["mode"] == "bm25" else {}))
+            report = _tune_fusion(fresh, name, entry, docids, quiet, save=False)
+    chosen = {k: entry["config"][k] for k in ("mode", "scale", "k1", "b")}
+
+    def edit(ch) -> None:
+        old = ch.old["subindexes"].get(name)
+        if old is None or old.get("path") != entry["path"]:
+            raise InputError(f"sub-index {name!r} changed (another writer) while it was being tuned; run it again",
+                             ch.path)
+        new = dict(old, config=dict(old["config"], **chosen), spec=asdict(spec))
+        if tuning:
+            new["tuning"] = tuning
+        for n, e in with_alias(name, new).items():
+            ch.new["subindexes"][n] = e
+        if report:
+            ch.new.setdefault("pipelines", {})[f"bm25+{name}"] = report
+
+    return edit
+
+
+def _retune_sharded(index, name: str, spec, tune_fusion: bool, quiet: bool):
+    """:func:`retune_deepct` of a sharded index: one commit of every shard (the sharded writer's)."""
+    from retrieval.sharded.index import ShardedIndex
+    from retrieval.sharded.write import commit_manifests
+
+    if index.path is None:
+        raise InputError("a sharded index opened over remote shards cannot be tuned; tune it by its folder")
+    based_on = [s.manifest for s in _local_shards(index)]
+    with ShardedIndex.open(index.path) as work:  # configured run by run: not the caller's index
+        edit = sharded_choice(work, name, spec, tune_fusion, quiet, need_queries=True)
+    commit_manifests(index.path, edit, based_on=based_on, quiet=quiet)
+    return ShardedIndex.open(index.path)

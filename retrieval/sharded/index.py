@@ -125,6 +125,26 @@ class ShardedIndex:
                 raise InputError(f"index has no {name!r} sub-index (it has: {', '.join(have) or 'none'})", self.path)
         return p
 
+    def local(self) -> list:
+        """The shard folders' own :class:`retrieval.index.Index` objects, at the commit this index reads
+        now (in-process shards only): what a change of the whole index (a tuning) is computed from."""
+        with self.reading():
+            out = [getattr(s, "index", None) for s in self.shards]
+        if any(ix is None for ix in out):
+            raise InputError("this sharded index is searched through remote shards; open it by its folder to "
+                             "read or change the shards' records", self.path)
+        return out
+
+    def confidences(self, texts: Sequence[str], lists: Dict[str, Sequence[list]]) -> List[dict]:
+        """Per text, each retriever's ``(kind, value)`` confidence in its list (``lists``: {name: one
+        list per text}) under the index's global statistics, as a fused search weighs them
+        (:func:`retrieval.fusion.list_confidences` of one folder's retrievers)."""
+        names, texts = list(lists), list(texts)
+        with self.reading():
+            stats = merge.sum_stats_by_name(self._all("stats", texts, names, self._options, None), names)
+            per = {n: [list(x) for x in lists[n]] for n in names}
+            return self._call(self.shards[:1], "confidence", (texts, per, stats, self._options), {})[0]
+
     def configure(self, retriever: str = PRIMARY, **options) -> List[str]:
         """Search options for the pipeline ``retriever`` (as :meth:`retrieval.index.Index.configure`),
         sent with every round to every shard."""

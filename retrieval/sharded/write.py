@@ -49,7 +49,7 @@ import contextlib
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
 from indexes import folder
 from indexes import generations as gens
@@ -86,7 +86,9 @@ def build_sharded(corpus: Union[str, Path, Iterable[Document]], index_dir: Union
     of the documents routed to it, with the same ``subindexes``) and the sharded manifest, staged
     beside ``index_dir`` and moved into place when every shard is built. Returns the opened
     :class:`retrieval.sharded.index.ShardedIndex`. ``precomputed``: vectors already made for the
-    documents (``BuildContext.precomputed``), else a model's kind makes them once for every shard."""
+    documents (``BuildContext.precomputed``), else a model's kind makes them once for every shard.
+    What a kind chooses on the documents (DeepCT's tuning) is chosen once for the whole index, as one
+    folder of these documents would choose, and recorded in every shard (:func:`tune_shards`)."""
     from retrieval.sharded.index import ShardedIndex
 
     index_dir = Path(index_dir)
@@ -104,19 +106,59 @@ def build_sharded(corpus: Union[str, Path, Iterable[Document]], index_dir: Union
     try:
         shared = precomputed or _vectors(docs, [(kind_of_spec(s), s, None) for s in (subindexes or {}).values()],
                                          quiet, executor)
+        # each kind's spec for one shard: what a kind chooses on the documents is chosen once, below
+        each = {n: kind_of_spec(s).shard_spec(s) for n, s in subindexes.items()} \
+            if isinstance(subindexes, Mapping) else subindexes
         for i, part in enumerate(parts):
             where = stage / record["folders"][i]
-            writer.build_index(part, where, subindexes=subindexes, threads=threads, empty=empty, quiet=quiet,
+            writer.build_index(part, where, subindexes=each, threads=threads, empty=empty, quiet=quiet,
                                executor=executor, precomputed=shared).close()
             member = sh.member(record, i)
             folder.commit_manifest(where, lambda ch, m=member: ch.new.__setitem__("sharded", m))
         record["generations"] = [int(mf.read_manifest(stage / f)["generation"]) for f in record["folders"]]
         sh.write(stage, record)
+        if isinstance(subindexes, Mapping):
+            tune_shards(stage, subindexes, quiet=quiet)
         _swap(stage, index_dir)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
     return ShardedIndex.open(index_dir)
+
+
+def tune_shards(path: Union[str, Path], specs: Mapping[str, Any], quiet: bool = True) -> bool:
+    """What each kind of ``specs`` chooses on the documents (``SubIndexKind.tune_sharded``: DeepCT's
+    defaults and default fusion on its model's held-out queries), chosen once over the whole sharded
+    index ``path`` through its search (global statistics), as one folder holding every document
+    chooses, and recorded in every shard's manifest as one commit. False: nothing to choose."""
+    from retrieval.sharded.index import ShardedIndex
+
+    with ShardedIndex.open(path) as idx:
+        based_on = [ix.manifest for ix in idx.local()]
+        edits = [e for e in (kind_of_spec(s).tune_sharded(idx, n, s, quiet=quiet) for n, s in specs.items())
+                 if e is not None]
+    if not edits:
+        return False
+
+    def edit(ch) -> None:
+        for e in edits:
+            e(ch)
+
+    commit_manifests(path, edit, based_on=based_on, quiet=quiet)
+    return True
+
+
+def commit_manifests(path: Union[str, Path], edit: Callable[[Any], None],
+                     based_on: Optional[Sequence[dict]] = None, quiet: bool = True) -> None:
+    """A manifest-only change of every shard (a tuned default, a tuned fusion: ``edit(change)`` of
+    each shard's :func:`indexes.folder.commit_manifest`) as one commit of the sharded index.
+    ``based_on``: each shard's manifest the edit was computed from, in shard order; a shard whose
+    documents changed since refuses it, and nothing is committed."""
+    with _transaction(path, quiet) as paths:
+        if based_on is not None and len(based_on) != len(paths):
+            raise InputError(f"the edit was computed on {len(based_on)} shards, the index has {len(paths)}", path)
+        for i, p in enumerate(paths):
+            folder.commit_manifest(p, edit, based_on=based_on[i] if based_on is not None else None)
 
 
 def _vectors(docs: Sequence[Document], makers, quiet: bool, executor) -> Optional[dict]:
@@ -258,7 +300,19 @@ def write_documents(path: Union[str, Path], corpus, op: str = "add", threads: in
                 fn(p, part, threads=threads, empty=empty, quiet=quiet, report=rep, executor=executor,
                    precomputed=shared).close()
                 reports.append(rep)
+        _drop_tuned(paths, [bool(part) for part in parts])
     _sum(reports, report)
+
+
+def _drop_tuned(paths: Sequence[Path], changed: Sequence[bool]) -> None:
+    """One folder drops its tuned pipelines when its documents change (:mod:`retrieval.writer`: they
+    were tuned on the old collection), and the router reads the shards' common record: so a change of
+    any shard's documents drops them in every shard, in the same commit."""
+    if not any(changed):
+        return
+    for p, ch in zip(paths, changed):
+        if not ch and mf.read_manifest(p).get("pipelines"):
+            folder.commit_manifest(p, lambda c: c.new.pop("pipelines", None))
 
 
 def delete_documents(path: Union[str, Path], docids: Iterable[str], quiet: bool = False, missing_ok: bool = False,
@@ -278,12 +332,15 @@ def delete_documents(path: Union[str, Path], docids: Iterable[str], quiet: bool 
         if missing and not missing_ok:
             raise InputError(f"{len(missing)} of {len(ids)} document id(s) are not in the index (first: "
                              f"{missing[0]!r}); nothing was deleted", path)
+        changed = []
         for p, group in zip(paths, groups):
             group = [d for d in group if d in have]
+            changed.append(bool(group))
             if group:
                 rep: Dict[str, Any] = {}
                 writer.delete_documents(p, group, quiet=quiet, report=rep).close()
                 reports.append(rep)
+        _drop_tuned(paths, changed)
     _sum(reports, report)
     if report is not None:
         report.update(asked=len(ids), deleted=len(ids) - len(missing), missing=len(missing))
