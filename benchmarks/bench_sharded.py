@@ -186,11 +186,14 @@ def cost(single_path, shard_paths, queries, ks=(10, 1000), rounds=2) -> list:
     return rows
 
 
-def kinds(col, counts=(2,), k=100) -> dict:
-    """DeepCT and SPLADE on ``col`` as one folder and as ``n`` shards: every DeepCT variant (the mode
-    and scale pinned, k1/b at their defaults: no tuning, see below), DeepCT-Query, SPLADE and fusions
-    over them, compared as TREC text before and after the same changes. The DeepCT model is
-    bench_deepct's SPLADE-tiny one for the collection (trained there, or here once, cached)."""
+def kinds(col, counts=(2,), k=100, tune: bool = True) -> dict:
+    """DeepCT and SPLADE on ``col`` as one folder and as ``n`` shards: the defaults (``tune``: a user's
+    build, DeepCT's mode, scale, k1/b and bm25+deepct fusion chosen on its model's dev queries, once
+    for the whole sharded index; else mode and scale pinned, k1/b at their defaults, no tuning), then
+    every DeepCT variant, DeepCT-Query, SPLADE and fusions over them, compared as TREC text before
+    and after the same changes; with ``tune``, also whether every shard records the folder's choice.
+    The DeepCT model is bench_deepct's SPLADE-tiny one for the collection (trained there, or here
+    once, cached)."""
     import retrieval
     from benchmarks.bench_deepct import TINY, train
     from retrieval.collections import read_corpus
@@ -208,8 +211,9 @@ def kinds(col, counts=(2,), k=100) -> dict:
     docs = list(read_corpus(col.corpus, empty="skip"))
     base, held = docs[:-50], docs[-50:]
     def specs():
-        return {"deepct": DeepCTSpec(model=str(MODELS / f"{col.name}-tiny"), mode="bm25", scale="linear",
-                                     tune=False, tune_fusion=False),
+        model = str(MODELS / f"{col.name}-tiny")
+        return {"deepct": DeepCTSpec(model=model) if tune else
+                DeepCTSpec(model=model, mode="bm25", scale="linear", tune=False, tune_fusion=False),
                 "splade": SpladeSpec()}
     t0 = time.perf_counter()
     single = retrieval.build_index(base, work / "single", subindexes=specs(), quiet=True)
@@ -221,25 +225,45 @@ def kinds(col, counts=(2,), k=100) -> dict:
         sharded[n] = build_sharded(base, work / f"s{n}", n, subindexes=specs(), quiet=True)
         builds[n] = time.perf_counter() - t1
     qs = {q.qid: q.text for q in col.queries()}
-    runs = [("deepct", {"mode": m, "scale": s}) for m in ("impact", "bm25") for s in ("linear", "sqrt")]
+    # the defaults first (each index as built), then the variants (configured: later rows keep it)
+    runs = [("deepct", None), ("deepct-query", None), ("bm25+deepct", None)] if tune else []
+    runs += [("deepct", {"mode": m, "scale": s}) for m in ("impact", "bm25") for s in ("linear", "sqrt")]
     runs += [("deepct-query", None), ("splade", None), ("bm25+deepct", None), ("deepct+splade:rrf(k=60)", None)]
     filters = _filters([d.docid for d in base])
 
-    def compare(shards, flts):
+    def compare(one, shards, flts):
         rows = []
-        for retriever, opts in runs:
-            for idx in (single, *shards.values()):
+        for i, (retriever, opts) in enumerate(runs):
+            for idx in (one, *shards.values()):
                 idx.configure(retriever, **(opts or {}))
-            name = retriever + (f" ({opts['mode']}-{opts['scale']})" if opts else "")
-            rows += [[name, *r[1:]] for r in _compare(single, shards, qs, [retriever], flts, k)]
+            name = retriever + (f" ({opts['mode']}-{opts['scale']})" if opts else "") + \
+                (" (default)" if tune and i < 3 else "")
+            rows += [[name, *r[1:]] for r in _compare(one, shards, qs, [retriever], flts, k)]
         return rows
 
-    before = compare(sharded, filters)
+    tuning = {n: _same_tuning(single, s.path) for n, s in sharded.items()} if tune else None
+    before = compare(single, sharded, filters)
     _change(single, [s.path for s in sharded.values()], held, base)
-    after = compare({n: ShardedIndex.open(s.path) for n, s in sharded.items()},
+    after = compare(retrieval.open_index(single.path), {n: ShardedIndex.open(s.path) for n, s in sharded.items()},
                     {"none": None, "docid 30%": filters["docid 30%"]})
     return {"collection": col.name, "documents": len(base), "queries": len(qs), "k": k, "shards": list(counts),
-            "build_seconds": builds, "before": before, "after_changes": after}
+            "build_seconds": builds, "tuned": tune, "same_tuning": tuning, "before": before, "after_changes": after}
+
+
+def _same_tuning(single, path) -> bool:
+    """Whether every shard of the sharded index ``path`` records the folder's DeepCT choice: the
+    entries' config, tuning record and spec, and the tuned pipelines (their time stamps aside)."""
+    from indexes import manifest as mf
+    from indexes import sharded as sh
+
+    def chosen(m):
+        subs = m["subindexes"]
+        return ({n: [subs[n].get(key) for key in ("config", "tuning", "spec")] for n in ("deepct", "deepct-query")},
+                {b: {key: v for key, v in r.items() if key not in ("tuned_at", "seconds")}
+                 for b, r in m.get("pipelines", {}).items()})
+
+    want = chosen(single.manifest)
+    return all(chosen(mf.read_manifest(p)) == want for p in sh.shard_paths(path, sh.read(path)))
 
 
 def _md_kinds(r) -> str:
@@ -248,10 +272,14 @@ def _md_kinds(r) -> str:
         f"## DeepCT and SPLADE on {', '.join(map(str, r['shards'])) if isinstance(r['shards'], list) else r['shards']} shards: {r['collection']} ({r['documents']:,} documents, "
         f"{r['queries']} queries)", "",
         "A DeepCT model on the SPLADE-tiny body (bench_deepct's) and the bundled SPLADE-tiny, built as one folder "
-        "and as shards, each shard encoding its own passages. Every DeepCT variant (mode-scale, k1/b at their "
-        "defaults), DeepCT-Query, SPLADE and two fusions; TREC runs at k=100 compared as text. The build does not "
-        "tune DeepCT here (`tune=False`): a tuned build chooses its defaults on each shard's documents alone "
-        "(see the README's limits). Build seconds: "
+        "and as shards, each shard encoding its own passages. Every DeepCT variant (mode-scale pinned, k1/b at the "
+        "build's defaults), DeepCT-Query, SPLADE and two fusions; TREC runs at k=100 compared as text. "
+        + (("Built as a user's build is: DeepCT's mode, scale, k1/b and its bm25+deepct fusion tuned on the model's "
+            "held-out training queries, once for the whole sharded index through its search (the rows marked "
+            "default use that choice); every shard records the folder's choice: "
+            + ", ".join(f"{n} shards {'yes' if ok else 'NO'}" for n, ok in r["same_tuning"].items()) + ". ")
+           if r.get("tuned") else "The build does not tune DeepCT here (`--deepct-tune off`: `tune=False`). ")
+        + "Build seconds: "
         + ", ".join(f"{key}: {v:.0f}" for key, v in r["build_seconds"].items()) + ".", "",
         md_table(head, r["before"]), "",
         "After 50 additions, 50 deletions and 10 updates routed to the shards (and the same in the single folder):",
@@ -282,9 +310,12 @@ def main(argv=None) -> int:
     ap.add_argument("--skip", nargs="*", default=[], choices=["equality", "synthetic", "cost"])
     ap.add_argument("--kinds", nargs="?", const="nfcorpus", default=None, metavar="COLLECTION",
                     help="only the DeepCT and SPLADE equality section, on COLLECTION [nfcorpus] at --shards")
+    ap.add_argument("--deepct-tune", choices=["on", "off"], default="on",
+                    help="--kinds: build DeepCT as a user's build does, tuned on its model's dev queries (on), "
+                         "or with tune=False and pinned bm25-linear defaults (off)")
     a = ap.parse_args(argv)
     if a.kinds:
-        r = kinds(by_name([a.kinds])[0], a.shards)
+        r = kinds(by_name([a.kinds])[0], a.shards, tune=a.deepct_tune == "on")
         write_section(f"kinds-{r['collection']}", r, _md_kinds(r))
         return 0
     cols = by_name(a.collections)
