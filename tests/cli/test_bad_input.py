@@ -1,6 +1,10 @@
 """Bad input ends in one `retr: error:` line and exit 2, with nothing left on disk (issue #15).
 
-Every case runs the real `retr` in a child process against real Lucene and real files."""
+Real Lucene and real files. Each command path (index, add, update, delete, compact, search, info,
+check, eval, --help) and each kind of damage has a case run by the real `retr` in a child process,
+where whatever reaches stderr counts; the variations of a case (more damages, more commands, more
+hostile manifests, more out-of-range options) run the same entry point, cli.main.main, in this
+process (:func:`tests.conftest.retr_in_process`), which spares a Python start per case."""
 from __future__ import annotations
 
 import json
@@ -8,7 +12,7 @@ import shutil
 
 import pytest
 
-from tests.conftest import DATA, need, run_retr
+from tests.conftest import DATA, need, retr_in_process, run_retr
 
 SMALL = [{"_id": f"d{i}", "text": f"small doc {i} aspirin"} for i in range(20)]
 
@@ -21,6 +25,11 @@ def one_error(r, *needles):
     for n in needles:
         assert n in lines[0], lines[0]
     return lines[0]
+
+
+def real_for(first, value):
+    """The real child process for a case's first variation, this process for the others."""
+    return run_retr if value == first else retr_in_process
 
 
 def listing(folder):
@@ -96,9 +105,10 @@ def test_retr_add_and_index_refuse_numbers_a_double_cannot_hold(copy, tmp_path, 
     new = tmp_path / "new.jsonl"
     new.write_text(json.dumps({"_id": "n1", "text": "fine", "metadata": {"year": 2000}}) + "\n"
                    + '{"_id": "n2", "text": "aspirin again", "metadata": {"year": %s}}\n' % value, encoding="utf-8")
-    one_error(run_retr("add", "--index", copy, "--corpus", new), "new.jsonl:2:", needle)
+    retr = real_for("NaN", value)
+    one_error(retr("add", "--index", copy, "--corpus", new), "new.jsonl:2:", needle)
     assert (listing(copy), (copy / "manifest.json").read_text()) == before
-    one_error(run_retr("index", "--corpus", new, "--index", tmp_path / "NEW"), "new.jsonl:2:", needle)
+    one_error(retr("index", "--corpus", new, "--index", tmp_path / "NEW"), "new.jsonl:2:", needle)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["IDX", "new.jsonl"]
 
 
@@ -110,7 +120,7 @@ def test_retr_add_and_index_refuse_numbers_a_double_cannot_hold(copy, tmp_path, 
 def test_query_id_with_whitespace_is_refused_at_read_time(tiny, tmp_path, name, content):
     (tmp_path / name).write_text(content, encoding="utf-8")
     run = tmp_path / "run.trec"
-    one_error(run_retr("search", "--index", tiny / "IDX", "--queries", tmp_path / name, "-o", run),
+    one_error(real_for("q.tsv", name)("search", "--index", tiny / "IDX", "--queries", tmp_path / name, "-o", run),
               f"{name}:2:", "query id", "whitespace")
     assert listing(tmp_path) == [name]
 
@@ -127,7 +137,7 @@ def test_query_id_with_whitespace_is_refused_at_read_time(tiny, tmp_path, name, 
     (["--tag", "two words"], "'--tag'"),
 ])
 def test_search_options_out_of_range_fail_before_any_work(tiny, args, needle):
-    one_error(run_retr("search", "--index", tiny / "IDX", "aspirin", *args), needle)
+    one_error(real_for(["--k", "0"], args)("search", "--index", tiny / "IDX", "aspirin", *args), needle)
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -138,7 +148,8 @@ def test_search_options_out_of_range_fail_before_any_work(tiny, args, needle):
     (["--threads", "300"], "'--threads'"),
 ])
 def test_index_options_out_of_range_leave_no_folder(tiny, tmp_path, args, needle):
-    one_error(run_retr("index", "--corpus", tiny / "corpus.jsonl", "--index", tmp_path / "NEW", *args), needle)
+    one_error(real_for(["--prune", "1"], args)("index", "--corpus", tiny / "corpus.jsonl", "--index", tmp_path / "NEW",
+                                               *args), needle)
     assert listing(tmp_path) == []
 
 
@@ -163,8 +174,8 @@ def test_ranges_are_shown_in_help():
     out = run_retr("search", "--help").stdout
     for shown in ("x>=0", "0<=x<=1", "0<x<=1", "1<=x<=256"):
         assert shown in out, shown
-    assert "0<=x<1" in run_retr("index", "--help").stdout
-    assert "0<x<1" in run_retr("eval", "significance", "--help").stdout
+    assert "0<=x<1" in retr_in_process("index", "--help").stdout
+    assert "0<x<1" in retr_in_process("eval", "significance", "--help").stdout
 
 
 def test_output_that_is_a_folder_is_refused_before_searching(tiny, tmp_path):
@@ -195,7 +206,7 @@ def test_damaged_document_store(copy, tiny, tmp_path, damage, command):
     args = {"info": ["info", "--index", copy],
             "search-text": ["search", "--index", copy, "aspirin"],
             "search-run": ["search", "--index", copy, "--queries", tiny / "queries.jsonl", "-o", tmp_path / "r.trec"]}
-    one_error(run_retr(*args[command]), "docs.sqlite", "document store")
+    one_error(real_for("garbage", damage)(*args[command]), "docs.sqlite", "document store")
     assert listing(tmp_path) == before
 
 
@@ -204,7 +215,7 @@ def test_damaged_document_store(copy, tiny, tmp_path, damage, command):
 def test_malformed_manifest(copy, manifest):
     (copy / "manifest.json").write_text(manifest)
     for args in (["info", "--index", copy], ["search", "--index", copy, "aspirin"]):
-        one_error(run_retr(*args), "manifest.json")
+        one_error(real_for("{", manifest)(*args), "manifest.json")
 
 
 # --------------------------------------------------------------------------- 4. evaluation
@@ -214,9 +225,9 @@ def test_eval_against_the_wrong_qrels_fails_with_the_counts(tmp_path):
     one_error(run_retr("eval", "--qrels", cran / "qrels" / "test.tsv", run),
               "BM25.dl19.top100.trec", "43 queries in the run", "225 in the qrels", "0 in both")
     (tmp_path / "empty.trec").write_text("")
-    one_error(run_retr("eval", "--qrels", ms / "qrels" / "dl19.tsv", tmp_path / "empty.trec"),
+    one_error(retr_in_process("eval", "--qrels", ms / "qrels" / "dl19.tsv", tmp_path / "empty.trec"),
               "empty.trec: the run holds no results", "0 queries in the run, 43 in the qrels")
-    one_error(run_retr("eval", "significance", "--qrels", cran / "qrels" / "test.tsv", "--baseline", run, run),
+    one_error(retr_in_process("eval", "significance", "--qrels", cran / "qrels" / "test.tsv", "--baseline", run, run),
               "0 in both")
 
 
@@ -276,14 +287,15 @@ def test_a_manifest_whose_paths_leave_the_folder_is_refused_before_anything_is_t
     HOSTILE[case](copy, victim)
     before, inside = listing(victim), listing(copy)
     new = write_jsonl(tmp_path / "new.jsonl", [{"_id": "n1", "text": "a new passage"}])
+    retr = real_for("retired-dotdot", case)
     for args in (["delete", "--index", copy, "no-such-id"], ["delete", "--index", copy, "d1"],
                  ["add", "--index", copy, "--corpus", new], ["compact", "--index", copy],
                  ["update", "--index", copy, "--corpus", new], ["search", "--index", copy, "aspirin"],
                  ["info", "--index", copy]):
-        one_error(run_retr(*args), "manifest.json", "damaged manifest")
+        one_error(retr(*args), "manifest.json", "damaged manifest")
         assert listing(victim) == before and (victim / "precious.txt").read_text() == "do not delete"
         assert [x for x in listing(copy) if x != ".lock"] == inside, args  # (the writer lock's file may appear)
-    r = run_retr("check", "--index", copy)
+    r = retr("check", "--index", copy)
     assert r.returncode != 0 and "damaged manifest" in r.stdout + r.stderr and "Traceback" not in r.stderr
     assert listing(victim) == before
 
@@ -310,7 +322,7 @@ def test_a_change_of_a_folder_with_a_damaged_store_is_one_line_and_makes_nothing
     before = listing(copy)
     args = {"add": ["add", "--corpus", new], "update": ["update", "--corpus", new], "delete": ["delete", "d1"],
             "compact": ["compact"]}[command]
-    one_error(run_retr(*args, "--index", copy), "docs.sqlite", "document store")
+    one_error(real_for("garbage", damage)(*args, "--index", copy), "docs.sqlite", "document store")
     assert [x for x in listing(copy) if x != ".lock"] == before  # no docs.g1.sqlite, no bm25.g1
 
 
