@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from indexes import sharded as sh
-from tests.conftest import run_retr
+from tests.conftest import encoded_by, retr_in_process, run_retr
 
 PIPELINES = ["bm25", "dense", "bm25+dense", "bm25+dense:rrf(k=60)"]
 FILTERS = [None, {"shard": "odd"}, {"year": {"gte": 2000}}, {"docid": {"in": []}}]
@@ -33,14 +33,19 @@ def _run_text(idx, queries, retriever, filter, k=50) -> str:
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory, meta_corpus):
-    """The 400 metadata passages as one folder and as two shards, both with BM25 and dense."""
+def pair(tmp_path_factory, meta_corpus, small_dense_index):
+    """The 400 metadata passages as one folder and as two shards, both with BM25 and dense. The
+    sharded build encodes them (once for both shards); the single folder takes the vectors MiniLM
+    made of the same texts for the session's shared dense index (its texts are meta_corpus's), as
+    conftest's meta_dense_index does, instead of encoding the 400 a second time here."""
     import retrieval
     from retrieval.dense.subindex import DenseSpec
     from retrieval.sharded.write import build_sharded
 
     base = tmp_path_factory.mktemp("sharded")
-    single = retrieval.build_index(meta_corpus, base / "single", subindexes={"dense": DenseSpec()}, quiet=True)
+    single = retrieval.build_index(meta_corpus, base / "single", subindexes={"dense": DenseSpec()}, quiet=True,
+                                   precomputed=encoded_by(small_dense_index))
+    assert single.manifest["subindexes"]["dense"]["vectors_from"] != "encoded"
     sharded = build_sharded(meta_corpus, base / "sharded", 2, subindexes={"dense": DenseSpec()}, quiet=True)
     yield single, sharded, base
     sharded.close()
@@ -99,9 +104,11 @@ def test_writes_route_to_shards_and_keep_the_runs_equal(pair, meta_corpus, small
     upd = tmp_path / "upd.jsonl"
     upd.write_text(json.dumps({"_id": "n3", "title": "changed", "text": "stem cells and bone"}) + "\n", encoding="utf-8")
     ids = [json.loads(l)["_id"] for l in open(meta_corpus / "corpus.jsonl", encoding="utf-8")][5:25]
-    for path in (single.path, sharded.path):
+    # the sharded folder's through real `retr` processes; the single folder's (the reference, whose
+    # commands test_live covers in processes of their own) through the same entry point in this one
+    for path, retr in ((single.path, retr_in_process), (sharded.path, run_retr)):
         for args in (["add", "--corpus", new], ["update", "--corpus", upd], ["delete", *ids, "n5"]):
-            r = run_retr(args[0], "--index", path, *args[1:], "-q")
+            r = retr(args[0], "--index", path, *args[1:], "-q")
             assert r.returncode == 0, r.stderr
     r = run_retr("check", "--index", sharded.path, "--full")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -119,8 +126,8 @@ def test_writes_route_to_shards_and_keep_the_runs_equal(pair, meta_corpus, small
     for idx in (single, sharded):
         res = idx.batch_search(_queries(small_corpus), k=400, retriever="bm25+dense")
         assert not gone & {h.docid for hs in res.values() for h in hs}
-    for path in (single.path, sharded.path):
-        assert run_retr("compact", "--index", path, "-q").returncode == 0
+    for path, retr in ((single.path, retr_in_process), (sharded.path, run_retr)):
+        assert retr("compact", "--index", path, "-q").returncode == 0
     single.refresh()
     _same(single, sharded, _queries(small_corpus))
 
@@ -143,11 +150,12 @@ def test_cli_builds_and_searches_a_sharded_index(tmp_path, small_corpus):
     r = run_retr("index", "--corpus", small_corpus, "--index", out, "--shards", "3", "-q")
     assert r.returncode == 0, r.stderr
     assert sorted(p.name for p in out.iterdir()) == ["shard-000", "shard-001", "shard-002", "shards.json"]
-    r = run_retr("index", "--corpus", small_corpus, "--index", tmp_path / "one", "-q")
+    # the single folder (the reference) through the same entry point in this process
+    r = retr_in_process("index", "--corpus", small_corpus, "--index", tmp_path / "one", "-q")
     assert r.returncode == 0, r.stderr
-    for where in (out, tmp_path / "one"):
-        r = run_retr("search", "--index", where, "--queries", small_corpus / "queries.jsonl", "--k", "100",
-                     "-o", where.with_suffix(".run"), "-q")
+    for where, retr in ((out, run_retr), (tmp_path / "one", retr_in_process)):
+        r = retr("search", "--index", where, "--queries", small_corpus / "queries.jsonl", "--k", "100",
+                 "-o", where.with_suffix(".run"), "-q")
         assert r.returncode == 0, r.stderr
     assert out.with_suffix(".run").read_bytes() == (tmp_path / "one").with_suffix(".run").read_bytes()
     r = run_retr("search", "--index", out, "cancer cells", "--k", "3")
@@ -169,12 +177,13 @@ def test_a_damaged_sharded_folder_is_one_error_line(tmp_path, small_corpus):
     a, b = tmp_path / "A", tmp_path / "B"
     build_sharded(small_corpus, a, 2, quiet=True).close()
     build_sharded(small_corpus, b, 2, quiet=True).close()
-    search = lambda: run_retr("search", "--index", a, "cancer", "--k", "3")  # noqa: E731
+    # the first damage in a real `retr` process, the others through the same entry point in this one
+    search = lambda: retr_in_process("search", "--index", a, "cancer", "--k", "3")  # noqa: E731
     assert search().returncode == 0
     # a shard folder from another sharded index
     shutil.move(a / "shard-001", tmp_path / "kept")
     shutil.copytree(b / "shard-001", a / "shard-001")
-    assert "a shard of another sharded index" in _one_line(search())
+    assert "a shard of another sharded index" in _one_line(run_retr("search", "--index", a, "cancer", "--k", "3"))
     # a shard folder missing
     shutil.rmtree(a / "shard-001")
     assert "shard 1 of 2 is missing" in _one_line(search())

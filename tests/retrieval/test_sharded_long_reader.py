@@ -1,7 +1,8 @@
 """A sharded index's long-lived reader (issue #30, as tests/retrieval/test_long_reader.py for one
 folder): one reader process keeps ``retrieval.open_index(SHARDED)`` open and searches it from a
-thread in a loop, while this process commits change after change through `retr add/update/delete/
-compact --index SHARDED` (each a process of its own). After each commit the reader's runs (TREC
+thread in a loop, while change after change is committed through `retr add/update/delete/compact
+--index SHARDED`: the first of each kind in a `retr` process of its own, the repeats through the same
+entry point (cli.main.main) in this process, which is not the reader's either. After each commit the reader's runs (TREC
 text) equal a freshly opened sharded index's, and its live documents those of one folder that
 received the same changes (its runs too once `retr compact` expunged the deleted documents, which
 BM25's statistics count until then: see tests/retrieval/test_sharded_kinds.py); no search of the
@@ -21,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from tests.conftest import ROOT, run_retr
+from tests.conftest import ROOT, retr_in_process, run_retr
 
 QUERIES = {"q1": "common", "q2": "quokka wombat burrow", "q3": "lucene index segment posting",
            "q4": "island ecology soil", "q5": "fusion ranking query"}
@@ -156,11 +157,12 @@ def test_a_sharded_reader_follows_commits_of_other_processes(tmp_path):
         with retrieval.open_index(single) as one:
             assert first["run"] == run_text(one) and first["live"] == live(one)
             states = [set(first["live"])]
-        commits, fds = [], []
+        commits, fds, done = [], [], set()
         for op, arg in _changes(tmp_path):
             args = ["--corpus", arg] if op in ("add", "update") else list(arg or [])
             t0 = time.monotonic()
-            r = run_retr(op, "--index", sharded, *args, "-q")
+            r = (retr_in_process if op in done else run_retr)(op, "--index", sharded, *args, "-q")
+            done.add(op)
             commits.append((t0, time.monotonic()))
             assert r.returncode == 0, (op, r.stderr)
             _apply_single(single, op, arg)
