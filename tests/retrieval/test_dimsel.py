@@ -209,7 +209,9 @@ def test_bad_input_fails_clearly(dense_index, small_index, tmp_path):
 
 
 def test_cli_train_and_search(dense_index, small_corpus, tmp_path, retr):
-    from tests.conftest import run_retr
+    """Training, one search and one refusal in real `retr` processes; the other searches and refusals
+    through the same entry point (cli.main.main) in this process."""
+    from tests.conftest import retr_in_process, run_retr
 
     idx, queries = dense_index.path, small_corpus / "queries.jsonl"
     qrels = small_corpus / "qrels" / "test.tsv"  # the only labels this tiny corpus has
@@ -223,7 +225,7 @@ def test_cli_train_and_search(dense_index, small_corpus, tmp_path, retr):
     for mode in (None, "none", "learned"):
         out = tmp_path / f"{mode}.run"
         args = ["search", "--index", idx, "--queries", queries, "--retriever", "dense", "--k", "20", "-o", out, "-q"]
-        r = run_retr(*args, *(["--dimsel", mode] if mode else []))
+        r = (run_retr if mode is None else retr_in_process)(*args, *(["--dimsel", mode] if mode else []))
         assert r.returncode == 0, r.stderr
         runs[mode] = [l.split()[:5] for l in out.read_text().splitlines()]
     assert runs["none"] == runs[None] and len(runs[None]) == 20 * len(read_queries(queries))
@@ -231,5 +233,6 @@ def test_cli_train_and_search(dense_index, small_corpus, tmp_path, retr):
     for args, msg in ((["--dimsel", "prf", "--alpha", "1.5"], "0<x<=1"),
                       (["--dimsel", "oracle"], "oracle mode needs relevance labels"),
                       (["--alpha", "0.5"], "need --dimsel")):
-        r = run_retr("search", "fever", "--index", idx, "--retriever", "dense", *args)
+        r = (run_retr if "prf" in args else retr_in_process)("search", "fever", "--index", idx, "--retriever", "dense",
+                                                             *args)
         assert r.returncode == 2 and msg in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, run_retr
+from tests.conftest import ROOT, retr_in_process, run_retr
 
 
 def lay_out_cache(home: Path, beir: Path, corpus_lines=None) -> Path:
@@ -134,8 +134,9 @@ def test_index_search_and_eval_by_name_equal_those_from_the_files(irds_home, sma
     by_name, from_files = tmp_path / "name.trec", tmp_path / "files.trec"
     r = run_retr("search", "--index", idx, "--queries", "irds:beir/scifact/test", "-o", by_name, "--k", "100", "-q")
     assert r.returncode == 0, r.stderr
-    r = run_retr("search", "--index", small_index.path, "--queries", small_corpus / "queries.jsonl", "-o", from_files,
-                 "--k", "100", "-q")
+    # the runs from the files (the references, no ir_datasets involved) through retr's entry point in this process
+    r = retr_in_process("search", "--index", small_index.path, "--queries", small_corpus / "queries.jsonl", "-o",
+                        from_files, "--k", "100", "-q")
     assert r.returncode == 0, r.stderr
     assert _run(by_name) == _run(from_files) and len(_run(by_name)) > 1000
 
@@ -153,8 +154,8 @@ def test_index_search_and_eval_by_name_equal_those_from_the_files(irds_home, sma
     assert means("irds:beir/scifact/test") == means(small_corpus / "qrels" / "test.tsv")
 
     other = tmp_path / "other.trec"  # a second system, so that the report shows queries it gains and loses on
-    r = run_retr("search", "--index", small_index.path, "--queries", small_corpus / "queries.jsonl", "-o", other,
-                 "--k", "100", "--k1", "0.3", "--b", "0.1", "-q")
+    r = retr_in_process("search", "--index", small_index.path, "--queries", small_corpus / "queries.jsonl", "-o",
+                        other, "--k", "100", "--k1", "0.3", "--b", "0.1", "-q")
     assert r.returncode == 0, r.stderr
 
     def report(qrels, queries):

@@ -22,7 +22,7 @@ from indexes.errors import InputError
 from retrieval.check import check_index
 from retrieval.types import Document
 from retrieval.writer import add_documents, compact, delete_documents, update_documents
-from tests.conftest import ROOT, RetrProcess, run_retr
+from tests.conftest import ROOT, RetrProcess, retr_in_process, run_retr
 
 
 # ----------------------------------------------------------------------------------------- helpers
@@ -408,8 +408,8 @@ def test_kill_9_during_a_change_leaves_the_old_or_the_new_generation(tmp_path, b
 @pytest.mark.parametrize("point,overwrite", [("lucene:indexing", False), ("index:before-swap", True)])
 def test_kill_9_during_index_leaves_nothing_or_the_old_index(retr, tmp_path, small_corpus, point, overwrite):
     path = tmp_path / "IDX"
-    if overwrite:
-        assert retr("index", "--corpus", small_corpus, "--index", path, "-q").returncode == 0
+    if overwrite:  # the folder to overwrite, through retr's entry point in this process
+        assert retr_in_process("index", "--corpus", small_corpus, "--index", path, "-q").returncode == 0
     p = Paused(point, "index", "--corpus", small_corpus, "--index", path, *(["--overwrite"] if overwrite else []))
     kids = p.children()
     assert p.kill() == -signal.SIGKILL
@@ -459,12 +459,13 @@ def test_cli_delete_then_compact_on_scifact_equals_a_fresh_build(retr, tmp_path,
     rest = tmp_path / "rest.jsonl"
     with open(scifact_dir / "corpus.jsonl", encoding="utf-8") as f, open(rest, "w", encoding="utf-8") as out:
         out.writelines(line for line in f if json.loads(line)["_id"] != doc.docid)
-    assert retr("index", "--corpus", rest, "--index", tmp_path / "F", "-q").returncode == 0
+    # the fresh build (the reference) through retr's entry point in this process
+    assert retr_in_process("index", "--corpus", rest, "--index", tmp_path / "F", "-q").returncode == 0
     runs = []
-    for p in (path, tmp_path / "F"):
+    for p, search in ((path, retr), (tmp_path / "F", retr_in_process)):
         run = tmp_path / f"{p.name}.trec"
-        r = retr("search", "--index", p, "--queries", scifact_dir / "queries.jsonl", "--split", "test",
-                 "--output", run, "-q")
+        r = search("search", "--index", p, "--queries", scifact_dir / "queries.jsonl", "--split", "test",
+                   "--output", run, "-q")
         assert r.returncode == 0, r.stderr
         runs.append(run.read_text())
     assert runs[0] == runs[1] and len(runs[0].splitlines()) > 100_000
