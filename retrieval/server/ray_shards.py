@@ -17,6 +17,15 @@ process (uvicorn and retr's FastAPI app, the same as ``retr serve``) is the rout
   replica states twice a second and pings shards marked down) fails the call at once with a 503 naming
   it, or, inside ``partial_results(allow=True)``, answers as a shard without documents would.
   Application errors raised in a replica (a bad filter) reach the app's handlers as themselves.
+- **One commit.** Where the router reads the whole sharded folder (this machine, or a shared file
+  system: every shard folder is there), each request reads one commit of every shard: the router reads
+  the generations the newest commit names (:class:`retrieval.sharded.pins.Commits`: an ``os.stat`` per
+  request, the files re-read when they changed) and every call carries its shard's (``at``), at which
+  the replica answers or fails (``MovedOn``: the request runs again on the newest commit). A write
+  through the router is one commit of the sharded index, made by one replica
+  (``ServedShard.commit``: :mod:`retrieval.sharded.write`), as ``retr add --index SHARDED`` makes it;
+  ``retr add`` by another process is taken by the next request, whole. Where shards are only on their
+  own nodes, each replica follows its folder and commits its own shard's writes.
 
 Ray lives in this process, so the router runs no JVM: every search, highlight and write is done in the
 replicas; ``retr serve`` refuses ``--index`` folders beside ``--sharded`` (see run.py).
@@ -124,8 +133,9 @@ def check_local(path: Path, record: dict) -> None:
             sh.check_member(mf.read_manifest(p), record, i, p)
 
 
-def deploy(name: str, path: Path, record: dict, replicas: int, cpus: float) -> List[Any]:
-    """Every shard's Serve application, started together; their handles in shard order."""
+def deploy(name: str, path: Path, record: dict, replicas: int, cpus: float, exact: bool = False) -> List[Any]:
+    """Every shard's Serve application, started together; their handles in shard order. ``exact``:
+    the replicas answer at the generation each call names (see :class:`ShardCalls`)."""
     from ray import serve
 
     from retrieval.server.shard_replica import ShardReplica
@@ -141,7 +151,7 @@ def deploy(name: str, path: Path, record: dict, replicas: int, cpus: float) -> L
             num_replicas=replicas, max_ongoing_requests=MAX_ONGOING, health_check_period_s=2,
             health_check_timeout_s=30, max_constructor_retry_count=2,
             ray_actor_options={"num_cpus": cpus, "resources": where[folder], "runtime_env": {"env_vars": env}})
-        targets.append(serve.RunTarget(dep.bind(str(p.resolve()), record, i), name=app_name(name, folder),
+        targets.append(serve.RunTarget(dep.bind(str(p.resolve()), record, i, exact), name=app_name(name, folder),
                                        route_prefix=None))
     try:
         serve.run_many(targets)
@@ -224,6 +234,7 @@ class ShardCalls:
         self._stop = threading.Event()
         self._described: Dict[str, Any] = {}
         self.events: List[tuple] = []            # (time, shard, "down"/"up", why): for logs and benchmarks
+        self.commits = None                      # retrieval.sharded.pins.Commits: each call's generation
 
     # -- state ---------------------------------------------------------------------------------
     def is_down(self, shard: str) -> bool:
@@ -245,10 +256,14 @@ class ShardCalls:
         log.warning("shard %s of %s is %s%s", shard, self.index_name, "down" if down else "up again",
                     f" ({why})" if why else "")
 
+    def live(self) -> RemoteShard:
+        """A shard with a live replica (the first one if none is)."""
+        return next((s for s in self.shards if not self.is_down(s.name)), self.shards[0])
+
     # -- calls ----------------------------------------------------------------------------------
     def __call__(self, shards: Sequence[RemoteShard], method: str, args: tuple, kwargs: dict) -> List[Any]:
         if method == "confidence":  # any one shard answers it: take a live one
-            shards = [next((s for s in self.shards if not self.is_down(s.name)), shards[0])]
+            shards = [self.live()]
         answers: List[Any] = [None] * len(shards)
         why: Dict[int, str] = {}  # shard position -> "down" (no live replica) or "slow" (--shard-timeout)
         sent = []
@@ -274,7 +289,10 @@ class ShardCalls:
         return answers
 
     def _send(self, s: RemoteShard, method: str, args: tuple, kwargs: dict):
-        resp = s.handle.call.remote(method, args, kwargs)
+        at = None
+        if self.commits is not None:  # the generation of this shard the request reads (None outside one)
+            at = self.commits.generation(next(i for i, x in enumerate(self.shards) if x.name == s.name))
+        resp = s.handle.call.remote(method, args, kwargs, at)
         with self._lock:
             self._inflight.setdefault(s.name, set()).add(resp)
         return resp
@@ -373,8 +391,11 @@ def serve_sharded(name: str, path: Path, address: Optional[str], replicas: int =
         for i, p in enumerate(sh.shard_paths(path, record)):
             if not p.is_dir():
                 raise IndexFormatError(f"{p}: shard {i} of {record['shards']} is missing")
+    # the router reads the whole folder (one machine, a shared file system): one commit per write and per
+    # request; else (shards only on their nodes) each replica follows and commits its own shard
+    exact = all(p.is_dir() for p in sh.shard_paths(path, record))
     connect(address, folders)
-    handles = deploy(name, path, record, replicas, cpus)
+    handles = deploy(name, path, record, replicas, cpus, exact)
     calls = ShardCalls(name, timeout, replicas)
     calls.shards = [RemoteShard(f, app_name(name, f), h, calls) for f, h in zip(folders, handles)]
 
@@ -383,10 +404,17 @@ def serve_sharded(name: str, path: Path, address: Optional[str], replicas: int =
         undeploy(name, folders)
 
     try:
-        served = ShardedServed(name, path, calls.shards, folders, call=calls, on_close=close)
+        if exact:
+            from retrieval.sharded.pins import Commits
+
+            calls.commits = Commits(path, record)
+        served = ShardedServed(name, path, calls.shards, folders, call=calls, on_close=close, pins=calls.commits)
     except BaseException:
         close()
         raise
     served.calls = calls
+    if exact:
+        served.one_commit = True
+        served.commit_remote = lambda op, wire: calls([calls.live()], "commit", (op, wire), {})[0]["documents"]
     calls.watch()
     return served

@@ -7,12 +7,15 @@ shards in this process, or ``retr serve --sharded SHARDED`` with each shard a Ra
 :class:`retrieval.sharded.index.ShardedIndex` rounds (statistics, search, exact merge, fusion, text)
 plus what the routes read of an ``Index`` (``snapshot``, ``docstore``, ``highlight``).
 
-Writes go to each document's own shard (:func:`indexes.sharded.shard_of`), whose writer makes them
-under the shard folder's lock; ids are checked on every shard concerned before the first changes.
-With the shards in this process (``retr serve --index SHARDED``) a write is one commit of every shard
-it touches, as ``retr add --index SHARDED`` makes it (:mod:`retrieval.sharded.write`). With Ray Serve
-replicas (the folders are theirs) each shard's write is its own folder's commit, shard by shard;
-readers of the sharded index see each shard's part once it is committed.
+Writes go to each document's own shard (:func:`indexes.sharded.shard_of`); ids are checked on every
+shard concerned before the first changes. Where the router reads the whole sharded folder (shards in
+this process, ``retr serve --index SHARDED``; or Ray Serve replicas on this machine or a shared file
+system) a write is one commit of every shard it touches, as ``retr add --index SHARDED`` makes it
+(:mod:`retrieval.sharded.write`: in this process, or for Ray in one replica, ``commit_remote``), and
+every request reads one commit of every shard (in-process :mod:`retrieval.sharded.pins`' ``Pins``; on
+Ray its ``Commits``, which names each call's generation). With Ray Serve replicas whose folders only
+their own nodes hold, each shard's write is its own folder's commit, shard by shard, and each replica
+follows its folder by itself.
 
 Partial answers: while a shard does not answer, a search fails with 503 naming it; inside
 :func:`partial_results` with ``allow=True`` the caller (the Ray one) answers for it as a shard
@@ -76,13 +79,14 @@ class ShardedServed:
     Ray router's remote shards with ``call``), named ``shard_names`` in errors."""
 
     sharded = True
-    one_commit = False  # (local) whether a write goes through retrieval.sharded.write as one commit
+    one_commit = False  # whether a write goes through retrieval.sharded.write as one commit
+    commit_remote = None  # (op, wire payload) -> documents: that commit made by a replica (Ray Serve)
 
     def __init__(self, name: str, path: Path, shards: Sequence[Any], shard_names: Sequence[str],
-                 call: Optional[Caller] = None, on_close=None):
+                 call: Optional[Caller] = None, on_close=None, pins=None):
         self.name, self.path = name, Path(path)
         self.shard_names = list(shard_names)
-        self.sharded_index = ShardedIndex(shards, call=call, path=self.path)
+        self.sharded_index = ShardedIndex(shards, call=call, path=self.path, pins=pins)
         self.write_lock = threading.Lock()  # one write at a time from this server (each shard also locks)
         self._view = ShardedView(self)
         self._on_close = on_close
@@ -146,6 +150,9 @@ class ShardedServed:
 
         if not payload:
             return 0
+        if self.commit_remote is not None:  # a replica makes it (the router runs no JVM); outside any reading
+            wire = list(payload) if op == "delete" else [(d.docid, d.text, d.title, d.metadata) for d in payload]
+            return int(self.commit_remote(op, wire))
         if op == "delete":
             sw.delete_documents(self.path, payload, quiet=True, missing_ok=True)
         else:

@@ -49,7 +49,8 @@ class ShardedIndex:
     ``call`` how to call them all (default: one after the other in this thread). Results equal the
     search of one folder holding every shard's documents (see the package docstring)."""
 
-    def __init__(self, shards: Sequence[Any], call: Optional[Caller] = None, path: Optional[Path] = None):
+    def __init__(self, shards: Sequence[Any], call: Optional[Caller] = None, path: Optional[Path] = None,
+                 pins=None):
         if not shards:
             raise InputError("a sharded index needs at least one shard")
         self.shards = list(shards)
@@ -58,7 +59,8 @@ class ShardedIndex:
         self._options: Dict[str, dict] = {}
         from retrieval.sharded.pins import Pins
 
-        self._pins = Pins.of(path, self.shards)  # local shards move to each commit together
+        # local shards move to each commit together; remote ones are told the commit (pins.Commits)
+        self._pins = pins if pins is not None else Pins.of(path, self.shards)
         self.describe()
 
     @classmethod
@@ -73,8 +75,9 @@ class ShardedIndex:
             return self._call(self.shards, method, args, kwargs)
 
     def reading(self):
-        """Hold one commit of every local shard (the newest, see :mod:`retrieval.sharded.pins`) for
-        the calls made inside; remote shards each follow the commit record themselves."""
+        """Hold one commit of every shard (the newest, see :mod:`retrieval.sharded.pins`) for the calls
+        made inside: local shards pinned, remote ones told it (``pins``); remote shards without
+        ``pins`` each follow the commit record themselves."""
         return self._pins.reading() if self._pins is not None else contextlib.nullcontext()
 
     def describe(self) -> List[dict]:
@@ -187,8 +190,17 @@ class ShardedIndex:
              ranks, threads: int = 1) -> Dict[str, List[Hit]]:
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise InputError(f"k must be a positive integer, got {k!r}")
-        with self.reading():  # every round reads the same commit of every shard
-            return self._rounds(queries, k, retriever, fusion, text, depth, timings, dimsel, filter, ranks, threads)
+        from retrieval.sharded.pins import MovedOn
+
+        for attempt in range(3):
+            try:
+                with self.reading():  # every round reads the same commit of every shard
+                    return self._rounds(queries, k, retriever, fusion, text, depth, timings, dimsel, filter, ranks,
+                                        threads)
+            except MovedOn:  # a replica moved past the commit read (restarted, a commit between): the newest
+                if attempt == 2 or (self._pins is not None and self._pins.gate.inside()):
+                    raise
+        raise AssertionError("unreachable")
 
     def _rounds(self, queries: List[Tuple[str, str]], k, retriever, fusion, text, depth, timings, dimsel, filter,
                 ranks, threads) -> Dict[str, List[Hit]]:

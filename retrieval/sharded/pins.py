@@ -9,15 +9,30 @@ so, :meth:`Pins.sync` opens every shard's new generation (held: no writer remove
 ``shards.json`` did not change meanwhile (else starts again: a writer committed between), and only
 then installs them all, while no call is running (:class:`Gate`). A search's rounds thus all read one
 commit of every shard.
+
+Shards served by Ray Serve replicas (``retr serve --sharded``) whose folder the router reads too (one
+machine, or a shared file system) are moved the same way from the router: :class:`Commits` reads which
+generation of each shard the newest commit names (the same ``os.stat`` test, the files re-read only
+when they changed) and hands it to every shard call of a request, held under the router's
+:class:`Gate`; each replica answers at exactly that generation
+(:meth:`retrieval.server.shard_replica.ServedShard.reading`) or fails with :class:`MovedOn`, never
+from another one.
 """
 from __future__ import annotations
 
 import contextlib
 import threading
+from pathlib import Path
 from typing import Any, Iterator, List, Optional, Sequence
 
+from indexes import manifest as mf
 from indexes import sharded as sh
-from indexes.errors import IndexFormatError
+from indexes.errors import IndexFormatError, RetrError
+
+
+class MovedOn(IndexFormatError):
+    """A shard was asked for a generation it no longer holds and cannot open again (it moved past the
+    commit the request read): the router reads the newest commit and runs the request again."""
 
 
 class Gate:
@@ -138,3 +153,79 @@ class Pins:
             for h in held:  # a writer committed meanwhile: read its commit instead
                 h.release()
         raise IndexFormatError(f"{record_file}: changed on every read; cannot open the sharded index")
+
+
+def _own_generation(path: Path) -> int:
+    """The generation a shard folder's own manifest names (0 when it cannot be read: the replica that
+    serves it answers for it, or is down)."""
+    try:
+        return int(mf.read_manifest(path).get("generation", 0))
+    except RetrError:
+        return 0
+
+
+class Commits:
+    """The commit that remote shards (Ray Serve replicas) read, chosen by the router for each request:
+    the router reads ``shards.json`` and the shards' own manifests from its own file system (it runs
+    where the folder is, or on a shared file system), and :meth:`generation` tells the shard calls made
+    inside :meth:`reading` which generation each shard must answer at. A new commit is taken between
+    requests, while none is running (:class:`Gate`), so a replica is never asked for a generation older
+    than one it moved to for this router."""
+
+    def __init__(self, path, record: dict):
+        self.path = Path(path)
+        self.paths = sh.shard_paths(self.path, record)
+        self.gate = Gate()
+        self._at: Optional[List[int]] = None
+        self._key: Optional[tuple] = None
+        self._sync_lock = threading.Lock()
+
+    def _state(self) -> tuple:
+        from retrieval.sharded.shard import _stat
+
+        return (_stat(self.path / sh.SHARDS_FILE),) + tuple(_stat(p / mf.MANIFEST) for p in self.paths)
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[None]:
+        """One request: the newest commit is read first (unless this thread is inside one already),
+        then kept for every call made inside."""
+        if not self.gate.inside():
+            self.sync()
+        with self.gate.reading():
+            yield
+
+    def generation(self, i: int) -> Optional[int]:
+        """Shard ``i``'s generation for a call made in this thread inside :meth:`reading` (else None)."""
+        at = self._at
+        return at[i] if at is not None and self.gate.inside() else None
+
+    def sync(self) -> None:
+        key = self._state()
+        if key == self._key:
+            return
+        with self._sync_lock:
+            key = self._state()
+            if key == self._key:
+                return
+            at = self._read()
+            if at == self._at:  # a shard's roll-forward to the generation already read: nothing moves
+                self._key = key
+                return
+            with self.gate.moving():
+                self._at, self._key = at, key
+
+    def _read(self) -> List[int]:
+        """Each shard's generation in the newest commit: the one ``shards.json`` names, or a later one
+        its own folder committed alone (what :meth:`retrieval.index.Index.hold` opens for it). A shard
+        manifest newer than the commit read is a change of that folder alone, since a sharded write
+        moves the shards' manifests only after replacing ``shards.json`` (checked unchanged here)."""
+        from retrieval.sharded.shard import _stat, committed_at
+
+        record_file = self.path / sh.SHARDS_FILE
+        for _ in range(100):
+            before = _stat(record_file)
+            record = sh.read(self.path)
+            at = [max(committed_at(record, i), _own_generation(p)) for i, p in enumerate(self.paths)]
+            if _stat(record_file) == before:
+                return at
+        raise IndexFormatError(f"{record_file}: changed on every read; cannot read the sharded index's commit")

@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 
 import httpx
@@ -271,6 +272,99 @@ def test_writes_go_to_each_document_s_own_shard(cluster, sharded, tmp_path, toke
         got = s.post("/v1/shw/search", {"query": "zebrafish regeneration salamander", "k": 10, "text": False})
         assert pairs(got) == mine and "new-1" not in dict(mine)
         assert s.get("/v1/shw").json()["documents"] == 400 + 4
+    finally:
+        s.stop()
+    assert not check_sharded(copy).problems
+
+
+def _pair(word: str) -> list:
+    """Two new documents carrying ``word``, routed to shard 0 and shard 1."""
+    ids, i = [], 0
+    while len(ids) < 2:
+        d = f"{word}-{i}"
+        if sh.shard_of(d, 2) == len(ids):
+            ids.append(d)
+        i += 1
+    return [{"docid": d, "title": "", "text": f"{word} spectroscopy of folded proteins {d}"} for d in ids]
+
+
+class Watch:
+    """A client searching ``word`` in a loop (and reading the document count) while a write runs: what
+    it saw, to be one commit or the other, never a shard's half."""
+
+    def __init__(self, s, name: str, word: str):
+        self.s, self.name, self.word = s, name, word
+        self.hits, self.counts, self.bad = [], set(), []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while not self._stop.is_set():
+            try:
+                r = self.s.post(f"/v1/{self.name}/search", {"query": self.word, "k": 10, "text": False})
+                info = self.s.get(f"/v1/{self.name}")
+            except httpx.HTTPError as e:
+                self.bad.append(repr(e))
+                return
+            if r.status_code != 200 or info.status_code != 200:
+                self.bad.append(r.text if r.status_code != 200 else info.text)
+                continue
+            self.hits.append(len(r.json()["hits"]))
+            self.counts.add(info.json()["documents"])
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(60)
+
+
+def test_a_write_over_two_shards_is_one_commit_for_the_served_searches(cluster, sharded, tmp_path, token):
+    """A write through the router touching both shards, and `retr add --index SHARDED` by another
+    process, are each seen whole or not at all by searches running meanwhile (per-shard commits showed
+    1 of the 2 documents between the two shards' writes); afterwards the router answers as the
+    in-process ShardedIndex does."""
+    from retrieval.sharded.index import ShardedIndex
+    from retrieval.sharded.write import check_sharded
+
+    copy = tmp_path / "C"
+    shutil.copytree(sharded, copy)
+    s = Server("--sharded", f"shc={copy}", "--ray-address", cluster.address, "--replica-cpus", "0.2", "--writable",
+               token=token, tmp=tmp_path)
+
+    def hits(q):
+        r = s.post("/v1/shc/search", {"query": q, "k": 10, "text": False})
+        assert r.status_code == 200, r.text
+        return r.json()["hits"]
+
+    try:
+        docs = _pair("qqservedadd")
+        w = Watch(s, "shc", "qqservedadd")
+        time.sleep(0.3)
+        r = s.post("/v1/shc/documents", {"documents": docs})
+        assert r.status_code == 200 and r.json()["documents"] == 2, r.text
+        assert len(hits("qqservedadd")) == 2  # seen once answered
+        w.stop()
+        assert not w.bad and set(w.hits) <= {0, 2} and w.counts <= {400, 402}, (w.hits, w.counts, w.bad[:1])
+        assert 0 in w.hits
+        w = Watch(s, "shc", "qqservedadd")
+        r = s.post("/v1/shc/documents/delete", {"ids": [d["docid"] for d in docs]})
+        assert r.status_code == 200 and r.json()["documents"] == 2, r.text
+        w.stop()
+        assert not w.bad and set(w.hits) <= {0, 2} and w.counts <= {400, 402}, (w.hits, w.counts, w.bad[:1])
+        assert hits("qqservedadd") == []
+        # another process's write: taken by the router as one commit
+        rows = [{"_id": d["docid"], "title": "", "text": d["text"]} for d in _pair("qqotherproc")]
+        (tmp_path / "more.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows), encoding="utf-8")
+        w = Watch(s, "shc", "qqotherproc")
+        r = run_retr("add", "--index", copy, "--corpus", tmp_path / "more.jsonl", "-q")
+        assert r.returncode == 0, r.stderr
+        assert len(hits("qqotherproc")) == 2
+        w.stop()
+        assert not w.bad and set(w.hits) <= {0, 2} and w.counts <= {400, 402}, (w.hits, w.counts, w.bad[:1])
+        with ShardedIndex.open(copy) as ix:
+            for q in QUERIES[:4] + ["qqotherproc spectroscopy"]:
+                got = pairs(s.post("/v1/shc/search", {"query": q, "k": 10, "text": False}))
+                assert got == [(h.docid, h.score) for h in ix.search(q, k=10, text=False)], q
     finally:
         s.stop()
     assert not check_sharded(copy).problems
