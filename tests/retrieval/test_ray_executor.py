@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 import retrieval
-from tests.conftest import ROOT, run_retr
+from tests.conftest import ROOT, retr_in_process, run_retr
 from tests.conftest import dense_vectors as _vectors
+from tests.conftest import encoded_by
 
 pytest.importorskip("ray", reason="Ray is not installed (pip install 'retr[ray]')")
 
@@ -72,9 +73,15 @@ def _descendants(pid):
 # ---------------------------------------------------------------------------------- same result
 def test_dense_on_ray_is_the_in_process_index_even_when_a_worker_is_killed(tmp_path, small_corpus, small_dense_index,
                                                                           ray_address, queries):
-    """400 SciFact passages, MiniLM, 2 workers x 0.5 CPU, blocks of 25; the worker that
-    returned the first block is killed (SIGKILL) while it holds more: Ray restarts it, retries
-    its blocks, and the folder equals the in-process one."""
+    """160 SciFact passages, MiniLM, 2 workers x 0.5 CPU, blocks of 10 (16 blocks, as 400 in blocks
+    of 25 were); the worker that returned the first block is killed (SIGKILL) while it holds more:
+    Ray restarts it, retries its blocks, and the folder equals the in-process one: the vectors are
+    the shared dense index's (MiniLM in process) for those passages, and the runs are those of an
+    in-process build of the same 160 passages with those vectors."""
+    lines = (small_corpus / "corpus.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)[:160]
+    corpus = tmp_path / "in" / "c.jsonl"
+    corpus.parent.mkdir()
+    corpus.write_text("".join(lines), encoding="utf-8")
     seen, killed = [], []
 
     def on_block(b):
@@ -83,23 +90,27 @@ def test_dense_on_ray_is_the_in_process_index_even_when_a_worker_is_killed(tmp_p
             os.kill(b["pid"], signal.SIGKILL)
             killed.append(b["pid"])
 
-    ex = Executor("ray", address=ray_address, workers=2, cpus_per_worker=0.5, block_size=25, on_block=on_block)
-    idx = retrieval.index_corpus(small_corpus, tmp_path / "RAY", subindexes={"dense": DenseSpec()}, quiet=True,
+    ex = Executor("ray", address=ray_address, workers=2, cpus_per_worker=0.5, block_size=10, on_block=on_block)
+    idx = retrieval.index_corpus(corpus, tmp_path / "RAY", subindexes={"dense": DenseSpec()}, quiet=True,
                                  executor=ex)
     # blocks it finished before the kill may still arrive; the rest came from a restarted actor
     assert killed and len(set(seen)) >= 3 and seen.index(max(set(seen), key=seen.index)) > 0
     ids_a, va = _vectors(small_dense_index.path / "dense")
     ids_b, vb = _vectors(idx.path / "dense")
-    assert ids_a == ids_b
-    assert np.abs(va - vb).max() <= 1e-5
+    want = [json.loads(l)["_id"] for l in lines]
+    assert ids_b == want and ids_a[:160] == want  # (the shared index holds the corpus in its order)
+    assert np.abs(va[:160] - vb).max() <= 1e-5
     e = idx.manifest["subindexes"]["dense"]["encoded_by"]
     assert e["executor"] == "ray" and e["workers"] == 2 and e["cpus_per_worker"] == 0.5 and e["devices"] == ["cpu"]
-    assert e["worker_processes"] == len(set(seen)) and e["block_size"] == 25
+    assert e["worker_processes"] == len(set(seen)) and e["block_size"] == 10
     assert small_dense_index.manifest["subindexes"]["dense"]["encoded_by"]["executor"] == "in-process"
-    # a fusion named in full: another test stores a tuned bm25+dense in the shared fixture
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["RAY", "in"]  # no staging folder, no encoding cache
+    ref = retrieval.build_index(corpus, tmp_path / "REF", subindexes={"dense": DenseSpec()}, quiet=True,
+                                precomputed=encoded_by(small_dense_index))
+    assert ref.manifest["subindexes"]["dense"]["vectors_from"] != "encoded"
+    # a fusion named in full, as in the shared fixture (another test stores a tuned bm25+dense there)
     for r in ("dense", "bm25", "bm25+dense:combmnz(norm=minmax)"):
-        _same_runs(_runs(small_dense_index, queries, r), _runs(idx, queries, r))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["RAY"]  # no staging folder, no encoding cache
+        _same_runs(_runs(ref, queries, r), _runs(idx, queries, r))
 
 
 @pytest.fixture(scope="module")
@@ -127,18 +138,20 @@ def _weights(folder):
         return f.read()
 
 
-def test_deepct_on_ray_gives_identical_weights_and_runs(tmp_path, small_corpus, small_index, deepct_model, ray_address,
-                                                        queries):
-    """DeepCT passage weights computed by 2 Ray workers in blocks of 100 are the weights of the
-    in-process encoder over the same blocks, byte for byte, and every DeepCT retriever
-    returns the same run. Stemming (the JVM) stays in the driver."""
+def test_deepct_on_ray_gives_identical_weights_and_runs(tmp_path, small_corpus, deepct_model, ray_address, queries):
+    """DeepCT passage weights computed by 2 Ray workers in blocks of 50 (200 passages: 4 blocks)
+    are the weights of the in-process encoder over the same blocks, byte for byte, and every DeepCT
+    retriever returns the same run. Stemming (the JVM) stays in the driver."""
     from retrieval.deepct.subindex import DeepCTSpec
     from retrieval.writer import add_subindex
 
+    lines = (small_corpus / "corpus.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)[:200]
+    (tmp_path / "c.jsonl").write_text("".join(lines), encoding="utf-8")
+    base = retrieval.build_index(tmp_path / "c.jsonl", tmp_path / "base", quiet=True).path
     out = {}
-    for name, ex in (("local", Executor("local", block_size=100)),
-                     ("ray", Executor("ray", address=ray_address, workers=2, cpus_per_worker=0.5, block_size=100))):
-        shutil.copytree(small_index.path, tmp_path / name)
+    for name, ex in (("local", Executor("local", block_size=50)),
+                     ("ray", Executor("ray", address=ray_address, workers=2, cpus_per_worker=0.5, block_size=50))):
+        shutil.copytree(base, tmp_path / name)
         out[name] = add_subindex(retrieval.open_index(tmp_path / name), DeepCTSpec(model=str(deepct_model)),
                                  quiet=True, executor=ex)
     a, b = out["local"], out["ray"]
@@ -151,7 +164,7 @@ def test_deepct_on_ray_gives_identical_weights_and_runs(tmp_path, small_corpus, 
         ra, rb = _runs(a, queries, r), _runs(b, queries, r)
         assert ra == rb, r
     # the in-process default (blocks of 2048: one here) scores the same words the same way
-    shutil.copytree(small_index.path, tmp_path / "default")
+    shutil.copytree(base, tmp_path / "default")
     c = add_subindex(retrieval.open_index(tmp_path / "default"), DeepCTSpec(model=str(deepct_model)), quiet=True)
     wa = [json.loads(l) for l in _weights(a.path / "deepct").splitlines()]
     wc = [json.loads(l) for l in _weights(c.path / "deepct").splitlines()]
@@ -297,21 +310,22 @@ def _one_error_line(r):
 def test_bad_executor_options_fail_with_one_line_and_leave_nothing(tmp_path, small_corpus, ray_address):
     out = tmp_path / "IDX"
     base = ["index", "--corpus", small_corpus, "--index", out, "--dense", "--quiet"]
+    # one in a real process (as the two tests below), the others through the same entry point here
     assert "only apply with --executor ray" in _one_error_line(run_retr(*base, "--workers", "2"))
-    assert "'--workers'" in _one_error_line(run_retr(*base, "--executor", "ray", "--workers", "0"))
+    assert "'--workers'" in _one_error_line(retr_in_process(*base, "--executor", "ray", "--workers", "0"))
     # an actor pool reserving every CPU would hang Ray Data (ray-project/ray#44687): refused up front
-    line = _one_error_line(run_retr(*base, "--executor", "ray", "--ray-address", ray_address, "--workers", "2",
-                                    "--cpus-per-worker", "1"))
+    line = _one_error_line(retr_in_process(*base, "--executor", "ray", "--ray-address", ray_address, "--workers",
+                                           "2", "--cpus-per-worker", "1"))
     assert "leaves less than" in line and "44687" in line
     assert "give fewer --workers or a fractional --cpus-per-worker" in line  # the library's names, as flags
-    line = _one_error_line(run_retr(*base, "--executor", "ray", "--ray-address", ray_address,
-                                    "--gpus-per-worker", "1"))
+    line = _one_error_line(retr_in_process(*base, "--executor", "ray", "--ray-address", ray_address,
+                                           "--gpus-per-worker", "1"))
     assert "GPUs" in line and "--gpus-per-worker 1 " in line
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == []
 
 
 def test_unreachable_cluster_fails_with_one_line(tmp_path, small_corpus):
-    env = dict(os.environ, RETR_RAY_CONNECT_TIMEOUT="8")
+    env = dict(os.environ, RETR_RAY_CONNECT_TIMEOUT="3")  # nothing listens there: any wait is the timeout
     r = subprocess.run([sys.executable, "-m", "cli.main", "index", "--corpus", small_corpus, "--index",
                         tmp_path / "IDX", "--dense", "--quiet", "--executor", "ray", "--ray-address", "127.0.0.1:9"],
                        cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
