@@ -22,8 +22,8 @@ A shard-like object has these methods:
 
 ``describe() -> dict``
     ``{"id": sharded index id, "shard": i, "shards": n, "generation": int, "documents": int,
-    "retrievers": {name: merge rule}, "pipelines": the manifest's tuned pipelines,
-    "fields": {metadata field: documents carrying it}}``. ``ShardedIndex`` checks that every shard
+    "retrievers": {name: merge rule}, "needs_stats": {name: whether its scores may read statistics},
+    "pipelines": the manifest's tuned pipelines, "fields": {metadata field: documents carrying it}}``. ``ShardedIndex`` checks that every shard
     answers the same ``id`` and ``shards`` and that shard i is at position i.
 
 ``stats(texts: list[str], retrievers: list[str], options: dict) -> dict``
@@ -34,12 +34,13 @@ A shard-like object has these methods:
     can change which index is read (DeepCT's variants).
 
 ``search(queries: list[tuple[qid, text]], retrievers: list[str], k: int, stats: dict,
-options: dict, filter) -> dict``
+options: dict, filter, ..., text=False) -> dict``
     Round 2 (query): per retriever name, ``{qid: [(docid, score), ...]}``: this shard's first ``k``
     documents (among those ``filter`` allows: the same filter object ``Index.search`` takes), scored
     with ``stats`` (round 1's statistics summed over all shards by :func:`merge.sum_stats`), with
     scores in the form its merge rule merges (Lucene: the float sum before Anserini's rounding and
-    tie offsets).
+    tie offsets). With ``text``, also ``"#texts": {docid: (title, text, metadata)}`` for the
+    documents it lists, read from the same generation.
 
 ``confidence(texts: list[str], lists: dict, stats: dict, options: dict) -> list[dict]``
     Only for fusions that weigh by confidence, on any ONE shard after the merge: per text,
@@ -54,7 +55,8 @@ options: dict, filter) -> dict``
 document count, release (local shards).
 
 The router's steps (:mod:`retrieval.sharded.merge` holds the pure functions):
- 1. ``stats`` on every shard, ``merge.sum_stats`` over their answers;
+ 1. ``stats`` on every shard, ``merge.sum_stats`` over their answers (skipped without a filter when
+    no retriever of the pipeline ``needs_stats``: they would all answer None);
  2. ``search`` on every shard with the summed stats;
  3. per retriever ``merge.merge_lists(rule, [each shard's list], depth)``: the exact global list
     (``"anserini"``: raw float score descending, then the docid's UTF-8 bytes, then Anserini's
@@ -62,5 +64,7 @@ The router's steps (:mod:`retrieval.sharded.merge` holds the pure functions):
     orders and rounds; ``"score"``: score descending, then the docid's bytes, as a folder's rescored faiss ranking);
  4. a fused pipeline: ``confidence`` on one shard where the fusion asks for it, then
     ``retrieval.fusion.fuse`` on the merged lists (``merge.fuse_lists``), cut at k;
- 5. with ``text``: ``fetch`` from each hit's shard.
+ 5. with ``text``: the texts the search round sent along (an unfused pipeline without a deepened
+    filter: the global first k are among the shards' first k), else ``fetch`` from the hits' shards
+    in one call.
 """

@@ -210,16 +210,21 @@ class ShardedIndex:
         texts = [t for _, t in queries]
         names = list(p.retrievers)
         t0 = time.perf_counter()
-        answers = self._all("stats", texts, names, self._options, filter)
-        stats = merge.sum_stats_by_name(answers, names)
+        stats, answers = self._stats(texts, names, filter)
         _tick(timings, "stats", t0)
         rules = {n: self._info[0]["retrievers"][n] for n in names}
         deep = self._deepened(answers, rules)
         t0 = time.perf_counter()
         plain = {n: r for n, r in rules.items() if n not in deep}
-        lists = {}
+        lists, rows = {}, None
         if plain:
-            found = self._all("search", queries, list(plain), kk, stats, self._options, filter, dimsel, threads)
+            along = bool(text and not p.fused and not deep)  # the hits' texts come with the lists: no fetch round
+            found = self._all("search", queries, list(plain), kk, stats, self._options, filter, dimsel, threads,
+                              text=along)
+            if along:
+                from retrieval.sharded.shard import TEXTS
+
+                rows = {d: r for a in found for d, r in (a.get(TEXTS) or {}).items()}
             lists = merge.merge_all(plain, found, [q for q, _ in queries], kk)
         for n in deep:
             lists[n] = self._deep_search(n, rules[n], queries, kk, stats, filter, dimsel, threads, deep[n])
@@ -234,9 +239,19 @@ class ShardedIndex:
             out[qid] = self._hits(p, {n: lists[n][qid] for n in names}, k, qid, conf and conf[j], ranks)
         if text:
             t0 = time.perf_counter()
-            self._texts([h for hs in out.values() for h in hs])
+            self._texts([h for hs in out.values() for h in hs], rows)
             _tick(timings, "text", t0)
         return out
+
+    def _stats(self, texts: List[str], names: List[str], filter) -> Tuple[Dict[str, Any], List[dict]]:
+        """Round 1: the statistics summed over the shards, and each shard's answer. Skipped (every
+        retriever's None, as its shards would answer) when no retriever of the pipeline reads any
+        statistics and there is no filter to count (``describe``'s ``needs_stats``)."""
+        need = self._info[0].get("needs_stats") or {}
+        if filter is None and not any(need.get(n, True) for n in names):
+            return {n: None for n in names}, [{} for _ in self.shards]
+        answers = self._all("stats", texts, names, self._options, filter)
+        return merge.sum_stats_by_name(answers, names), answers
 
     @staticmethod
     def _deepened(answers: List[dict], rules: Dict[str, str]) -> Dict[str, Tuple[int, int]]:
@@ -287,14 +302,20 @@ class ShardedIndex:
                 h.ranks = {n: pos[n].get(h.docid) for n in p.retrievers}
         return hits
 
-    def _texts(self, hits: List[Hit]) -> None:
+    def _texts(self, hits: List[Hit], rows: Optional[Dict[str, tuple]] = None) -> None:
+        """Each hit's title, text and metadata: from ``rows`` (sent with the lists), else fetched from
+        the hit's own shard (those shards in one call: each is sent every id and answers for its own)."""
         n = len(self.shards)
+        rows = dict(rows or {})
         want: Dict[int, List[str]] = {}
         for h in hits:
-            want.setdefault(sh.shard_of(h.docid, n), []).append(h.docid)
-        rows: Dict[str, tuple] = {}
-        for i, ids in want.items():
-            rows.update(self._call(self.shards[i:i + 1], "fetch", (ids,), {})[0])
+            if h.docid not in rows:
+                want.setdefault(sh.shard_of(h.docid, n), []).append(h.docid)
+        if want:
+            order = sorted(want)
+            ids = [d for i in order for d in want[i]]
+            for i, got in zip(order, self._call([self.shards[i] for i in order], "fetch", (ids,), {})):
+                rows.update((d, r) for d, r in got.items() if sh.shard_of(d, n) == i)
         for h in hits:
             row = rows.get(h.docid)
             if row is not None:

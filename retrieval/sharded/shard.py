@@ -18,6 +18,16 @@ from retrieval.types import Query, Scored
 
 
 ALLOWED = "#allowed"  # stats()'s key for a filter's counts (no sub-index name starts with "#")
+TEXTS = "#texts"      # search()'s key for its documents' (title, text, metadata), when asked for text
+
+
+def needs_stats(r) -> bool:
+    """Whether a retriever's scores may read collection statistics: False only where its class keeps
+    RetrieverBase's ``collection_stats``, which answers None whatever the query (dense, SPLADE), so
+    that a router may skip the statistics round for it and score exactly as with it."""
+    from retrieval.kinds import RetrieverBase
+
+    return getattr(type(r), "collection_stats", None) is not RetrieverBase.collection_stats
 
 
 def _stat(path: Path) -> Optional[Tuple[int, int, int, int]]:
@@ -88,6 +98,7 @@ class ShardSearcher:
         return {"id": rec.get("id"), "shard": rec.get("shard"), "shards": rec.get("shards"),
                 "generation": int(m.get("generation", 0)), "documents": len(self.index),
                 "retrievers": {n: self.index.retriever(n).merge_rule for n in self.index.retrievers},
+                "needs_stats": {n: needs_stats(self.index.retriever(n)) for n in self.index.retrievers},
                 "pipelines": {b: dict(v) for b, v in m.get("pipelines", {}).items()},
                 "fields": self.index.fields()}
 
@@ -106,12 +117,15 @@ class ShardSearcher:
 
     def search(self, queries: Sequence[Tuple[str, str]], retrievers: Sequence[str], k: int,
                stats: Optional[Mapping[str, Any]] = None, options: Optional[dict] = None, filter=None,
-               dimsel=None, threads: int = 1, deepen: bool = False) -> Dict[str, Dict[str, Scored]]:
+               dimsel=None, threads: int = 1, deepen: bool = False, text: bool = False
+               ) -> Dict[str, Dict[str, Scored]]:
         """Round 2: per retriever, ``{qid: this shard's first k (docid, score)}`` scored with the
         global ``stats``, scores in the form of the retriever's merge rule. With a ``filter`` and
         ``deepen``: the first k of the unfiltered ranking instead, each entry ``(docid, score,
         allowed)`` (the router rounds the merged unfiltered list, then filters it, as one folder does
-        for a filter that allows a large share of the documents)."""
+        for a filter that allows a large share of the documents). With ``text``, also
+        ``"#texts": {docid: (title, text, metadata)}`` for every document listed, from the same
+        generation (the router then needs no fetch round)."""
         self._follow()
         self._configure(options)
         idx = self.index
@@ -130,6 +144,9 @@ class ShardSearcher:
                 else:
                     res = {q.qid: idx._filtered(s._g, r, q.text, k, allowed) for q in qs}
                 out[name] = {q.qid: [(h[0], float(h[1]), *h[2:]) for h in res.get(q.qid, [])] for q in qs}
+            if text:
+                ids = {h[0] for lists in out.values() for hits in lists.values() for h in hits}
+                out[TEXTS] = {d: (r[1], r[2], r[3] or {}) for d, r in s.docstore.get_many(list(ids)).items()}
             return out
 
     def confidence(self, texts: Sequence[str], lists: Mapping[str, Sequence[Scored]],
