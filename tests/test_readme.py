@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, SCIFACT, with_meta
+from tests.conftest import ROOT, SCIFACT, encoded_by, with_meta
 
 README = Path(os.environ.get("RETR_README", ROOT / "README.md"))
 FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.S | re.M)
@@ -71,11 +71,12 @@ RUNNER = textwrap.dedent("""
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-    """The reader's folder: the README's file names, over 150 SciFact passages."""
+def workdir(tmp_path_factory, small_dense_index):
+    """The reader's folder: the README's file names, over 150 SciFact passages. Its dense sub-index
+    takes the vectors MiniLM made of the same passages for the session's shared dense index (the
+    first 150 of the corpus are among its 400), as a pruned build takes the quality estimator's."""
     import retrieval
     from retrieval.dense.subindex import DenseSpec
-    from retrieval.writer import add_subindex
 
     if not SCIFACT.exists():
         pytest.skip(f"dataset not found: {SCIFACT} (set RETR_DATA)")
@@ -97,8 +98,10 @@ def workdir(tmp_path_factory):
     (wd / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join("\t".join(q) + "\n"
                                                                                     for q in qrels))
     (wd / "token").write_text("readme-test-token-0123456789abcdef\n")
-    idx = retrieval.build_index(wd / "corpus.jsonl", wd / "IDX", quiet=True)
-    add_subindex(idx, DenseSpec(), quiet=True).close()
+    idx = retrieval.build_index(wd / "corpus.jsonl", wd / "IDX", quiet=True, subindexes={"dense": DenseSpec()},
+                                precomputed=encoded_by(small_dense_index))
+    assert idx.manifest["subindexes"]["dense"]["vectors_from"] != "encoded"
+    idx.close()
     return wd
 
 
@@ -116,14 +119,17 @@ def served(workdir):
 
 @pytest.fixture(scope="module")
 def deepct_model(workdir):
-    """``MODEL``: a tiny DeepCT trained on the folder's training qrels, made when a block needs it."""
-    from tests.conftest import run_retr
+    """``MODEL``: a tiny DeepCT trained on the folder's training qrels, made when a block needs it
+    (`retr train deepct` through its entry point in this process)."""
+    from tests.conftest import retr_in_process
 
     def make():
         if not (workdir / "MODEL").exists():
-            r = run_retr("train", "deepct", "--corpus", "corpus.jsonl", "--queries", "queries.jsonl", "--qrels",
-                         "qrels/train.tsv", "--output", "MODEL", "--base", "splade-tiny", "--epochs", "2",
-                         "--lr", "1e-3", "--max-length", "64", "--dev-fraction", "0.2", "--quiet", cwd=workdir)
+            w = workdir
+            r = retr_in_process("train", "deepct", "--corpus", w / "corpus.jsonl", "--queries", w / "queries.jsonl",
+                                "--qrels", w / "qrels" / "train.tsv", "--output", w / "MODEL", "--base", "splade-tiny",
+                                "--epochs", "2", "--lr", "1e-3", "--max-length", "64", "--dev-fraction", "0.2",
+                                "--quiet")
             assert r.returncode == 0, r.stderr
     return make
 
