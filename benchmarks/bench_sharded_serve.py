@@ -16,7 +16,10 @@ multi-node cluster with a node killed mid-run, and a projection to MS MARCO v2.
    corpus sizes, faiss Flat's cost per vector, the index and store bytes per passage, a replica's
    resident memory, the router's overhead) to N nodes. A projection, with its assumptions written out.
 
-    python benchmarks/bench_sharded_serve.py [--requests 600] [--skip-nodes] [--skip-projection]
+    python benchmarks/bench_sharded_serve.py [--requests 600] [--skip-router] [--skip-nodes] [--skip-projection]
+
+(section 1 alone: --skip-nodes --skip-projection; the other sections keep their stored results, the
+projection re-projected with the new router overhead)
 """
 from __future__ import annotations
 
@@ -316,6 +319,10 @@ def report(res) -> str:
            f"Machine: {res['machine']['cpus']} CPUs, {res['machine']['platform']}; {res['machine']['date']}. "
            "Everything below ran in one run of `benchmarks/bench_sharded_serve.py`; the sharded index's own "
            "benchmark (in-process, `bench_sharded.py`) writes `sharded.md`, so this one writes `sharded_serve.md`.", ""]
+    if res.get("kept"):
+        out[-2] = out[-2].replace("Everything below ran in one run", "Each section ran in one run")
+        out += [f"Not run again this time: section {', '.join(res['kept']['sections'])} (from the run of "
+                f"{res['kept']['from']}).", ""]
     r = res.get("router")
     if r:
         out += ["## 1. Router against one plain `retr serve`", "",
@@ -408,8 +415,13 @@ def main():
     res = {"machine": machine()}
     res["router"] = prev.get("router") if a.skip_router else part_router(a, qs)
     res["nodes"] = prev.get("nodes") if a.skip_nodes else part_nodes(a, qs)
-    if a.skip_projection:
-        res["projection"] = prev.get("projection")
+    kept = [x for x, skip in (("1", a.skip_router), ("2", a.skip_nodes), ("3's measurements", a.skip_projection))
+            if skip]
+    if kept:
+        res["kept"] = {"sections": kept, "from": prev.get("kept", {}).get("from") or prev.get("machine", {}).get("date")}
+    if a.skip_projection:  # the stored measurements, projected again with this run's router overhead
+        old = prev.get("projection")
+        res["projection"] = dict(project(old["measured"], res["router"]), measured=old["measured"]) if old else None
     else:
         m = part_projection(a, qs, res["router"])
         res["projection"] = dict(project(m, res["router"]), measured=m)
