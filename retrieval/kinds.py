@@ -66,7 +66,9 @@ PRIMARY = "bm25"
 class BuildContext:
     """What a kind may read while it builds: the document store (``docs()`` streams
     ``(docid, contents)`` from it), the corpus fingerprint, a cache folder for
-    resumable work, vectors another stage already computed, and the executor that
+    resumable work, vectors another stage already computed (``precomputed``: the quality
+    estimator's), what a sharded index's kinds computed once for all shards (``shared``, per
+    sub-index name; :meth:`shared_part` is the one of ``subindex``), and the executor that
     runs the kind's model (``retrieval.executors.runner_of(ctx.executor)``)."""
 
     store_path: Path
@@ -75,6 +77,8 @@ class BuildContext:
     quiet: bool = False
     threads: int = 2
     precomputed: Optional[dict] = None
+    shared: Optional[Dict[str, Any]] = None              # sub-index name -> what its kind made for every shard
+    subindex: str = ""                                   # the name of the sub-index being built or changed
     generation: int = 0                                  # the generation being written
     stream: Optional[Iterable[Tuple[str, str]]] = None   # docs as they are read (BM25 during a build)
     meanwhile: Optional[Callable[[], None]] = None       # work that overlaps the Lucene indexer
@@ -86,6 +90,11 @@ class BuildContext:
         from indexes.docstore import DocStore
 
         return ((docid, contents(title, text)) for docid, title, text, _meta in DocStore(self.store_path).iter_docs())
+
+    def shared_part(self) -> Any:
+        """What a sharded index's kind computed once for every shard for the sub-index being built or
+        changed (its :meth:`SubIndexKind.shard_vectors`, read by that kind alone), or None."""
+        return (self.shared or {}).get(self.subindex) if self.subindex else None
 
 
 @dataclass
@@ -283,11 +292,14 @@ class SubIndexKind:
         return {}
 
     def shard_vectors(self, docs: Sequence, spec=None, entry: Optional[dict] = None, quiet: bool = False,
-                      executor=None) -> Optional[dict]:
+                      executor=None, threads: int = 2, given: Any = None) -> Any:
         """For a sharded index: what this kind's model makes of ``docs`` (``retrieval.types.Document``),
-        computed once for all shards as one folder's build (``spec``) or change (``entry``) computes it,
-        in the form of ``BuildContext.precomputed``; each shard's build or change then uses those rows
-        instead of encoding its own part, whose batches would differ. None: nothing to share."""
+        computed once for all shards as one folder's build (``spec``) or change (``entry``; ``threads``:
+        the writer's, as a folder's change gets them) computes it, in a form the kind alone reads: each
+        shard's build or change finds it as ``BuildContext.shared_part()`` and uses its documents' part
+        instead of encoding its own part, whose batches would differ. ``given``: what the caller already
+        made of ``docs`` (``build_sharded``'s ``precomputed``), which a kind returns if it is its own form.
+        None: nothing to share."""
         return None
 
     def after_add(self, index, name: str, spec, quiet: bool = False) -> None:

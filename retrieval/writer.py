@@ -25,6 +25,7 @@ import hashlib
 import re
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import AbstractSet, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -83,7 +84,7 @@ def build_index(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[s
                 empty: str = "error", quiet: bool = False,
                 keep: Union[AbstractSet[str], Callable[[Document], bool], None] = None,
                 pruning: Optional[dict] = None, precomputed: Optional[dict] = None,
-                generation: Optional[int] = None, executor=None) -> Index:
+                generation: Optional[int] = None, executor=None, shared: Optional[dict] = None) -> Index:
     """Build an index folder: a document store and the sub-indexes ``subindexes`` (name -> spec,
     each spec naming its kind: ``{"dense": DenseSpec()}``). The sub-index that indexes the corpus
     as it is read (BM25's kind) is built with its default spec unless ``subindexes`` holds one
@@ -100,6 +101,8 @@ def build_index(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[s
     in the manifest as-is, with the number of documents dropped added.
     ``precomputed``: vectors another stage already computed for the documents (the quality
     estimator's), which a kind uses when they are its encoder's (``BuildContext.precomputed``).
+    ``shared``: per sub-index name, what its kind already made of these documents for every shard of
+    a sharded index (``SubIndexKind.shard_vectors``; ``BuildContext.shared``).
     ``generation``: the folder's first generation (default: 0, or the one after that of
     the folder it replaces). ``executor`` (:class:`retrieval.executors.Executor`, or an
     opened runner) says where the kinds' models run; Lucene always runs here.
@@ -116,11 +119,13 @@ def build_index(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[s
         if rest:
             with open_executor(executor) as ex:
                 ctx = BuildContext(tmp / folder.DOCSTORE, m["corpus"]["fingerprint"], _cache_base(index_dir),
-                                   quiet=quiet, threads=threads, precomputed=precomputed, generation=gen, executor=ex)
+                                   quiet=quiet, threads=threads, precomputed=precomputed, generation=gen, executor=ex,
+                                   shared=shared)
                 for name, spec in rest.items():
                     k = get_kind(spec.kind)
                     (tmp / name).mkdir()  # a kind writes into the folder it is given, as in a change
-                    for n, e in k.entries(name, k.build(tmp / name, name, ctx, spec)).items():
+                    built = k.build(tmp / name, name, replace(ctx, subindex=name), spec)
+                    for n, e in k.entries(name, built).items():
                         m["subindexes"][n] = dict(e, generation=gen)
         gens.pause("index:built")
         folder.write_built(tmp, m)
@@ -359,7 +364,8 @@ def _source(corpus) -> str:
 
 
 def _apply(ch: folder.Change, removed: Sequence[str], added: Sequence[Document], op: str, source: str,
-           t0: float, extra: Optional[dict] = None, executor=None, precomputed: Optional[dict] = None) -> None:
+           t0: float, extra: Optional[dict] = None, executor=None, precomputed: Optional[dict] = None,
+           shared: Optional[dict] = None) -> None:
     """Change every sub-index (and the store) of ``ch``'s new generation by the same documents
     (their model stages on ``executor``, an opened runner)."""
     m = ch.old
@@ -371,7 +377,7 @@ def _apply(ch: folder.Change, removed: Sequence[str], added: Sequence[Document],
                          f"build a new one instead", ch.path)
     ch.store.change(ch.gen, removed, added)
     gens.pause("write:after-docstore")
-    ctx = _context(ch, executor=executor, precomputed=precomputed)
+    ctx = _context(ch, executor=executor, precomputed=precomputed, shared=shared)
     physical = [name for name, e in m["subindexes"].items() if not e.get("alias_of")]
     for name in progress(physical, desc=f"{op}: updating sub-indexes", unit="sub-index", quiet=ch.quiet):
         folder = ch.stage(name)
@@ -380,7 +386,7 @@ def _apply(ch: folder.Change, removed: Sequence[str], added: Sequence[Document],
         if removed:
             e = k.delete(folder, e, removed, ctx)
         if added:
-            e = k.append(folder, e, added, ctx)
+            e = k.append(folder, e, added, replace(ctx, subindex=name))
         ch.new["subindexes"][name] = dict(e, doc_count=int(e["doc_count"]) - len(removed) + len(added),
                                           deleted_pending=int(e.get("deleted_pending", 0)) + len(removed),
                                           added_pending=int(e.get("added_pending", 0)) + len(added),
@@ -456,7 +462,7 @@ def _pruning_record(ch: folder.Change, read: int, kept: int) -> None:
 
 def add_documents(index, corpus: Union[str, Path, Iterable[Document]], threads: int = 2, empty: str = "error",
                   quiet: bool = False, report: Optional[dict] = None, executor=None,
-                  precomputed: Optional[dict] = None) -> Index:
+                  precomputed: Optional[dict] = None, shared: Optional[dict] = None) -> Index:
     """Add the documents of ``corpus`` to every sub-index of ``index`` (an Index or its folder)
     as one new generation; returns the reopened Index. Ids already in the index are an error
     (use :func:`update_documents` to replace them). In a folder pruned by passage quality,
@@ -464,23 +470,24 @@ def add_documents(index, corpus: Union[str, Path, Iterable[Document]], threads: 
     added. ``report`` (a dict) receives the counts: ``read``, ``added``, ``pruned``.
     ``executor`` runs the model stages (:class:`retrieval.executors.Executor`), as in
     :func:`index_corpus`. ``precomputed``: vectors already made for these documents
-    (``BuildContext.precomputed``; a sharded index encodes a change once for all its shards)."""
-    return _write(index, corpus, "add", threads, empty, quiet, report, executor, precomputed)
+    (``BuildContext.precomputed``); ``shared``: per sub-index name, what its kind made of them once
+    for all shards of a sharded index (``BuildContext.shared``)."""
+    return _write(index, corpus, "add", threads, empty, quiet, report, executor, precomputed, shared)
 
 
 def update_documents(index, corpus: Union[str, Path, Iterable[Document]], threads: int = 2, empty: str = "error",
                      quiet: bool = False, report: Optional[dict] = None, executor=None,
-                     precomputed: Optional[dict] = None) -> Index:
+                     precomputed: Optional[dict] = None, shared: Optional[dict] = None) -> Index:
     """Replace the documents of ``index`` that have the ids of ``corpus``'s documents and add
     the others, in every sub-index, as one new generation; returns the reopened Index. Only
     the given text is encoded. In a pruned folder a new version below the threshold removes
     the old one. ``report``: ``read``, ``added`` (new ids), ``replaced``, ``pruned``, ``removed``.
-    ``executor``, ``precomputed``: as in :func:`add_documents`."""
-    return _write(index, corpus, "update", threads, empty, quiet, report, executor, precomputed)
+    ``executor``, ``precomputed``, ``shared``: as in :func:`add_documents`."""
+    return _write(index, corpus, "update", threads, empty, quiet, report, executor, precomputed, shared)
 
 
 def _write(index, corpus, op: str, threads: int, empty: str, quiet: bool, report: Optional[dict],
-           executor=None, precomputed: Optional[dict] = None) -> Index:
+           executor=None, precomputed: Optional[dict] = None, shared: Optional[dict] = None) -> Index:
     path = _path_of(index)
     executor = _executor_spec(executor)  # a bad option fails before the corpus is read
     docs = _read_docs(corpus, empty)  # read and checked before the lock: a bad file changes nothing
@@ -510,7 +517,7 @@ def _write(index, corpus, op: str, threads: int, empty: str, quiet: bool, report
         if not kept and not removed:
             return Index.open(path)  # every new document fell below the pruning threshold: nothing changes
         _pruning_record(ch, len(docs), len(kept))
-        _apply(ch, removed, kept, op, _source(corpus), t0, executor=ex, precomputed=precomputed)
+        _apply(ch, removed, kept, op, _source(corpus), t0, executor=ex, precomputed=precomputed, shared=shared)
         _committed(ch, report)
     return Index.open(path)
 

@@ -430,25 +430,30 @@ class DenseKind(SubIndexKind):
 
     def build(self, folder: Path, name: str, ctx: BuildContext, spec: DenseSpec) -> dict:
         return build_dense(folder, name, ctx.store_path, spec, ctx.fingerprint, ctx.cache_base, ctx.quiet,
-                           precomputed=ctx.precomputed, executor=ctx.executor)
+                           precomputed=ctx.shared_part() or ctx.precomputed, executor=ctx.executor)
 
     def append(self, folder: Path, entry: dict, docs: Sequence, ctx: BuildContext) -> dict:
         """Only the new passages are encoded; their vectors go to a delta file of this generation."""
         from indexes.faiss_live import add_delta, open_live
 
         ids = [d.docid for d in docs]
-        vecs = _reusable(ctx.precomputed, entry["encoder"], ids) if ctx.precomputed else None
+        pre = ctx.shared_part() or ctx.precomputed  # a sharded change's vectors, else another stage's
+        vecs = _reusable(pre, entry["encoder"], ids) if pre else None
         if vecs is None:
             vecs = _encode_new(entry, docs, ctx.quiet, ctx.executor)
         add_delta(folder, vecs, ids, ctx.generation)
         return dict(entry, faiss=open_live(folder).describe(folder))
 
     def shard_vectors(self, docs: Sequence, spec=None, entry: Optional[dict] = None, quiet: bool = False,
-                      executor=None) -> Optional[dict]:
+                      executor=None, threads: int = 2, given=None) -> Optional[dict]:
         """The vectors a build (``spec``: shards of ``spec.shard_size`` texts in the corpus's order, as
         ``_encode_store`` cuts them) or a change (``entry``: the change's documents at once, as
         ``_encode_new``) makes; a vector depends on its batch's padding, so shards encoding their own
-        parts would differ from one folder in the last bits."""
+        parts would differ from one folder in the last bits. ``given`` vectors of every document (this
+        function's form) stand in for encoding; the build checks their encoder (``_reusable``)."""
+        if isinstance(given, dict) and {"config", "docids", "array"} <= set(given) \
+                and {d.docid for d in docs} <= set(given["docids"]):
+            return given
         if entry is not None:
             return {"config": entry["encoder"], "docids": [d.docid for d in docs],
                     "array": _encode_new(entry, docs, quiet, executor)}

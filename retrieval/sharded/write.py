@@ -85,8 +85,9 @@ def build_sharded(corpus: Union[str, Path, Iterable[Document]], index_dir: Union
     """Build a sharded index: ``shards`` ordinary folders (each :func:`retrieval.writer.build_index`
     of the documents routed to it, with the same ``subindexes``) and the sharded manifest, staged
     beside ``index_dir`` and moved into place when every shard is built. Returns the opened
-    :class:`retrieval.sharded.index.ShardedIndex`. ``precomputed``: vectors already made for the
-    documents (``BuildContext.precomputed``), else a model's kind makes them once for every shard.
+    :class:`retrieval.sharded.index.ShardedIndex`. Every model kind makes what its model makes of the
+    documents once for every shard (:func:`_vectors`); ``precomputed``: vectors already made for the
+    documents (``BuildContext.precomputed``), which the kind whose form they are takes instead.
     What a kind chooses on the documents (DeepCT's tuning) is chosen once for the whole index, as one
     folder of these documents would choose, and recorded in every shard (:func:`tune_shards`)."""
     from retrieval.sharded.index import ShardedIndex
@@ -104,15 +105,15 @@ def build_sharded(corpus: Union[str, Path, Iterable[Document]], index_dir: Union
     shutil.rmtree(stage, ignore_errors=True)
     stage.mkdir(parents=True)
     try:
-        shared = precomputed or _vectors(docs, [(kind_of_spec(s), s, None) for s in (subindexes or {}).values()],
-                                         quiet, executor)
+        shared = _vectors(docs, [(n, kind_of_spec(s), s, None) for n, s in (subindexes or {}).items()],
+                          quiet, executor, threads, given=precomputed)
         # each kind's spec for one shard: what a kind chooses on the documents is chosen once, below
         each = {n: kind_of_spec(s).shard_spec(s) for n, s in subindexes.items()} \
             if isinstance(subindexes, Mapping) else subindexes
         for i, part in enumerate(parts):
             where = stage / record["folders"][i]
             writer.build_index(part, where, subindexes=each, threads=threads, empty=empty, quiet=quiet,
-                               executor=executor, precomputed=shared).close()
+                               executor=executor, precomputed=precomputed, shared=shared).close()
             member = sh.member(record, i)
             folder.commit_manifest(where, lambda ch, m=member: ch.new.__setitem__("sharded", m))
         record["generations"] = [int(mf.read_manifest(stage / f)["generation"]) for f in record["folders"]]
@@ -161,15 +162,20 @@ def commit_manifests(path: Union[str, Path], edit: Callable[[Any], None],
             folder.commit_manifest(p, edit, based_on=based_on[i] if based_on is not None else None)
 
 
-def _vectors(docs: Sequence[Document], makers, quiet: bool, executor) -> Optional[dict]:
-    """What a kind's model makes of ``docs``, once for every shard (``SubIndexKind.shard_vectors``): the
-    first kind that has some (one ``BuildContext.precomputed`` per change; a second model sub-index
-    would encode each shard's part itself, exact to the last float bits only for the first)."""
-    for kind, spec, entry in makers:
-        got = kind.shard_vectors(docs, spec=spec, entry=entry, quiet=quiet, executor=executor)
+def _vectors(docs: Sequence[Document], makers, quiet: bool, executor, threads: int = 2,
+             given: Any = None) -> Dict[str, Any]:
+    """Per sub-index name, what its kind's model makes of ``docs``, once for every shard
+    (``SubIndexKind.shard_vectors``; ``makers``: (name, kind, spec, entry)), as one folder's build or
+    change of ``docs`` makes it: each shard's part of it then stands in for encoding the shard's own
+    documents in batches of their own (``BuildContext.shared``), so every model sub-index, not only
+    the first, holds exactly what one folder holds."""
+    out: Dict[str, Any] = {}
+    for name, kind, spec, entry in makers:
+        got = kind.shard_vectors(docs, spec=spec, entry=entry, quiet=quiet, executor=executor, threads=threads,
+                                 given=given)
         if got is not None:
-            return got
-    return None
+            out[name] = got
+    return out
 
 
 def _may_write(index_dir: Path, overwrite: bool) -> None:
@@ -285,8 +291,9 @@ def write_documents(path: Union[str, Path], corpus, op: str = "add", threads: in
     docs = _read(corpus, empty)
     parts = _split(docs, len(paths))
     fn = writer.add_documents if op == "add" else writer.update_documents
-    entries = [e for e in mf.read_manifest(paths[0]).get("subindexes", {}).values() if not e.get("alias_of")]
-    shared = _vectors(docs, [(kind_of(e), None, e) for e in entries], quiet, executor)  # before the locks
+    entries = {n: e for n, e in mf.read_manifest(paths[0]).get("subindexes", {}).items() if not e.get("alias_of")}
+    shared = _vectors(docs, [(n, kind_of(e), None, e) for n, e in entries.items()], quiet, executor,
+                      threads)  # before the locks
     reports = []
     with _transaction(path, quiet) as paths:
         if op == "add":
@@ -298,7 +305,7 @@ def write_documents(path: Union[str, Path], corpus, op: str = "add", threads: in
             if part:
                 rep: Dict[str, Any] = {}
                 fn(p, part, threads=threads, empty=empty, quiet=quiet, report=rep, executor=executor,
-                   precomputed=shared).close()
+                   shared=shared).close()
                 reports.append(rep)
         _drop_tuned(paths, [bool(part) for part in parts])
     _sum(reports, report)
