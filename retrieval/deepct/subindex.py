@@ -81,24 +81,69 @@ class DeepCTSpec:
 
 
 # ----------------------------------------------------------------------------------- build
+def _spec_encoder(spec: DeepCTSpec):
+    from retrieval.deepct.model import DeepCTEncoder
+
+    return DeepCTEncoder(spec.model, device=spec.device, max_length=spec.max_length, batch_size=spec.batch_size,
+                         stride=spec.stride, threads=spec.threads)
+
+
+def shared_weights(docs: Sequence, spec: Optional[DeepCTSpec] = None, entry: Optional[dict] = None,
+                   quiet: bool = False, executor=None, threads: int = 2) -> dict:
+    """The term weights of ``docs`` (``retrieval.types.Document``) for every shard of a sharded index,
+    made once as one folder makes them: a build of ``spec`` (the spec's encoder over the documents in
+    order, as :func:`build_deepct` reads its store) or a change of the sub-index ``entry`` (its own
+    encoder, the writer's ``threads``, the change's documents at once, as :func:`append_deepct`). A
+    weight depends on its batch's padding in the last float bits, so shards encoding their own parts
+    would store other weights than one folder (and BM25 over sqrt pseudo-tf would round otherwise)."""
+    from retrieval.executors import runner_of
+
+    t0 = time.perf_counter()
+    if entry is not None:
+        enc = entry_encoder(entry, "adding documents to a DeepCT sub-index", threads=threads, stride=True)
+    else:
+        spec.validate()
+        enc = _spec_encoder(spec)
+    run, pairs = term_weights(enc, [(d.docid, d.contents) for d in docs], len(docs), runner_of(executor), quiet)
+    weights = dict(pairs)
+    what = "build" if entry is None else "change"
+    return {"encoder": enc.config(), "weights": weights, "encoded_by": run.record(),
+            "encode_seconds": round(time.perf_counter() - t0, 2),
+            "source": f"the sharded index's {what} (encoded once for every shard)"}
+
+
+def _from_shared(shared: Optional[dict], encoder: dict, docids: Sequence[str]):
+    """The stream of ``(docid, weights)`` of ``docids`` from ``shared`` (:func:`shared_weights`), when its
+    encoder is ``encoder`` and it holds every one of them; else None (the caller encodes)."""
+    if not shared or shared.get("encoder") != encoder:
+        return None
+    w = shared["weights"]
+    if any(d not in w for d in docids):
+        return None
+    return ((d, w[d]) for d in docids)
+
+
 def build_deepct(folder: Path, name: str, store_path: Path, spec: DeepCTSpec, fingerprint: str,
-                 quiet: bool = False, executor=None) -> dict:
+                 quiet: bool = False, executor=None, shared: Optional[dict] = None) -> dict:
     """Encode every document of the store with the DeepCT model and write the
     Lucene variants into ``folder``; returns the manifest entry. ``executor``: an
-    opened runner of :mod:`retrieval.executors` (None: in-process)."""
-    from retrieval.deepct.model import DeepCTEncoder
+    opened runner of :mod:`retrieval.executors` (None: in-process). ``shared``: the weights
+    a sharded index made for every shard (:func:`shared_weights`), used instead of encoding
+    when they are this encoder's and cover the store; the entry's ``weights_from`` says which."""
     from retrieval.executors import StoreSource, runner_of
 
     spec.validate()
     folder.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    enc = DeepCTEncoder(spec.model, device=spec.device, max_length=spec.max_length, batch_size=spec.batch_size,
-                        stride=spec.stride, threads=spec.threads)
+    enc = _spec_encoder(spec)
     src = StoreSource(store_path)
     n = len(src)
     if not n:
         raise InputError("no documents to encode")
-    run, pairs = term_weights(enc, src, n, runner_of(executor), quiet)
+    pairs = _from_shared(shared, enc.config(), [d for d, _t in src]) if shared else None
+    run = None
+    if pairs is None:
+        run, pairs = term_weights(enc, src, n, runner_of(executor), quiet)
     ids, sizes, index_s, empty = write_variants(folder, pairs, spec.index_threads)
     encode_s = time.perf_counter() - t0 - sum(index_s.values())
     entry = {
@@ -113,7 +158,8 @@ def build_deepct(folder: Path, name: str, store_path: Path, spec: DeepCTSpec, fi
                   "training": enc.card.get("training", {}).get("settings")},
         "encoder": enc.config(), "corpus_fingerprint": fingerprint,
         "documents_without_terms": empty, "variant_bytes": sizes, "index_seconds": index_s,
-        "encode_seconds": round(encode_s, 2), "encoded_by": run.record(), "spec": asdict(spec),
+        "encode_seconds": round(encode_s, 2), "encoded_by": run.record() if run else shared["encoded_by"],
+        "weights_from": "encoded" if run else shared["source"], "spec": asdict(spec),
     }
     if spec.tune and (spec.k1 is None or spec.b is None):
         with folder_runs(folder, entry) as run:
@@ -141,16 +187,22 @@ def entry_encoder(entry: dict, purpose: str, threads: Optional[int] = 1, stride:
 
 
 def append_deepct(folder: Path, entry: dict, docs: Sequence[Tuple[str, str]], threads: int = 2,
-                  quiet: bool = True, generation: int = 0, executor=None) -> dict:
+                  quiet: bool = True, generation: int = 0, executor=None, shared: Optional[dict] = None) -> dict:
     """Encode ``(docid, contents)`` pairs with the sub-index's own model and append them
     to its stored weights and every Lucene variant; returns the updated entry. The
-    defaults (mode, scale, k1/b) stay as tuned; the new documents are not tuned on."""
+    defaults (mode, scale, k1/b) stay as tuned; the new documents are not tuned on.
+    ``shared``: a sharded change's weights (:func:`shared_weights`), used instead of encoding
+    when they are this sub-index's encoder's and hold every document; ``added_weights_from``
+    records where this change's weights came from."""
     from retrieval.executors import runner_of
 
-    enc = entry_encoder(entry, "adding documents to a DeepCT sub-index", threads=threads, stride=True)
-    _run, pairs = term_weights(enc, docs, len(docs), runner_of(executor), quiet)
+    pairs = _from_shared(shared, entry.get("encoder"), [d for d, _t in docs]) if shared else None
+    source = "encoded" if pairs is None else shared["source"]
+    if pairs is None:
+        enc = entry_encoder(entry, "adding documents to a DeepCT sub-index", threads=threads, stride=True)
+        _run, pairs = term_weights(enc, docs, len(docs), runner_of(executor), quiet)
     _ids, sizes, _secs, empty = write_variants(folder, pairs, threads, append=True, generation=generation)
-    return dict(entry, variant_bytes=sizes,
+    return dict(entry, variant_bytes=sizes, added_weights_from=source,
                 documents_without_terms=int(entry.get("documents_without_terms", 0)) + empty)
 
 
@@ -294,13 +346,14 @@ class DeepCTKind(SubIndexKind):
 
     def build(self, folder: Path, name: str, ctx: BuildContext, spec: DeepCTSpec) -> dict:
         return build_deepct(folder, name, ctx.store_path, spec, ctx.fingerprint, quiet=ctx.quiet,
-                            executor=ctx.executor)
+                            executor=ctx.executor, shared=ctx.shared_part())
 
     def append(self, folder: Path, entry: dict, docs: Sequence, ctx: BuildContext) -> dict:
         if entry.get("alias_of"):  # deepct-query shares its target's folder: the writer mirrors the target
             return entry
         return append_deepct(folder, entry, [(d.docid, d.contents) for d in docs], threads=ctx.threads,
-                             quiet=ctx.quiet, generation=ctx.generation, executor=ctx.executor)
+                             quiet=ctx.quiet, generation=ctx.generation, executor=ctx.executor,
+                             shared=ctx.shared_part())
 
     def delete(self, folder: Path, entry: dict, docids: Sequence[str], ctx: BuildContext) -> dict:
         if entry.get("alias_of"):
@@ -341,6 +394,13 @@ class DeepCTKind(SubIndexKind):
         """Tune ``bm25+<name>`` on the model's held-out training queries, when there are any."""
         if spec.tune_fusion and "bm25" in index.retrievers:
             tune_default_fusion(index, name, quiet=quiet)
+
+    def shard_vectors(self, docs: Sequence, spec=None, entry: Optional[dict] = None, quiet: bool = False,
+                      executor=None, threads: int = 2, given=None) -> Optional[dict]:
+        """The term weights of a sharded build or change, made once for every shard (:func:`shared_weights`)."""
+        if entry is not None and entry.get("alias_of"):
+            return None
+        return shared_weights(docs, spec=spec, entry=entry, quiet=quiet, executor=executor, threads=threads)
 
     def shard_spec(self, spec: DeepCTSpec) -> DeepCTSpec:
         """Each shard is built without tuning: :meth:`tune_sharded` chooses once for the whole index."""
