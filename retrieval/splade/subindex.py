@@ -74,25 +74,53 @@ def _encoder(spec_or_entry, purpose: str = "", threads: Optional[int] = 1, devic
     return enc
 
 
-def _write(folder: Path, enc, docs, total: int, ctx: BuildContext, append: bool):
-    """Encode ``(docid, contents)`` pairs where ``ctx.executor`` says and index their impacts;
-    returns (documents, postings written, indexing seconds, the run)."""
+def _encode(enc, docs, total: int, executor, quiet: bool):
+    """(the run, stream of ``(docid, impacts)``): ``docs`` encoded where ``executor`` says."""
     from retrieval.executors import runner_of
 
-    run = runner_of(ctx.executor).map(enc.stage(), docs, total=total, desc="SPLADE encoding", quiet=ctx.quiet,
-                                      threads=None)
+    run = runner_of(executor).map(enc.stage(), docs, total=total, desc="SPLADE encoding", quiet=quiet, threads=None)
+    return run, ((d, v) for ids, vecs in run for d, v in zip(ids, vecs))
+
+
+def shared_impacts(docs: Sequence, spec: Optional[SpladeSpec] = None, entry: Optional[dict] = None,
+                   quiet: bool = False, executor=None, threads: int = 2) -> dict:
+    """The impacts of ``docs`` (``retrieval.types.Document``) for every shard of a sharded index, made
+    once as one folder's build of ``spec`` (the documents in order) or change of the sub-index ``entry``
+    (its encoder, the writer's ``threads``, the change's documents at once) makes them: a float weight
+    depends on its batch's padding in the last bits, and a shard's own batches could round an impact
+    otherwise."""
+    enc = _encoder(spec.validate()) if entry is None else _encoder(entry, "adding documents to a SPLADE sub-index",
+                                                        threads=threads)
+    run, pairs = _encode(enc, [(d.docid, d.contents) for d in docs], len(docs), executor, quiet)
+    vectors = dict(pairs)
+    what = "build" if entry is None else "change"
+    return {"encoder": enc.config(), "vectors": vectors, "encoded_by": run.record(),
+            "source": f"the sharded index's {what} (encoded once for every shard)"}
+
+
+def _write(folder: Path, enc, docs, total: int, ctx: BuildContext, append: bool, encoder: dict):
+    """Index the impacts of ``(docid, contents)`` pairs: the shared ones of a sharded build or change
+    (``ctx.shared_part()``, when they are ``encoder``'s and hold every document), else encoded where
+    ``ctx.executor`` says (``enc()`` makes the encoder); returns (documents, postings written, indexing
+    seconds, the run's record, where the impacts came from)."""
+    shared = ctx.shared_part()
+    ids = [d for d, _t in docs] if shared else []
+    if shared and shared.get("encoder") == encoder and all(d in shared["vectors"] for d in ids):
+        pairs, record, source = ((d, shared["vectors"][d]) for d in ids), shared["encoded_by"], shared["source"]
+    else:
+        run, pairs = _encode(enc(), docs, total, ctx.executor, ctx.quiet)
+        record, source = None, "encoded"
     n = postings = 0
 
     def vectors():
         nonlocal n, postings
-        for ids, vecs in run:
-            for d, v in zip(ids, vecs):
-                n += 1
-                postings += len(v)
-                yield d, v
+        for d, v in pairs:
+            n += 1
+            postings += len(v)
+            yield d, v
 
     secs = impact.index_vectors(vectors(), folder / LUCENE, impact=True, threads=ctx.threads, append=append)
-    return n, postings, secs, run
+    return n, postings, secs, record or run.record(), source
 
 
 class SpladeRetriever(RetrieverBase):
@@ -198,20 +226,29 @@ class SpladeKind(SubIndexKind):
         total = len(src)
         if not total:
             raise InputError("no documents to encode")
-        n, postings, index_s, run = _write(folder, enc, src, total, ctx, append=False)
+        n, postings, index_s, record, source = _write(folder, lambda: enc, src, total, ctx, append=False,
+                                                      encoder=enc.config())
         return {
             "kind": "splade", "path": name, "built_at": mf.now(), "doc_count": n,
             "config": {"query": spec.query, "quantization": QUANTIZATION, "terms": "word-pieces (pre-tokenised)"},
             "model": {"name": spec.model, "sha256": enc.model_hash}, "encoder": enc.config(),
-            "corpus_fingerprint": ctx.fingerprint, "encoded_by": run.record(),
+            "corpus_fingerprint": ctx.fingerprint, "encoded_by": record, "impacts_from": source,
             "index_seconds": round(index_s, 2), "build_seconds": round(time.perf_counter() - t0, 2),
             "spec": asdict(spec),
         }
 
     def append(self, folder: Path, entry: dict, docs: Sequence, ctx: BuildContext) -> dict:
-        enc = _encoder(entry, "adding documents to a SPLADE sub-index", threads=ctx.threads)
-        _write(folder, enc, [(d.docid, d.contents) for d in docs], len(docs), ctx, append=True)
-        return entry
+        def enc():
+            return _encoder(entry, "adding documents to a SPLADE sub-index", threads=ctx.threads)
+
+        *_n, source = _write(folder, enc, [(d.docid, d.contents) for d in docs], len(docs), ctx, append=True,
+                             encoder=entry.get("encoder"))
+        return dict(entry, added_impacts_from=source)
+
+    def shard_vectors(self, docs: Sequence, spec=None, entry: Optional[dict] = None, quiet: bool = False,
+                      executor=None, threads: int = 2, given=None) -> Optional[dict]:
+        """The impacts of a sharded build or change, made once for every shard (:func:`shared_impacts`)."""
+        return shared_impacts(docs, spec=spec, entry=entry, quiet=quiet, executor=executor, threads=threads)
 
     def delete(self, folder: Path, entry: dict, docids: Sequence[str], ctx: BuildContext) -> dict:
         impact.delete(folder, [LUCENE], docids)
