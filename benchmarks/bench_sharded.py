@@ -316,7 +316,10 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.kinds:
         r = kinds(by_name([a.kinds])[0], a.shards, tune=a.deepct_tune == "on")
-        write_section(f"kinds-{r['collection']}", r, _md_kinds(r))
+        # the default counts keep one section per collection; other counts get their own, so a rerun at
+        # one count adds to the file instead of replacing the rows of the others
+        tail = "" if a.shards == [2, 4, 8] else "-" + "-".join(map(str, a.shards))
+        write_section(f"kinds-{r['collection']}{tail}", r, _md_kinds(r))
         return 0
     cols = by_name(a.collections)
     if "equality" not in a.skip:
