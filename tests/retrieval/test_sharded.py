@@ -80,6 +80,33 @@ def test_runs_equal_the_single_folder_s(pair, small_corpus):
     assert [(h.docid, h.score, h.scores, h.ranks) for h in ra] == [(h.docid, h.score, h.scores, h.ranks) for h in rb]
 
 
+def test_rounds_are_left_out_where_they_change_nothing(pair, small_corpus):
+    """Dense alone reads no statistics (no statistics round); an unfused search with text gets its texts
+    with the shards' lists (no fetch round); BM25 keeps its statistics round and a fusion its fetch (one
+    call for both shards) after its confidence round. Every answer equals the single folder's, texts included."""
+    from retrieval.sharded.index import ShardedIndex, call_each
+
+    single, _sharded, base = pair
+    rounds = []
+
+    def counting(shards, method, args, kwargs):  # the in-process caller, each round written down
+        rounds.append(method)
+        return call_each(shards, method, args, kwargs)
+
+    q = next(iter(_queries(small_corpus).values()))
+    with ShardedIndex.open(base / "sharded") as ix:
+        ix._call = counting
+        for retriever, text, want in (("dense", True, ["search"]), ("dense", False, ["search"]),
+                                      ("bm25", True, ["stats", "search"]),
+                                      ("bm25+dense", True, ["stats", "search", "confidence", "fetch"])):
+            rounds.clear()
+            got = ix.search(q, k=5, retriever=retriever, text=text)
+            assert rounds == want, retriever
+            assert [(h.docid, h.score, h.title, h.text, h.metadata) for h in got] == \
+                [(h.docid, h.score, h.title, h.text, h.metadata) for h in single.search(q, k=5, retriever=retriever,
+                                                                                        text=text)]
+
+
 def test_bm25_parameters_apply_to_every_shard(pair, small_corpus):
     single, sharded, _ = pair
     qs = _queries(small_corpus)
