@@ -129,6 +129,74 @@ def test_deepct_and_splade_runs_equal_the_single_folder_s(pair, corpus):
             [(h.docid, h.score, h.scores, h.ranks, h.text) for h in b], retriever
 
 
+def _folders(path) -> list:
+    from indexes import sharded as sh
+
+    return sh.shard_paths(path, sh.read(path)) if sh.is_sharded(path) else [Path(path)]
+
+
+def _stored(path) -> tuple:
+    """The DeepCT term weights stored for every document (the shards' together) and the DeepCT
+    manifest entry of each folder."""
+    from indexes import manifest as mf
+    from retrieval.deepct.weights import read_weights
+
+    weights, entries = {}, []
+    for p in _folders(path):
+        e = mf.read_manifest(p)["subindexes"]["deepct"]
+        entries.append(e)
+        weights.update(read_weights(p / e["path"]))
+    return weights, entries
+
+
+def test_a_shard_s_own_batches_would_weight_otherwise(corpus, model):
+    """Why the shards share one encoding: the weights a shard's passages get in batches of their own
+    differ in the last float bits from those they get in one folder's batches."""
+    from indexes.sharded import shard_of
+    from retrieval.collections import read_corpus
+    from retrieval.deepct.subindex import shared_weights
+
+    docs = list(read_corpus(corpus))
+    spec = _specs(model)["deepct"]
+    whole = shared_weights(docs, spec=spec, quiet=True)["weights"]
+    part = [d for d in docs if shard_of(d.docid, 2) == 0]
+    own = shared_weights(part, spec=spec, quiet=True)["weights"]
+    assert sum(own[d.docid] != whole[d.docid] for d in part) > 0
+
+
+def test_the_shards_store_the_folder_s_weights_without_encoding(pair):
+    """Every document's stored DeepCT weights are the folder's, and no shard encoded: the sharded
+    build encoded once for all of them (each shard's entry says where its weights came from); the
+    same for SPLADE's impacts."""
+    from indexes import manifest as mf
+
+    single, sharded = pair
+    a, single_entries = _stored(single.path)
+    b, shard_entries = _stored(sharded.path)
+    assert len(a) == 80 and a == b
+    assert [e["weights_from"] for e in single_entries] == ["encoded"]
+    assert all(e["weights_from"] == "the sharded index's build (encoded once for every shard)"
+               and e["encoded_by"]["executor"] == "in-process" for e in shard_entries), shard_entries
+    splade = [mf.read_manifest(p)["subindexes"]["splade"]["impacts_from"] for p in _folders(sharded.path)]
+    assert mf.read_manifest(single.path)["subindexes"]["splade"]["impacts_from"] == "encoded"
+    assert splade == ["the sharded index's build (encoded once for every shard)"] * 2
+
+
+def test_three_shards_store_the_folder_s_weights(pair, model, corpus, tmp_path):
+    """In its shard's own batches one passage of this corpus gets another stored (5-decimal) weight at
+    3 shards than in the folder's (measured when shards encoded their own parts: 13 of 80 passages' float
+    weights differed, one at the stored precision; at 2 shards only below it): the shards store the
+    folder's weights."""
+    from retrieval.sharded.write import build_sharded
+
+    single, _sharded = pair
+    spec = {"deepct": _specs(model)["deepct"]}
+    build_sharded(corpus, tmp_path / "s3", 3, subindexes=spec, quiet=True).close()
+    a, _e = _stored(single.path)
+    b, entries = _stored(tmp_path / "s3")
+    assert len(entries) == 3 and a == b
+
+
 # no collection statistics: exact after any history of changes
 IMPACT = DEEPCT[:2] + [("splade", {"query": "splade"}), ("splade", {"query": "tokens"}),
                        ("deepct+splade:rrf(k=60)", None), ("deepct-query", {"mode": "impact", "scale": "linear"}),
@@ -141,6 +209,7 @@ def test_writes_through_the_cli_keep_the_runs_equal(pair, corpus, tmp_path):
     BM25's statistics (BM25 and DeepCT's BM25 over pseudo term frequencies) count deleted documents
     until Lucene merges them away, which each shard and the folder do on their own segments, so
     those runs are equal again once `retr compact` has expunged the deleted documents on both."""
+    from indexes import manifest as mf
     from retrieval import writer
     from retrieval.collections import read_corpus
 
@@ -160,6 +229,14 @@ def test_writes_through_the_cli_keep_the_runs_equal(pair, corpus, tmp_path):
     writer.update_documents(single.path, list(read_corpus(upd)), quiet=True).close()
     writer.delete_documents(single.path, ids, quiet=True).close()
     single.refresh()
+    a, single_entries = _stored(single.path)  # deleted documents' weights stay until compaction, in both
+    b, shard_entries = _stored(sharded.path)
+    assert len(a) == 80 + 6 and a == b
+    assert [e["added_weights_from"] for e in single_entries] == ["encoded"]
+    assert [e["added_weights_from"] for e in shard_entries] == \
+        ["the sharded index's change (encoded once for every shard)"] * 2
+    assert [mf.read_manifest(p)["subindexes"]["splade"]["added_impacts_from"] for p in _folders(sharded.path)] == \
+        ["the sharded index's change (encoded once for every shard)"] * 2
     assert len(sharded) == len(single) == 80 + 6 - 9
     qs = _queries(corpus)
     _same(single, sharded, qs, runs=IMPACT)
