@@ -38,8 +38,10 @@ the prepared manifests as the shards' generations). Pause points for crash tests
 A reader that opens one shard folder on its own (``retr search --index SHARDED/shard-001``) sees that
 folder's ``manifest.json``: one shard's part of a write appears there at step 5, shard by shard, and a
 shard whose step 5 a kill cut off shows its previous generation until the next write of the sharded
-index. Writes made to one shard folder directly (``retr add --index SHARDED/shard-001``, the
-in-process server's and Ray Serve replicas' per-shard writes) commit that shard alone, as any folder;
+index. Writes made to one shard folder directly (``retr add --index SHARDED/shard-001``, and a Ray Serve
+replica's write of its own shard where the router's machine lacks some shard folder) commit that shard
+alone, as any folder (the in-process server, and a Ray Serve router that holds the whole folder, write
+through this module: one commit);
 the sharded index's readers see such a generation once it is there (a later one than
 ``shards.json`` names is taken as it is).
 """
