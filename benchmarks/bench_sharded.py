@@ -272,7 +272,7 @@ def _md_kinds(r) -> str:
         f"## DeepCT and SPLADE on {', '.join(map(str, r['shards'])) if isinstance(r['shards'], list) else r['shards']} shards: {r['collection']} ({r['documents']:,} documents, "
         f"{r['queries']} queries)", "",
         "A DeepCT model on the SPLADE-tiny body (bench_deepct's) and the bundled SPLADE-tiny, built as one folder "
-        "and as shards, each shard encoding its own passages. Every DeepCT variant (mode-scale pinned, k1/b at the "
+        "and as shards, the model outputs made once for every shard (BuildContext.shared). Every DeepCT variant (mode-scale pinned, k1/b at the "
         "build's defaults), DeepCT-Query, SPLADE and two fusions; TREC runs at k=100 compared as text. "
         + (("Built as a user's build is: DeepCT's mode, scale, k1/b and its bm25+deepct fusion tuned on the model's "
             "held-out training queries, once for the whole sharded index through its search (the rows marked "
