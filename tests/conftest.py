@@ -112,6 +112,26 @@ def encoded_by(index) -> dict:
             "source": f"{index.path.name} (the same encoder, the same passages)"}
 
 
+def judged_slice(scifact_dir, n_qrels: int, n_docs: int, corpus_dir, data_dir=None):
+    """A small SciFact training set: the first ``n_qrels`` training qrels, the passages they judge
+    first, then others up to ``n_docs`` (``corpus_dir/corpus.jsonl``), and those queries and qrels
+    (``data_dir``, default ``corpus_dir``: ``queries.jsonl``, ``qrels/train.tsv``). Returns ``data_dir``."""
+    data_dir = data_dir or corpus_dir
+    pairs = [l.split("\t") for l in (scifact_dir / "qrels" / "train.tsv").read_text().splitlines()[1:]][:n_qrels]
+    wanted = {d for _q, d, _r in pairs}
+    docs, rest = [], []
+    for line in open(scifact_dir / "corpus.jsonl", encoding="utf-8"):
+        (docs if json.loads(line)["_id"] in wanted else rest).append(line)
+    (corpus_dir / "corpus.jsonl").write_text("".join(docs + rest[:n_docs - len(docs)]), encoding="utf-8")
+    qids = {q for q, _d, _r in pairs}
+    (data_dir / "queries.jsonl").write_text("".join(l for l in open(scifact_dir / "queries.jsonl", encoding="utf-8")
+                                                    if json.loads(l)["_id"] in qids), encoding="utf-8")
+    (data_dir / "qrels").mkdir()
+    (data_dir / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\n"
+                                                  + "".join(f"{q}\t{d}\t{r}\n" for q, d, r in pairs))
+    return data_dir
+
+
 def with_meta(src, dst):
     """A copy of a BEIR corpus whose documents carry metadata derived from their id."""
     dst.mkdir(parents=True, exist_ok=True)

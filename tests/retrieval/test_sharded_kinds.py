@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_retr, with_meta
+from tests.conftest import judged_slice, run_retr, with_meta
 
 # (retriever, configure options or None)
 DEEPCT = [("deepct", {"mode": m, "scale": s}) for m in ("impact", "bm25") for s in ("linear", "sqrt")]
@@ -27,21 +27,9 @@ FILTERS = [None, {"shard": "odd"}, {"year": {"gte": 1995}}]
 def corpus(tmp_path_factory, scifact_dir):
     """80 SciFact passages (those judged for 20 training queries first) with conftest's metadata,
     and those queries with their qrels (the DeepCT model trains on them)."""
-    src = tmp_path_factory.mktemp("sk-src")
-    pairs = [l.split("\t") for l in (scifact_dir / "qrels" / "train.tsv").read_text().splitlines()[1:]][:20]
-    wanted = {d for _q, d, _r in pairs}
-    docs, rest = [], []
-    for line in open(scifact_dir / "corpus.jsonl", encoding="utf-8"):
-        (docs if json.loads(line)["_id"] in wanted else rest).append(line)
-    (src / "corpus.jsonl").write_text("".join(docs + rest[:80 - len(docs)]), encoding="utf-8")
-    out = with_meta(src, tmp_path_factory.mktemp("sk-data"))
-    qids = {q for q, _d, _r in pairs}
-    (out / "queries.jsonl").write_text("".join(l for l in open(scifact_dir / "queries.jsonl", encoding="utf-8")
-                                               if json.loads(l)["_id"] in qids), encoding="utf-8")
-    (out / "qrels").mkdir()
-    (out / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\n"
-                                             + "".join(f"{q}\t{d}\t{r}\n" for q, d, r in pairs))
-    return out
+    src, out = tmp_path_factory.mktemp("sk-src"), tmp_path_factory.mktemp("sk-data")
+    judged_slice(scifact_dir, 20, 80, src, out)
+    return with_meta(src, out)
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_retr
+from tests.conftest import judged_slice, run_retr
 
 DEFAULT_RUNS = ("deepct", "deepct-query", "bm25+deepct", "bm25")
 NOT_COMPARED = ("tuned_at", "seconds")  # when and how fast a fusion was tuned: each build's own
@@ -23,20 +23,7 @@ NOT_COMPARED = ("tuned_at", "seconds")  # when and how fast a fusion was tuned: 
 def corpus(tmp_path_factory, scifact_dir):
     """100 SciFact passages (those judged for the first 45 training qrels first), those queries
     and their qrels."""
-    out = tmp_path_factory.mktemp("st-data")
-    pairs = [l.split("\t") for l in (scifact_dir / "qrels" / "train.tsv").read_text().splitlines()[1:]][:45]
-    wanted = {d for _q, d, _r in pairs}
-    docs, rest = [], []
-    for line in open(scifact_dir / "corpus.jsonl", encoding="utf-8"):
-        (docs if json.loads(line)["_id"] in wanted else rest).append(line)
-    (out / "corpus.jsonl").write_text("".join(docs + rest[:100 - len(docs)]), encoding="utf-8")
-    qids = {q for q, _d, _r in pairs}
-    (out / "queries.jsonl").write_text("".join(l for l in open(scifact_dir / "queries.jsonl", encoding="utf-8")
-                                               if json.loads(l)["_id"] in qids), encoding="utf-8")
-    (out / "qrels").mkdir()
-    (out / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\n"
-                                             + "".join(f"{q}\t{d}\t{r}\n" for q, d, r in pairs))
-    return out
+    return judged_slice(scifact_dir, 45, 100, tmp_path_factory.mktemp("st-data"))
 
 
 @pytest.fixture(scope="module")
