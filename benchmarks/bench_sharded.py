@@ -7,7 +7,8 @@ and what does the DFS round cost?
   unfiltered and with two docid filters (30% of the documents: the path one folder cuts from its
   unfiltered ranking; 5%: the filtered search), compared as TREC text; then 50 held-out documents
   added, 50 deleted and 10 updated in every index, and compared again;
-- synthetic: the 100k-passage synthetic corpus (benchmarks.common.synthetic_corpus), BM25 only;
+- synthetic: the 100k-passage synthetic corpus (benchmarks.common.synthetic_corpus): BM25, dense (seeded
+  random vectors stand in for MiniLM's, :func:`stand_in_vectors`) and bm25+dense, before and after changes;
 - cost: per query in one process, the sharded search against the single folder's (ratios in one run),
   with the DFS statistics round's share.
 
@@ -134,24 +135,59 @@ def equality(col, shard_counts, k=100) -> dict:
             "before": before, "after_changes": after}
 
 
+def stand_in_vectors(docs, spec, seed: int = 0) -> dict:
+    """Seeded random unit vectors for ``docs`` in the form ``shard_vectors`` returns, under the encoder
+    config ``spec`` would record (so the build takes them as its own, ``vectors_from``): 100,000
+    synthetic passages would take MiniLM about 3 hours on 2 CPU cores (results/dense_speed.md), and
+    what the dense merge's exactness needs is vectors in faiss, not meaningful ones. Queries and
+    documents added later are encoded by MiniLM as usual."""
+    import numpy as np
+
+    from retrieval.dense.encoder import DenseEncoder
+
+    enc = DenseEncoder(spec.model, pooling=spec.pooling, device="cpu", max_length=spec.max_length,
+                       dtype=spec.dtype, quiet=True, sts_dir=spec.sts_dir)
+    rng = np.random.default_rng(seed)
+    array = rng.standard_normal((len(docs), enc.dim), dtype=np.float32)
+    array /= np.linalg.norm(array, axis=1, keepdims=True)
+    return {"config": enc.config(), "docids": [d.docid for d in docs], "array": array.astype(enc.out_dtype),
+            "source": "seeded random unit vectors (bench_sharded.stand_in_vectors)"}
+
+
 def synthetic(n_docs, shard_counts, queries, k=100) -> dict:
+    """The synthetic corpus as one folder and as shards: BM25 and dense (Flat, stand-in vectors: see
+    :func:`stand_in_vectors`) and bm25+dense, unfiltered and filtered, then after the changes of
+    :func:`_change` (whose added and updated documents MiniLM encodes), compared as TREC text."""
     import retrieval
+    from retrieval.collections import read_corpus
+    from retrieval.dense.subindex import DenseSpec
+    from retrieval.sharded.index import ShardedIndex
     from retrieval.sharded.write import build_sharded
 
     work = WORK / "sharded" / "synthetic"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     corpus = synthetic_corpus(n_docs, WORK / f"synthetic-{n_docs}.jsonl")
+    docs = list(read_corpus(corpus, empty="skip"))
+    base, held = docs[:-50], docs[-50:]
+    spec = {"dense": DenseSpec()}
+    pre = stand_in_vectors(base, spec["dense"])
     t0 = time.perf_counter()
-    single = retrieval.build_index(corpus, work / "single", quiet=True)
+    single = retrieval.build_index(base, work / "single", subindexes=spec, quiet=True, precomputed=pre)
     times = {"single": time.perf_counter() - t0}
     shards = {}
     for n in shard_counts:
         t0 = time.perf_counter()
-        shards[n] = build_sharded(corpus, work / f"s{n}", n, quiet=True)
+        shards[n] = build_sharded(base, work / f"s{n}", n, subindexes=spec, quiet=True, precomputed=pre)
         times[n] = time.perf_counter() - t0
-    rows = _compare(single, shards, queries, ["bm25"], {"none": None}, k)
-    return {"documents": n_docs, "queries": len(queries), "k": k, "build_seconds": times, "rows": rows,
+    pipelines = ["bm25", "dense", "bm25+dense"]
+    filters = _filters([d.docid for d in base])
+    before = _compare(single, shards, queries, pipelines, filters, k)
+    _change(single, [s.path for s in shards.values()], held, base)
+    shards = {n: ShardedIndex.open(s.path) for n, s in shards.items()}
+    after = _compare(single, shards, queries, pipelines, {"none": None, "docid 30%": filters["docid 30%"]}, k)
+    return {"documents": len(base), "queries": len(queries), "k": k, "build_seconds": times, "rows": before,
+            "after_changes": after, "vectors": pre["source"],
             "indexes": {"single": str(single.path), **{n: str(s.path) for n, s in shards.items()}}}
 
 
@@ -330,10 +366,18 @@ def main(argv=None) -> int:
     if "synthetic" not in a.skip:
         syn = synthetic(a.synthetic, a.synthetic_shards, qs)
         write_section("synthetic", syn, "\n".join([
-            f"## {syn['documents']:,} synthetic passages, BM25", "",
-            "The synthetic corpus of `benchmarks.common.synthetic_corpus`; SciFact's test queries, k=100. Build "
-            "seconds: " + ", ".join(f"{n}: {s:.0f}" for n, s in syn["build_seconds"].items()) + ".", "",
-            md_table(["pipeline", "filter", "shards", "identical", "differing", "lines", "sha256"], syn["rows"]), ""]))
+            f"## {syn['documents']:,} synthetic passages: BM25, dense and bm25+dense", "",
+            "The synthetic corpus of `benchmarks.common.synthetic_corpus` (less 50 passages held out for the "
+            "changes); SciFact's test queries, k=100. Dense: a Flat index of seeded random unit vectors in "
+            "MiniLM's configuration, given to every build (encoding 100,000 such passages with MiniLM takes "
+            "about 3 hours on these 2 cores; the merge's exactness does not depend on what the vectors mean); "
+            "the queries, and the documents the changes add or update, are encoded by MiniLM. Build seconds: "
+            + ", ".join(f"{n}: {s:.0f}" for n, s in syn["build_seconds"].items()) + ".", "",
+            md_table(["pipeline", "filter", "shards", "identical", "differing", "lines", "sha256"], syn["rows"]), "",
+            "After 50 additions, 50 deletions and 10 updates routed to the shards (and the same in the single "
+            "folder):", "",
+            md_table(["pipeline", "filter", "shards", "identical", "differing", "lines", "sha256"],
+                     syn["after_changes"]), ""]))
     if "cost" not in a.skip:
         work = WORK / "sharded" / "scifact"
         rows = cost(work / "single", {n: work / f"s{n}" for n in (a.cost_shards or a.shards)}, qs)
