@@ -34,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.common import RESULTS, WORK, by_name, machine, md_table, synthetic_corpus  # noqa: E402
 
 STEM = "sharded"
-ORDER = ["equality-scifact", "equality-nfcorpus", "kinds-nfcorpus", "synthetic", "cost"]  # this script's, before others (serve's)
+ORDER = ["equality-scifact", "equality-nfcorpus", "kinds-scifact", "kinds-nfcorpus", "kinds-nfcorpus-8", "synthetic",
+         "cost"]  # this script's, before others (serve's)
 
 
 def write_section(name: str, data: dict, markdown: str) -> None:
