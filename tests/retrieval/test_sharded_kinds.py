@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import judged_slice, run_retr, with_meta
+from tests.conftest import judged_slice, retr_in_process, with_meta
 
 # (retriever, configure options or None)
 DEEPCT = [("deepct", {"mode": m, "scale": s}) for m in ("impact", "bm25") for s in ("linear", "sqrt")]
@@ -196,7 +196,10 @@ def test_writes_through_the_cli_keep_the_runs_equal(pair, corpus, tmp_path):
     library on the folder. Impact scores (DeepCT's impact variants, SPLADE) stay equal right away;
     BM25's statistics (BM25 and DeepCT's BM25 over pseudo term frequencies) count deleted documents
     until Lucene merges them away, which each shard and the folder do on their own segments, so
-    those runs are equal again once `retr compact` has expunged the deleted documents on both."""
+    those runs are equal again once `retr compact` has expunged the deleted documents on both.
+    The commands run retr's entry point in this process (tests.conftest.retr_in_process): the
+    sharded add, update, delete, compact and check in a process of their own are
+    tests/retrieval/test_sharded_long_reader.py's, and test_sharded.py's check."""
     from indexes import manifest as mf
     from retrieval import writer
     from retrieval.collections import read_corpus
@@ -211,7 +214,7 @@ def test_writes_through_the_cli_keep_the_runs_equal(pair, corpus, tmp_path):
                                "metadata": {"shard": "even", "year": 1990}}) + "\n", encoding="utf-8")
     ids = [json.loads(l)["_id"] for l in open(corpus / "corpus.jsonl", encoding="utf-8")][3:11] + ["n5"]
     for args in (["add", "--corpus", new], ["update", "--corpus", upd], ["delete", *ids]):
-        r = run_retr(args[0], "--index", sharded.path, *args[1:], "-q")
+        r = retr_in_process(args[0], "--index", sharded.path, *args[1:], "-q")
         assert r.returncode == 0, r.stderr
     writer.add_documents(single.path, list(read_corpus(new)), quiet=True).close()
     writer.update_documents(single.path, list(read_corpus(upd)), quiet=True).close()
@@ -231,9 +234,9 @@ def test_writes_through_the_cli_keep_the_runs_equal(pair, corpus, tmp_path):
     for retriever in ("deepct", "splade", "bm25"):
         assert not set(ids) & {h.docid for hs in sharded.batch_search(qs, k=100, retriever=retriever).values()
                                for h in hs}
-    assert run_retr("compact", "--index", sharded.path, "-q").returncode == 0
+    assert retr_in_process("compact", "--index", sharded.path, "-q").returncode == 0
     writer.compact(single.path, quiet=True).close()
     single.refresh()
-    r = run_retr("check", "--index", sharded.path, "--full")
+    r = retr_in_process("check", "--index", sharded.path, "--full")
     assert r.returncode == 0 and "every document routes to shard 1 of 2" in r.stdout, r.stdout + r.stderr
     _same(single, sharded, qs, runs=RUNS + [("bm25", None)])
