@@ -14,7 +14,7 @@ the count the writers committed for that generation; whether every text the in-p
 read is the version committed for its generation; how many generations each saw; and how long
 the server took to serve a commit (from the writer's commit to the follower's first poll that
 shows it: an upper bound by up to one poll, 50 ms). The suite runs the same procedure for
-25 seconds (tests/retrieval/test_long_reader.py).
+12 seconds (tests/retrieval/test_long_reader.py).
 
     .venv/bin/python benchmarks/bench_soak.py [--seconds 180] [--docs 2000]
 
