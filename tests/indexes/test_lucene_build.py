@@ -63,3 +63,49 @@ def test_append_that_loses_documents_fails_and_leaves_the_index_as_it_was(tmp_pa
     info = build_lucene(iter(SMALL[10:]), path, threads=2, append=True)
     assert info["indexed"] == 10 and doc_count(path) == 20
     assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
+
+
+def test_small_inputs_index_with_c1_alone_and_large_ones_with_every_tier(tmp_path, monkeypatch):
+    """The indexer's JVM compiles with C1 alone below lucene.C1_ONLY_BELOW bytes of input (its start-up
+    and C2's compiler threads would dominate such a run), with the JVM's default tiers above; the two
+    give the same index."""
+    import indexes.lucene as lucene
+
+    commands, real = [], lucene._run_logged
+    monkeypatch.setattr(lucene, "_run_logged", lambda cmd, meanwhile: commands.append(cmd) or real(cmd, meanwhile))
+    build_lucene(iter(SMALL), tmp_path / "small", threads=1)
+    monkeypatch.setattr(lucene, "C1_ONLY_BELOW", 100)  # these 20 documents are over 100 bytes
+    build_lucene(iter(SMALL), tmp_path / "large", threads=1)
+    assert ["-XX:TieredStopAtLevel=1" in c for c in commands] == [True, False]
+    assert _ids(tmp_path / "small") == _ids(tmp_path / "large") == {d for d, _ in SMALL}
+    assert LuceneIndex(tmp_path / "small").search("doc 7", k=3) == LuceneIndex(tmp_path / "large").search("doc 7", k=3)
+
+
+def test_the_indexer_maps_one_class_archive_that_its_first_run_made(tmp_path, monkeypatch):
+    """The first indexer run under a RETR_HOME lists the classes it loads and dumps them into the class
+    archive (indexes.jvm); later runs map it (a JVM told -Xshare:on refuses an archive it cannot map).
+    A damaged archive is the JVM's warning, not a failure, and RETR_JVM_CDS=0 runs without one; every
+    run gives the same index."""
+    import subprocess
+
+    import indexes.lucene as lucene
+    from indexes import jvm
+
+    monkeypatch.setenv("RETR_HOME", str(tmp_path / "home"))
+    commands, real = [], lucene._run_logged
+    monkeypatch.setattr(lucene, "_run_logged", lambda cmd, meanwhile: commands.append(cmd) or real(cmd, meanwhile))
+    build_lucene(iter(SMALL), tmp_path / "a", threads=1)
+    archive = jvm.class_archive()
+    assert archive.parent == tmp_path / "home" / "jvm" and [p.name for p in archive.parent.iterdir()] == [archive.name]
+    r = subprocess.run([jvm.java_executable(), "-Xshare:on", f"-XX:SharedArchiveFile={archive}", "-cp",
+                        jvm.anserini_jar(), "-version"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    build_lucene(iter(SMALL), tmp_path / "b", threads=1)
+    archive.write_bytes(b"not an archive")
+    build_lucene(iter(SMALL), tmp_path / "c", threads=1)
+    monkeypatch.setenv("RETR_JVM_CDS", "0")
+    build_lucene(iter(SMALL), tmp_path / "d", threads=1)
+    used = [[o.split("=")[0] for o in c if o.startswith(("-XX:SharedArchiveFile", "-XX:DumpLoadedClassList"))]
+            for c in commands]
+    assert used == [["-XX:DumpLoadedClassList"], ["-XX:SharedArchiveFile"], ["-XX:SharedArchiveFile"], []]
+    assert all(_ids(tmp_path / x) == {d for d, _ in SMALL} for x in "abcd")
