@@ -26,7 +26,7 @@ def explain_cmd(index_dir, query, docid, retriever, fusion, depth, as_json, **ki
     """Explain how --docid got its score and rank for --query: each member retriever's score and
     rank and its parts (BM25's terms through Lucene's own explanation, impacts, a vector's inner
     product), then the fusion's arithmetic and the fused score."""
-    from retrieval.index import open_index
+    from retrieval.sharded.index import open_index  # a folder or a sharded index
 
     idx = open_index(index_dir)
     spec, extra = params.configured_pipeline(idx, retriever, fusion, kind_values)

@@ -8,7 +8,9 @@ them over the shards; :class:`ShardView` searches with the sums (``retr.lucene.G
 IndexSearcher whose ``collectionStatistics``/``termStatistics`` answer them, which is what
 BM25Similarity reads) and returns the raw float scores, before Anserini's rounding and tie offsets,
 so the router can merge the shards' lists by (score, docid) and round once over the merged list
-(``retrieval.sharded.merge``). Impact indexes read no statistics; their view only skips the rounding.
+(``retrieval.sharded.merge``); its ``explain`` is Lucene's explanation of a document under the
+same sums (``explainWith``), so the parts add up to the sharded search's score. Impact indexes
+read no statistics; their view only skips the rounding.
 Kept apart from :class:`indexes.lucene.LuceneIndex`'s own search path.
 """
 from __future__ import annotations
@@ -59,7 +61,7 @@ class ShardView:
         self.path = index.path
         self._g = global_stats(stats)
 
-    def __getattr__(self, name):  # k1, b, set_bm25, explain, highlights: the index's own
+    def __getattr__(self, name):  # k1, b, set_bm25, highlights: the index's own
         return getattr(self._index, name)
 
     def search(self, query, k: int = 10) -> Result:
@@ -107,6 +109,32 @@ class ShardView:
             flt = allowed.backend("lucene-ids", lambda: lf.id_filter(allowed.docids))
             return s.decode(s.js.runWith(lf.with_filter(q, flt), k, g).tostring())
         return self._index._call(run)
+
+    def explain(self, query, docid: str, returned: Optional[float] = None, k: int = 1000
+                ) -> Optional[Dict[str, object]]:
+        """:meth:`indexes.lucene.LuceneIndex.explain` under the summed statistics: Lucene's own
+        explanation of this shard's document through the same IndexSearcher the searches score with
+        (the helper's ``explainWith``), so each term's df, N, avgdl and idf are the whole index's and
+        its parts add up to the score the sharded search gives it (``returned``: that score, after the
+        router's rounding and tie offsets). Lucene, not Python, computes the figures: BM25Similarity
+        reads the document length from its one-byte norm and computes in floats, which only its own
+        code reproduces bit for bit. Impact indexes read no statistics: the index's own explanation."""
+        from indexes.lucene import explain_terms
+
+        if self.impact or self._g is None:
+            return self._index.explain(query, docid, returned, k)
+        # no term left: a query that matches nothing, so the document is still looked up
+        make = self._index._query_maker(query, k) or \
+            (lambda s: jvm.autoclass("org.apache.lucene.search.MatchNoDocsQuery")())
+        g = self._g
+
+        def run(s):
+            q = make(s)
+            return s.js.explainWith(q, str(docid), g), s.js.clauseTerms(q), s.js.clauseBoosts(q)
+        ex, terms, boosts = self._index._call(run)
+        if ex is None:
+            return None
+        return explain_terms(ex, terms, boosts, self.impact, returned)
 
     def query_masses(self, texts: Sequence[str]) -> List[float]:
         if self.impact:

@@ -30,7 +30,7 @@ from indexes.errors import FilterWarning, IndexFormatError, InputError, NotFound
 from retrieval.frames import batch_result, search_df
 from retrieval.filters import Allowed, MetadataTable, first_allowed, parse_filter, unknown_fields_message
 from retrieval.fusion import Pipeline, explain_fusion, fuse, list_confidences, parse_pipeline
-from retrieval.kinds import PRIMARY, Retriever, kind_of
+from retrieval.kinds import PRIMARY, Explained, Retriever, kind_of
 from retrieval.progress import progress
 from retrieval.types import Document, Hit, QueriesArg, as_queries
 
@@ -679,20 +679,8 @@ class Index:
         lists = {name: r.search(query, n) if allowed is None else self._filtered(g, r, query, n, allowed)
                  for name, r in rs.items()}
         members = {name: _member(r, query, docid, lists[name], n, allowed, p.fused) for name, r in rs.items()}
-        out = {"docid": docid, "query": query, "retriever": str(p), "depth": n, "filter": filter,
-               "retrievers": members, "fusion": None, "notes": []}
-        if not p.fused:
-            m = members[p.retrievers[0]]
-            out.update(score=m["score"], rank=m["rank"])
-            if m["rank"] is None:
-                out["notes"].append(f"not in the top {n} (the depth): the score is what its retriever gives it")
-            return out
         conf = self._confidences(g, p, rs, [query], {name: [v] for name, v in lists.items()}, None)
-        out["fusion"] = explain_fusion(lists, p.fusion, docid, conf and conf[0])
-        out.update(score=out["fusion"]["score"], rank=out["fusion"]["rank"])
-        if out["rank"] is None:
-            out["notes"].append(f"no member's top {n} (the depth) holds it: the fusion never sees it")
-        return out
+        return explanation(p, query, docid, n, filter, lists, members, conf and conf[0])
 
     def _pick(self, g: _Generation, name: str, dimsel=None, fused: bool = False) -> Retriever:
         """The retriever for ``name`` in generation ``g``; with ``dimsel`` (a mode name, a dict of
@@ -744,18 +732,43 @@ def _member_ranks(hits: List[Hit], p: Pipeline, lists) -> None:
         h.ranks = {n: pos[n].get(h.docid) for n in p.retrievers}
 
 
+def explanation(p: Pipeline, query: str, docid: str, depth: int, filter, lists, members: dict, conf) -> dict:
+    """:meth:`Index.explain`'s dict from the members' lists (``lists``: {name: its ranked list}),
+    their parts (``members``: :func:`member_of`'s) and, for a fusion that weighs by confidence, each
+    list's confidence (``conf``); a sharded index's router builds its answer with it too."""
+    out = {"docid": docid, "query": query, "retriever": str(p), "depth": depth, "filter": filter,
+           "retrievers": members, "fusion": None, "notes": []}
+    if not p.fused:
+        m = members[p.retrievers[0]]
+        out.update(score=m["score"], rank=m["rank"])
+        if m["rank"] is None:
+            out["notes"].append(f"not in the top {depth} (the depth): the score is what its retriever gives it")
+        return out
+    out["fusion"] = explain_fusion(lists, p.fusion, docid, conf)
+    out.update(score=out["fusion"]["score"], rank=out["fusion"]["rank"])
+    if out["rank"] is None:
+        out["notes"].append(f"no member's top {depth} (the depth) holds it: the fusion never sees it")
+    return out
+
+
 def _member(r: Retriever, query: str, docid: str, ranked, depth: int, allowed, fused: bool) -> dict:
     """One member's part of :meth:`Index.explain`: its explanation of ``docid`` and where the
     document stands in ``ranked``, the list the member's search returned."""
-    e = r.explain(query, docid, ranked)
+    return member_of(r.kind, r.explain(query, docid, ranked), docid, ranked, depth,
+                     allowed is not None and docid not in allowed, fused)
+
+
+def member_of(kind: str, e: Explained, docid: str, ranked, depth: int, refused: bool, fused: bool) -> dict:
+    """:func:`_member` from a retriever's explanation ``e`` (``refused``: a filter does not allow
+    the document); a sharded index's router builds its members with it from the owning shard's."""
     rank = next((i for i, (d, _s) in enumerate(ranked, 1) if d == docid), None)
     notes = list(e.notes)
-    if allowed is not None and docid not in allowed:
+    if refused:
         notes.append("the filter does not allow it: no list of this search holds it")
     elif rank is None:
         notes.append(f"not in its top {depth} (the depth)" +
                      (": the fusion takes it as missing from this list" if fused else ""))
-    return {"kind": r.kind, "score": ranked[rank - 1][1] if rank else e.score, "rank": rank,
+    return {"kind": kind, "score": ranked[rank - 1][1] if rank else e.score, "rank": rank,
             "in_list": rank is not None, "list_length": len(ranked), "explained": e.total if e.parts else e.score,
             "formula": e.formula, "columns": [list(c) for c in e.columns], "parts": e.parts, "details": e.details,
             "notes": notes}

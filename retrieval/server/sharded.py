@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 from indexes import sharded as sh
-from indexes.errors import InputError
 from retrieval.kinds import PRIMARY
 from retrieval.server.gate import ApiError
 from retrieval.sharded.index import Caller, ShardedIndex
@@ -199,8 +198,9 @@ class ShardedView:
         return False  # each shard follows its own folder's generations
 
     def explain(self, *a, **kw):
-        raise InputError("explain is not available on a sharded index yet: explain the document on its own shard "
-                         "(retr explain SHARDED/shard-NNN)")
+        """:meth:`retrieval.sharded.index.ShardedIndex.explain`: one folder's answer, from the merged lists
+        and the owning shard's parts under the global statistics."""
+        return self._ix.explain(*a, **kw)
 
     def highlight(self, query: str, texts: Sequence[str], retriever: str = PRIMARY, fusion: Optional[str] = None):
         """Any one shard's analysis marks the words (it is the same in every shard)."""

@@ -47,6 +47,16 @@ options: dict, filter, ..., text=False) -> dict``
     ``{retriever name: (kind, value) or None}`` for the merged global lists ``lists`` ({name: [one
     list per text]}), under the global statistics.
 
+``explain(text, docid, lists: dict, stats: dict, options: dict, filter, dimsel, fused) -> dict``
+    Only on the shard that owns ``docid``, after rounds 1 to 3 (and 4) of a search of ``text``:
+    ``{"refused": whether the filter leaves it out (None: no filter), "explained": {retriever
+    name: its Retriever.explain of the document as plain data (kind, score, parts, formula,
+    columns, details, notes)}}`` with the retriever scoring under the global ``stats`` (BM25 and
+    DeepCT's BM25 mode: Lucene's explanation through the Java helper's ``explainWith``) and
+    ``lists`` ({name: the merged global list}) the lists whose scores the parts add up to;
+    ``indexes.errors.NotFound`` where the shard holds no such document.
+    :meth:`~retrieval.sharded.index.ShardedIndex.explain` makes one folder's explain dict of it.
+
 ``fetch(docids: list[str]) -> dict``
     ``{docid: (title, text, metadata)}`` for those of ``docids`` this shard holds (the router asks
     each document's own shard, :func:`indexes.sharded.shard_of`).

@@ -209,6 +209,23 @@ class ShardedIndex:
         kk = k if not p.fused else max(k, depth or DEPTH)
         texts = [t for _, t in queries]
         names = list(p.retrievers)
+        stats, lists, rows = self._lists(p, queries, kk, filter, dimsel, threads, text, timings)
+        conf = self._confidence(p, texts, {n: [lists[n][q] for q, _ in queries] for n in names}, stats)
+        out = {}
+        for j, (qid, _t) in enumerate(queries):
+            out[qid] = self._hits(p, {n: lists[n][qid] for n in names}, k, qid, conf and conf[j], ranks)
+        if text:
+            t0 = time.perf_counter()
+            self._texts([h for hs in out.values() for h in hs], rows)
+            _tick(timings, "text", t0)
+        return out
+
+    def _lists(self, p: Pipeline, queries: List[Tuple[str, str]], kk: int, filter, dimsel, threads: int = 1,
+               text: bool = False, timings: Optional[Dict[str, float]] = None):
+        """Rounds 1 to 3 for the members of ``p``: (the global statistics, ``{name: {qid: the merged
+        global list of its first kk}}``, the texts the search round sent along or None)."""
+        texts = [t for _, t in queries]
+        names = list(p.retrievers)
         t0 = time.perf_counter()
         stats, answers = self._stats(texts, names, filter)
         _tick(timings, "stats", t0)
@@ -229,19 +246,67 @@ class ShardedIndex:
         for n in deep:
             lists[n] = self._deep_search(n, rules[n], queries, kk, stats, filter, dimsel, threads, deep[n])
         _tick(timings, "search", t0)
-        conf = None
-        if p.fused and p.fusion.confidence:
-            per = {n: [lists[n][q] for q, _ in queries] for n in names}
-            conf = self.shards[0].confidence(texts, per, stats, self._options) if len(self.shards) == 1 else \
-                self._call(self.shards[:1], "confidence", (texts, per, stats, self._options), {})[0]
-        out = {}
-        for j, (qid, _t) in enumerate(queries):
-            out[qid] = self._hits(p, {n: lists[n][qid] for n in names}, k, qid, conf and conf[j], ranks)
-        if text:
-            t0 = time.perf_counter()
-            self._texts([h for hs in out.values() for h in hs], rows)
-            _tick(timings, "text", t0)
-        return out
+        return stats, lists, rows
+
+    def _confidence(self, p: Pipeline, texts: List[str], per: Dict[str, list], stats) -> Optional[List[dict]]:
+        """Round 4 for a fusion that weighs by confidence: per text, each member's confidence in its
+        merged list (``per``: {name: one list per text}), on one shard; else None."""
+        if not (p.fused and p.fusion.confidence):
+            return None
+        if len(self.shards) == 1:
+            return self.shards[0].confidence(texts, per, stats, self._options)
+        return self._call(self.shards[:1], "confidence", (texts, per, stats, self._options), {})[0]
+
+    # -- explain ---------------------------------------------------------------------------
+    def explain(self, query: str, docid: str, retriever: str = PRIMARY, fusion: Optional[str] = None,
+                depth: Optional[int] = None, dimsel=None, filter=None) -> dict:
+        """:meth:`retrieval.index.Index.explain` across the shards: the same JSON-ready dict one
+        folder holding every shard's documents answers. The members' lists are the merged global
+        lists (rounds 1 to 3 of a search, ``depth or 100`` deep, the filter applied as a search
+        applies it), the fusion's arithmetic runs on them with the global confidences, and each
+        member's parts come from the shard that owns ``docid`` (:func:`indexes.sharded.shard_of`):
+        its retrievers scoring with the global statistics (BM25 and DeepCT's BM25 mode through the
+        Java helper's ``explainWith``: Lucene's explanation with the summed df, N and avgdl), so the
+        parts add up to the global score. Only ``details.lucene_explanation``, Lucene's own text,
+        differs from one folder's: it names the shard's doc number. An unknown ``docid`` raises
+        :class:`indexes.errors.NotFound`, bad input InputError, as one folder's."""
+        from indexes.errors import NotFound
+        from retrieval.index import explanation, member_of
+        from retrieval.kinds import Explained
+        from retrieval.sharded.pins import MovedOn
+
+        if not isinstance(query, str) or not query.strip():
+            raise InputError("query text is empty")
+        p = self.pipeline(retriever, fusion)
+        if depth is not None and (not isinstance(depth, int) or isinstance(depth, bool) or depth < 1):
+            raise InputError(f"depth must be a positive integer, got {depth!r}")
+        if not isinstance(docid, str) or not docid:
+            raise NotFound(f"no document {str(docid)[:200]!r} in the index")
+        n = depth or DEPTH
+        owner = self.shards[sh.shard_of(docid, len(self.shards))]
+        self._warn_fields(filter)
+        for attempt in range(3):
+            try:
+                with self.reading():  # every round reads the same commit of every shard
+                    if not self._call([owner], "fetch", ([docid],), {})[0]:
+                        raise NotFound(f"no document {str(docid)[:200]!r} in the index")
+                    stats, lists, _rows = self._lists(p, [("0", query)], n, filter, dimsel)
+                    lists = {name: per["0"] for name, per in lists.items()}
+                    conf = self._confidence(p, [query], {name: [v] for name, v in lists.items()}, stats)
+                    got = self._call([owner], "explain", (query, docid, lists, stats, self._options, filter,
+                                                         dimsel, p.fused), {})[0]
+                break
+            except MovedOn:  # as _run: a replica moved past the commit read
+                if attempt == 2 or (self._pins is not None and self._pins.gate.inside()):
+                    raise
+        refused = bool(got["refused"])
+        members = {}
+        for name in p.retrievers:
+            e = got["explained"][name]
+            ex = Explained(e["score"], e["parts"], e["formula"], tuple(tuple(c) for c in e["columns"]),
+                           e["details"], e["notes"])
+            members[name] = member_of(e["kind"], ex, docid, lists[name], n, refused, p.fused)
+        return explanation(p, query, docid, n, filter, lists, members, conf and conf[0])
 
     def _stats(self, texts: List[str], names: List[str], filter) -> Tuple[Dict[str, Any], List[dict]]:
         """Round 1: the statistics summed over the shards, and each shard's answer. Skipped (every

@@ -161,6 +161,33 @@ class ShardSearcher:
                    for n, ls in lists.items()}
         return [{n: (tuple(per[n][i]) if per[n][i] is not None else None) for n in lists} for i in range(len(texts))]
 
+    def explain(self, text: str, docid: str, lists: Mapping[str, Scored], stats: Optional[Mapping[str, Any]] = None,
+                options: Optional[dict] = None, filter=None, dimsel=None, fused: bool = False) -> Dict[str, Any]:
+        """For ``docid``, a document of this shard: each retriever's explanation of its score for
+        ``text`` (``Retriever.explain`` of the retriever scoring with the global ``stats``, as
+        :meth:`search` scores; ``lists``: {name: the merged global list the router got}, whose
+        scores, rounded and tie-offset over the whole index, are the ones the parts add up to), as
+        ``{"refused": whether ``filter`` leaves the document out (None: no filter), "explained":
+        {name: {"kind", "score", "parts", "formula", "columns", "details", "notes"}}}``.
+        :class:`indexes.errors.NotFound` where this shard's generation holds no document ``docid``."""
+        from indexes.errors import NotFound
+
+        self._follow()
+        self._configure(options)
+        idx = self.index
+        stats = stats or {}
+        with idx.snapshot() as s:
+            if s.docstore.get(docid) is None:
+                raise NotFound(f"no document {str(docid)[:200]!r} in the index")
+            allowed = self._allowed(s, filter)
+            out: Dict[str, Any] = {}
+            for name, ranked in lists.items():
+                r = idx._pick(s._g, name, dimsel, fused).with_stats(stats.get(name))
+                e = r.explain(text, docid, [(h[0], float(h[1])) for h in ranked])
+                out[name] = {"kind": r.kind, "score": e.score, "parts": e.parts, "formula": e.formula,
+                             "columns": [list(c) for c in e.columns], "details": e.details, "notes": list(e.notes)}
+            return {"refused": None if allowed is None else docid not in allowed, "explained": out}
+
     def configure(self, retriever: str, options: Mapping[str, Any]) -> List[str]:
         """``Index.configure(retriever, **options)`` on this shard; later rounds also carry options."""
         with self._lock:

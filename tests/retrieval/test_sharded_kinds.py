@@ -117,6 +117,30 @@ def test_deepct_and_splade_runs_equal_the_single_folder_s(pair, corpus):
             [(h.docid, h.score, h.scores, h.ranks, h.text) for h in b], retriever
 
 
+def test_explain_equals_the_single_folder_s(pair, corpus):
+    """ShardedIndex.explain (tests/retrieval/test_sharded_explain.py has BM25, dense and fusions) for
+    DeepCT's BM25 over pseudo term frequencies (Lucene's explanation under the global statistics),
+    its impact variant, DeepCT-Query, SPLADE and a fusion of them: the folder's dict."""
+    from tests.retrieval.test_sharded_explain import assert_same
+
+    single, sharded = pair
+    q = "vitamin d and bone density"
+    try:
+        for retriever, opts in [("deepct", None), ("deepct", {"mode": "impact"}), ("deepct-query", None),
+                                ("splade", None), ("bm25+deepct+splade", None)]:
+            for idx in (single, sharded):
+                idx.configure(retriever, **(opts or {}))
+            hits = single.search(q, k=30, retriever=retriever, text=False)
+            for h in hits[:2] + hits[-1:]:
+                assert_same(single.explain(q, h.docid, retriever=retriever, depth=20),
+                            sharded.explain(q, h.docid, retriever=retriever, depth=20))
+    finally:
+        for idx in (single, sharded):
+            idx.configure("deepct", mode="bm25", scale="linear", k1=20.0, b=0.9)
+    m = sharded.explain(q, hits[0].docid, retriever="deepct")["retrievers"]["deepct"]
+    assert m["details"]["mode"] == "bm25" and m["details"]["docs"] == len(single) == 80
+
+
 def _folders(path) -> list:
     from indexes import sharded as sh
 

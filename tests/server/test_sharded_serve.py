@@ -159,6 +159,21 @@ def test_filters_documents_and_info_behave_as_retr_serve(router, meta_index):
     one_error(router.post("/v1/sh/search", {"query": "x", "allow_partial": "yes"}), 422)
 
 
+def test_explain_through_the_ray_router_is_the_single_folder_s(router, meta_index):
+    """POST /v1/sh/explain over Ray Serve replicas: the owning shard's replica explains the document under
+    the global statistics, and the answer is the folder's (tests/retrieval/test_sharded_explain.py has
+    the in-process router); an unknown document is a 404."""
+    from tests.retrieval.test_sharded_explain import assert_same
+
+    for h in meta_index.search(QUERIES[0], k=12, text=False)[::5]:
+        r = router.post("/v1/sh/explain", {"query": QUERIES[0], "docid": h.docid, "depth": 10,
+                                           "filter": {"shard": "odd"}})
+        assert r.status_code == 200, r.text
+        assert_same(meta_index.explain(QUERIES[0], h.docid, depth=10, filter={"shard": "odd"}), r.json())
+    r = router.post("/v1/sh/explain", {"query": "x", "docid": "no-such-doc"})
+    assert "no document 'no-such-doc'" in one_error(r, 404)
+
+
 def test_auth_429_and_metrics_behave_as_retr_serve(router, token):
     assert httpx.get(router.url + "/healthz").status_code == 200
     for bad in (None, "wrong-token-" + "x" * 20):

@@ -501,6 +501,37 @@ public final class HitSearcher implements Closeable {
     }
   }
 
+  /**
+   * {@link #explain} scored with {@code g} (null: this reader's statistics): Lucene's own explanations
+   * under the summed statistics of a sharded index (issue #30), the same IndexSearcher override the
+   * {@code ...With} searches score with, so that each term's df, N, avgdl and idf are the whole
+   * index's and the figures add up to the score the sharded search gives the document. Only
+   * this shard's reader is read (the document is one of its live ones); the explanation's
+   * "in N" names this shard's own doc number.
+   */
+  public Explanation[] explainWith(Query q, String id, GlobalStats g) throws IOException {
+    if (!reader.tryIncRef()) {
+      throw new AlreadyClosedException("this index reader was closed");
+    }
+    try {
+      IndexSearcher s = scoringWith(g).searcher;
+      int doc = liveDoc(id);
+      if (doc < 0) return null;
+      List<Clause> cs = clauses(s.rewrite(q));
+      int m = cs == null ? 0 : cs.size();
+      Explanation[] out = new Explanation[m + 1];
+      out[0] = s.explain(q, doc);
+      for (int i = 0; i < m; i++) {
+        Clause c = cs.get(i);
+        Query tq = new TermQuery(c.term);
+        out[i + 1] = s.explain(c.boost == 1f ? tq : new BoostQuery(tq, c.boost), doc);
+      }
+      return out;
+    } finally {
+      reader.decRef();
+    }
+  }
+
   /** The terms of the clauses of a flat bag-of-words query, in order (null for any other shape). */
   public String[] clauseTerms(Query q) throws IOException {
     List<Clause> cs = clauses(scoring.searcher.rewrite(q));
