@@ -147,7 +147,8 @@ def _index_and_merge(input_dir: Path, index_dir: Path, threads: int, impact: boo
 #: Input (bytes of JSON lines) below which the indexer's JVM compiles with C1 alone. A run of that size
 #: lasts seconds, and the C2 compiler's threads only compete with Lucene's for the cores: SciFact's 5,183
 #: passages (7.7 MB) index in 5.2 s instead of 8.8 s on 2 cores (3.8 instead of 6.2 s of CPU), a
-#: handful of added documents in 2.1 instead of 2.8 s. Longer runs keep the JVM's default tiers.
+#: handful of added documents in 2.1 instead of 2.8 s; still 18 instead of 20-22 s at 31,000 passages
+#: (46 MB). Longer runs keep the JVM's default tiers.
 C1_ONLY_BELOW = 64 << 20
 
 
