@@ -63,6 +63,9 @@ class Boosted(tuple):
     def __new__(cls, terms: Sequence[str], boosts: Sequence[float]):
         return super().__new__(cls, (tuple(str(t) for t in terms), tuple(float(b) for b in boosts)))
 
+    def __getnewargs__(self):  # pickled as its two parts (a tuple subclass's default is one tuple)
+        return tuple(self)
+
     @property
     def terms(self) -> Tuple[str, ...]:
         return self[0]

@@ -151,6 +151,24 @@ def test_the_in_process_server_s_sharded_view_takes_feedback(folders, small_corp
         served.close()
 
 
+def test_every_round_s_arguments_and_answers_survive_pickling(folders, small_corpus):
+    """What goes to a remote shard and back (Ray Serve pickles both) gives the same hits."""
+    import pickle
+
+    from retrieval.sharded.index import ShardedIndex
+
+    def call(shards, method, args, kwargs):
+        args, kwargs = pickle.loads(pickle.dumps((args, kwargs)))
+        return [pickle.loads(pickle.dumps(getattr(s, method)(*args, **kwargs))) for s in shards]
+
+    single, two, base = folders
+    remote = ShardedIndex(two.shards, call=call, path=base / "two")
+    qs = _queries(small_corpus, 6)
+    for prf in (SETTINGS[1], SETTINGS[3]):
+        assert _run(remote, qs, prf=prf) == _run(single, qs, prf=prf)
+        assert _run(remote, qs, prf=prf, filter=FILTERS[0]) == _run(single, qs, prf=prf, filter=FILTERS[0])
+
+
 def test_rm3_s_first_ranking_is_as_deep_as_anserini_s(folders):
     """The router reads RM3's first ranking to Anserini's rerank cutoff and Rocchio's to k, as
     retr.lucene.Feedback does; bad settings are refused as on one folder."""
