@@ -56,6 +56,7 @@ def folders(tmp_path_factory, meta_corpus):
 def test_rm3_and_rocchio_on_two_shards_equal_one_folder(folders, meta_corpus, small_corpus):
     single, two, _ = folders
     qs = _queries(small_corpus)
+    qs.update({"stop": "the of and", "unknown": "zzqx wyvv"})   # no terms, no hits: nothing to expand from
     plain = _run(single, qs)
     assert plain == _run(two, qs)
     for prf in SETTINGS:
