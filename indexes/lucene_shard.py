@@ -12,10 +12,16 @@ so the router can merge the shards' lists by (score, docid) and round once over 
 same sums (``explainWith``), so the parts add up to the sharded search's score. Impact indexes
 read no statistics; their view only skips the rounding.
 Kept apart from :class:`indexes.lucene.LuceneIndex`'s own search path.
+
+Pseudo-relevance feedback (RM3, Rocchio) adds three calls (``retr.lucene.ShardFeedback``, whose
+comment says why the work is split so): :func:`term_vectors` of the feedback documents a shard owns,
+:func:`term_stats` of their terms and the shard's live document count (summed by the router),
+:func:`expand` (Anserini's reranker over those global figures, on any one shard), and the expanded
+queries (:class:`Boosted`) searched by :class:`ShardView` with the global statistics.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from indexes import jvm
 from indexes.lucene import LuceneIndex, Result, _check_k, _flat_weights
@@ -50,6 +56,89 @@ def global_stats(stats: Optional[dict]):
     return jvm.autoclass("retr.lucene.GlobalStats")(f[0], f[1], f[2], f[3], terms, df, ttf)
 
 
+class Boosted(tuple):
+    """An expanded query: ``(terms, boosts)``, the clauses Anserini's reranker built, in its order
+    (a plain tuple, picklable, so a router can send it to a remote shard)."""
+
+    __slots__ = ()
+
+    def __new__(cls, terms: Sequence[str], boosts: Sequence[float]):
+        return super().__new__(cls, (tuple(str(t) for t in terms), tuple(float(b) for b in boosts)))
+
+    def __getnewargs__(self):  # pickled as its two parts (a tuple subclass's default is one tuple)
+        return tuple(self)
+
+    @property
+    def terms(self) -> Tuple[str, ...]:
+        return self[0]
+
+    @property
+    def boosts(self) -> Tuple[float, ...]:
+        return self[1]
+
+
+def term_vectors(index: LuceneIndex, docids: Sequence[str]) -> Dict[str, Tuple[List[str], List[int]]]:
+    """``{docid: (terms, frequencies)}``: the stored "contents" term vector (in its own order) of each
+    of ``docids`` that has a live document in ``index`` (the others are left out)."""
+    ids = [str(d) for d in docids]
+    if not ids:
+        return {}
+
+    def run(s):
+        v = jvm.autoclass("retr.lucene.ShardFeedback").vectors(s.js, ids)
+        counts, terms, freqs = list(v.counts), list(v.terms), list(v.freqs)
+        out, at = {}, 0
+        for d, c in zip(ids, counts):
+            if c >= 0:
+                out[d] = (terms[at:at + c], [int(f) for f in freqs[at:at + c]])
+                at += c
+        return out
+    return index._call(run)
+
+
+def term_stats(index: LuceneIndex, terms: Sequence[str]) -> Dict[str, Any]:
+    """``{"docs": live documents, "terms": {term: [df, ttf]}}`` of ``index``'s "contents" for the
+    given (already analysed) terms: what the router sums for the feedback model and the expanded
+    query's scores."""
+    names = [str(t) for t in terms]
+
+    def run(s):
+        pairs = list(s.js.termStats(names)) if names else []
+        return {"docs": int(s.js.numDocs()),
+                "terms": {t: [int(pairs[2 * i]), int(pairs[2 * i + 1])] for i, t in enumerate(names)}}
+    return index._call(run)
+
+
+def expand(index: LuceneIndex, feedback, items: Sequence[tuple], k: int, dfs: Dict[str, int], docs: int
+           ) -> List[Boosted]:
+    """Per item ``(text, docids, scores, vectors)`` (the whole index's first ranking of ``text``,
+    raw scores, and ``{position: (terms, frequencies)}`` of the documents the reranker reads), the
+    query Anserini's reranker ``feedback`` (a Java ``retr.lucene.Feedback``) expands ``text`` to for a
+    search of ``k`` hits, reading ``dfs`` (the vectors' terms' document frequencies) and ``docs``
+    (live documents) of the whole index."""
+    df_terms = list(dfs)
+    df_values = [int(dfs[t]) for t in df_terms]
+
+    def run(s):
+        F = jvm.autoclass("retr.lucene.ShardFeedback")
+        out = []
+        for text, ids, scores, vectors in items:
+            counts, terms, freqs = [], [], []
+            for i in range(len(ids)):
+                v = vectors.get(i)
+                if v is None:
+                    counts.append(-1)
+                else:
+                    counts.append(len(v[0]))
+                    terms.extend(v[0])
+                    freqs.extend(int(f) for f in v[1])
+            b = F.expand(feedback, s.js, str(text), int(k), [str(d) for d in ids], [float(x) for x in scores],
+                         counts, terms, freqs, df_terms, df_values, int(docs))
+            out.append(Boosted(list(b.terms), list(b.boosts)))
+        return out
+    return index._call(run)
+
+
 class ShardView:
     """``index``'s searches (the subset the retrievers call) scored with ``stats`` (summed over the
     shards; None: this index's own) and answered with raw float scores. Closing it closes nothing:
@@ -74,7 +163,15 @@ class ShardView:
         if not qids:
             return {}
         g, threads = self._g, max(1, int(threads))
-        if self.impact:
+        if queries and all(isinstance(q, Boosted) for q in queries):  # expanded by feedback (see expand)
+            terms = [t for q in queries for t in q.terms]
+            boosts = [b for q in queries for b in q.boosts]
+            offsets = [0]
+            for q in queries:
+                offsets.append(offsets[-1] + len(q.terms))
+            snap, batch = self._index._call(lambda s: (s, s.js.batchSearchBoostedWith(terms, boosts, offsets, k,
+                                                                                       threads, g)))
+        elif self.impact:
             terms, weights, offsets = _flat_weights(queries)
             snap, batch = self._index._call(lambda s: (s, s.js.batchSearchWeightedWith(terms, weights, offsets, k,
                                                                                         threads, g)))
@@ -95,7 +192,13 @@ class ShardView:
         from indexes import lucene_filter as lf
 
         k = _check_k(k)
-        make = self._index._query_maker(query)
+        if isinstance(query, Boosted):
+            terms, boosts = list(query.terms), list(query.boosts)
+
+            def make(s):
+                return jvm.autoclass("retr.lucene.ShardFeedback").query(terms, boosts)
+        else:
+            make = self._index._query_maker(query)
         if make is None:
             return []
         g = self._g

@@ -169,3 +169,29 @@ class PerSearch(RetrieverBase):
 
     def highlight(self, text: str, passages):
         return self.base.highlight(text, passages)
+
+
+class Expanded(RetrieverBase):
+    """A shard's BM25 retriever (a ``with_stats`` view: global statistics, raw scores) searching, for
+    each query, the query RM3 or Rocchio expanded it to on the whole sharded index
+    (:mod:`retrieval.sharded.prf`): ``queries`` is ``{qid: (text, indexes.lucene_shard.Boosted)}``.
+    Filtered searches find the expanded query by the text (a text expands to one query in a round)."""
+
+    def __init__(self, base, view, queries):
+        self.base, self._view = base, view
+        self._by_qid = {q: b for q, (_t, b) in queries.items()}
+        self._by_text = {t: b for _q, (t, b) in queries.items()}
+        self.kind, self.merge_rule = base.kind, base.merge_rule
+
+    def search(self, text: str, k: int):
+        return self._view.search(self._by_text[text], k)
+
+    def search_filtered(self, text: str, k: int, allowed):
+        return self._view.search_filtered(self._by_text[text], k, allowed)
+
+    def batch_search(self, queries, k: int, threads: int = 1):
+        res = self._view.batch_search([self._by_qid[q.qid] for q in queries], [q.qid for q in queries], k, threads)
+        return {q.qid: res.get(q.qid, []) for q in queries}
+
+    def confidence(self, texts, lists):
+        return self.base.confidence(texts, lists)

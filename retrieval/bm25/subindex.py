@@ -159,15 +159,52 @@ class BM25Retriever(RetrieverBase):
         return collection_stats(self._index, texts)
 
     def with_stats(self, stats) -> "BM25Retriever":
-        """The same retriever scoring with a sharded index's summed ``stats``, raw float scores."""
+        """The same retriever scoring with a sharded index's summed ``stats``, raw float scores. A
+        sharded index runs feedback in its router (:mod:`retrieval.sharded.prf`) and never sets it on
+        a shard, so a shard folder with feedback set on its own retriever is refused here: its
+        expansion would read that shard's top documents alone."""
         from indexes.lucene_shard import ShardView
 
         if getattr(self, "feedback", None) is not None:  # expansion reads each shard's own top documents
-            raise InputError("pseudo-relevance feedback does not apply to a sharded index (each shard would "
-                             "expand the query from its own top documents)")
+            raise InputError("pseudo-relevance feedback set on one shard's retriever does not apply to a sharded "
+                             "index (that shard would expand the query from its own top documents); give it to "
+                             "the sharded index instead")
         view = copy.copy(self)
         view._index = ShardView(self._index, stats)
         return view
+
+    # -- pseudo-relevance feedback on a sharded index (retrieval.sharded.prf) -----------------------
+    def stores_vectors(self) -> bool:
+        """Whether this sub-index stores the term vectors RM3 and Rocchio read (``--docvectors``)."""
+        return bool(self._index.searcher.storesVectors())
+
+    def term_vectors(self, docids: Sequence[str]) -> Dict[str, Tuple[List[str], List[int]]]:
+        """The stored term vectors of those of ``docids`` live here (:func:`indexes.lucene_shard.term_vectors`)."""
+        from indexes.lucene_shard import term_vectors
+
+        return term_vectors(self._index, docids)
+
+    def term_stats(self, terms: Sequence[str]) -> dict:
+        """Live documents and each analysed term's (df, ttf) here (:func:`indexes.lucene_shard.term_stats`)."""
+        from indexes.lucene_shard import term_stats
+
+        return term_stats(self._index, terms)
+
+    def expand(self, setting, k: int, items: Sequence[tuple], dfs: Dict[str, int], docs: int) -> list:
+        """The queries Anserini's reranker of ``setting`` (a :class:`retrieval.bm25.prf.Feedback`)
+        expands each item's text to from the whole sharded index's figures
+        (:func:`indexes.lucene_shard.expand`); independent of this shard's own documents."""
+        from indexes.lucene_shard import expand
+
+        java = self._index.feedback(setting.method, **setting.params())
+        return expand(self._index, java, items, k, dfs, docs)
+
+    def expanded(self, queries: Dict[str, Tuple[str, object]]) -> "RetrieverBase":
+        """This retriever (a :meth:`with_stats` view) searching, for each query, the expanded query
+        ``queries[qid] = (text, Boosted)`` instead of its text (:class:`retrieval.bm25.prf.Expanded`)."""
+        from retrieval.bm25.prf import Expanded
+
+        return Expanded(self, self._index, queries)
 
     def close(self) -> None:
         self._index.close()

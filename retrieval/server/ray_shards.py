@@ -262,7 +262,7 @@ class ShardCalls:
 
     # -- calls ----------------------------------------------------------------------------------
     def __call__(self, shards: Sequence[RemoteShard], method: str, args: tuple, kwargs: dict) -> List[Any]:
-        if method == "confidence":  # any one shard answers it: take a live one
+        if method in ("confidence", "expand"):  # any one shard answers it: take a live one
             shards = [self.live()]
         answers: List[Any] = [None] * len(shards)
         why: Dict[int, str] = {}  # shard position -> "down" (no live replica) or "slow" (--shard-timeout)

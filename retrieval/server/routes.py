@@ -108,7 +108,8 @@ _dimsel = G.dimsel_options  # shared with the MCP search tool
 
 
 def _prf(body) -> Dict[str, Any]:
-    """The request's ``prf`` as Index.search's keyword, given only when set (a sharded index refuses it)."""
+    """The request's ``prf`` as Index.search's keyword, given only when set (a sharded index runs it
+    over the whole index: retrieval.sharded.prf)."""
     prf = S.prf_options(body.prf)
     return {} if prf is None else {"prf": prf}
 

@@ -155,4 +155,5 @@ class ShardReplica:
 
 #: the methods a router may call on a shard
 CALLABLE = frozenset({"describe", "stats", "search", "confidence", "configure", "fetch", "get", "count", "ping",
-                      "summary", "highlight", "present", "write", "commit", "explain"})
+                      "summary", "highlight", "present", "write", "commit", "explain",
+                      "vectors", "term_stats", "expand"})  # the last three: pseudo-relevance feedback

@@ -23,7 +23,8 @@ A shard-like object has these methods:
 ``describe() -> dict``
     ``{"id": sharded index id, "shard": i, "shards": n, "generation": int, "documents": int,
     "retrievers": {name: merge rule}, "needs_stats": {name: whether its scores may read statistics},
-    "pipelines": the manifest's tuned pipelines, "fields": {metadata field: documents carrying it}}``. ``ShardedIndex`` checks that every shard
+    "pipelines": the manifest's tuned pipelines, "fields": {metadata field: documents carrying it},
+    "prf": {name of a retriever taking pseudo-relevance feedback: whether it stores term vectors}}``. ``ShardedIndex`` checks that every shard
     answers the same ``id`` and ``shards`` and that shard i is at position i.
 
 ``stats(texts: list[str], retrievers: list[str], options: dict) -> dict``
@@ -40,7 +41,15 @@ options: dict, filter, ..., text=False) -> dict``
     with ``stats`` (round 1's statistics summed over all shards by :func:`merge.sum_stats`), with
     scores in the form its merge rule merges (Lucene: the float sum before Anserini's rounding and
     tie offsets). With ``text``, also ``"#texts": {docid: (title, text, metadata)}`` for the
-    documents it lists, read from the same generation.
+    documents it lists, read from the same generation. ``expanded={name: {qid: Boosted}}``: the
+    queries pseudo-relevance feedback expanded those queries to (below), searched instead.
+
+``vectors(retriever, docids) / term_stats(retriever, terms) / expand(retriever, setting, k, items,
+dfs, docs, options)``
+    Pseudo-relevance feedback (BM25's RM3 and Rocchio), run by the router over the whole index
+    (:mod:`retrieval.sharded.prf`): the stored term vectors of the feedback documents a shard owns;
+    its live documents and the vectors' terms' ``[df, ttf]`` (summed); on any ONE shard, Anserini's
+    reranker over those global figures, answering each query's expanded query (terms and boosts).
 
 ``confidence(texts: list[str], lists: dict, stats: dict, options: dict) -> list[dict]``
     Only for fusions that weigh by confidence, on any ONE shard after the merge: per text,
@@ -77,4 +86,10 @@ The router's steps (:mod:`retrieval.sharded.merge` holds the pure functions):
  5. with ``text``: the texts the search round sent along (an unfused pipeline without a deepened
     filter: the global first k are among the shards' first k), else ``fetch`` from the hits' shards
     in one call.
+
+A retriever with pseudo-relevance feedback (``prf``, per search or configured on the router; never
+set on a shard) gets its list from :func:`retrieval.sharded.prf.expand`'s rounds instead of step 2:
+the merged first ranking, the feedback documents' vectors from their shards, the vectors' terms'
+statistics, the expansion on one shard, then step 2 with the expanded queries and their terms'
+global statistics. Runs equal one folder's (tests/retrieval/test_sharded_prf.py).
 """

@@ -33,16 +33,6 @@ def _tick(timings: Optional[Dict[str, float]], stage: str, t0: float) -> None:
         timings[stage] = timings.get(stage, 0.0) + time.perf_counter() - t0
 
 
-def _no_prf(prf) -> None:
-    """Pseudo-relevance feedback is refused on a sharded index: each shard would expand the query
-    from its own top documents, not the index's."""
-    from indexes.errors import ParameterError
-
-    if prf is not None:
-        raise ParameterError("{prf} (pseudo-relevance feedback) is not available on a sharded index: each shard "
-                             "would expand the query from its own top documents")
-
-
 class ShardedIndex:
     """A sharded index searched as one: ``shards`` in shard order (local
     :class:`~retrieval.sharded.shard.ShardSearcher` objects or remote handles with their methods),
@@ -57,6 +47,9 @@ class ShardedIndex:
         self.path = path
         self._call = call or call_each
         self._options: Dict[str, dict] = {}
+        # pseudo-relevance feedback configured per retriever: run by this router (retrieval.sharded.prf),
+        # never set on the shards, whose own expansion would read their own top documents
+        self._prf: Dict[str, Any] = {}
         from retrieval.sharded.pins import Pins
 
         # local shards move to each commit together; remote ones are told the commit (pins.Commits)
@@ -150,23 +143,50 @@ class ShardedIndex:
 
     def configure(self, retriever: str = PRIMARY, **options) -> List[str]:
         """Search options for the pipeline ``retriever`` (as :meth:`retrieval.index.Index.configure`),
-        sent with every round to every shard."""
+        sent with every round to every shard. ``prf`` (pseudo-relevance feedback, as one folder's
+        BM25 takes it) stays with this router, which runs it over the whole index
+        (:mod:`retrieval.sharded.prf`)."""
         given = {k: v for k, v in options.items() if v is not None}
         if not given:
             return []
-        done = self._all("configure", retriever, given)
-        self._options[retriever] = dict(self._options.get(retriever, {}), **given)
-        return done[0]
+        prf = given.pop("prf", None)
+        fb = self._configure_prf(retriever, prf) if prf is not None else []
+        done = self._all("configure", retriever, given)[0] if given else []
+        if given:
+            self._options[retriever] = dict(self._options.get(retriever, {}), **given)
+        return done + [n for n in fb if n not in done]
+
+    def _configure_prf(self, retriever: str, prf) -> List[str]:
+        """``configure``'s ``prf``: checked as one folder checks it, kept per member that takes it."""
+        from indexes.errors import ParameterError
+        from retrieval.bm25.prf import parse
+        from retrieval.sharded.prf import check_vectors
+
+        setting = parse(prf)
+        p = self.pipeline(retriever)
+        takes = self._info[0].get("prf") or {}
+        takers = [n for n in p.retrievers if n in takes]
+        if not takers:
+            raise ParameterError("{prf} applies to no retriever of {_p} (its retrievers do not take it)", _p=str(p))
+        if setting:
+            check_vectors(self, takers)
+        for n in takers:
+            if setting:
+                self._prf[n] = setting
+            else:
+                self._prf.pop(n, None)
+        return takers
 
     # -- search ----------------------------------------------------------------------------
     def search(self, query: str, k: int = 10, retriever: str = PRIMARY, fusion: Optional[str] = None,
                text: bool = True, depth: Optional[int] = None, timings: Optional[Dict[str, float]] = None,
                dimsel=None, filter=None, ranks: bool = False, prf=None) -> List[Hit]:
-        """:meth:`retrieval.index.Index.search` across the shards (``prf``: refused, see :func:`_no_prf`)."""
-        _no_prf(prf)
+        """:meth:`retrieval.index.Index.search` across the shards (``prf``: this search's pseudo-relevance
+        feedback, run over the whole index: :mod:`retrieval.sharded.prf`)."""
         if not isinstance(query, str) or not query.strip():
             raise InputError("query text is empty")
-        hits = self._run([("0", query)], k, retriever, fusion, text, depth, timings, dimsel, filter, ranks)["0"]
+        hits = self._run([("0", query)], k, retriever, fusion, text, depth, timings, dimsel, filter, ranks,
+                         prf=prf)["0"]
         for h in hits:
             h.qid = None
         return hits
@@ -177,17 +197,17 @@ class ShardedIndex:
                      timings: Optional[Dict[str, float]] = None, dimsel=None, filter=None, prf=None
                      ) -> Dict[str, List[Hit]]:
         """:meth:`retrieval.index.Index.batch_search` across the shards (every form of ``queries``)."""
-        _no_prf(prf)
         qs, k = as_queries(queries, qids, k)
         size = batch_size or max(len(qs), 1)
         out: Dict[str, List[Hit]] = {}
         for i in range(0, len(qs), size):
             chunk = [(q.qid, q.text) for q in qs[i:i + size]]
-            out.update(self._run(chunk, k, retriever, fusion, text, depth, timings, dimsel, filter, False, threads))
+            out.update(self._run(chunk, k, retriever, fusion, text, depth, timings, dimsel, filter, False, threads,
+                                 prf))
         return out
 
     def _run(self, queries: List[Tuple[str, str]], k, retriever, fusion, text, depth, timings, dimsel, filter,
-             ranks, threads: int = 1) -> Dict[str, List[Hit]]:
+             ranks, threads: int = 1, prf=None) -> Dict[str, List[Hit]]:
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise InputError(f"k must be a positive integer, got {k!r}")
         from retrieval.sharded.pins import MovedOn
@@ -196,15 +216,18 @@ class ShardedIndex:
             try:
                 with self.reading():  # every round reads the same commit of every shard
                     return self._rounds(queries, k, retriever, fusion, text, depth, timings, dimsel, filter, ranks,
-                                        threads)
+                                        threads, prf)
             except MovedOn:  # a replica moved past the commit read (restarted, a commit between): the newest
                 if attempt == 2 or (self._pins is not None and self._pins.gate.inside()):
                     raise
         raise AssertionError("unreachable")
 
     def _rounds(self, queries: List[Tuple[str, str]], k, retriever, fusion, text, depth, timings, dimsel, filter,
-                ranks, threads) -> Dict[str, List[Hit]]:
+                ranks, threads, prf=None) -> Dict[str, List[Hit]]:
+        from retrieval.sharded import prf as fb
+
         p = self.pipeline(retriever, fusion)
+        feedback = fb.settings(self, p, prf, self._prf)  # {member: Feedback}: expanded by this router
         self._warn_fields(filter)
         kk = k if not p.fused else max(k, depth or DEPTH)
         texts = [t for _, t in queries]
@@ -232,7 +255,7 @@ class ShardedIndex:
         rules = {n: self._info[0]["retrievers"][n] for n in names}
         deep = self._deepened(answers, rules)
         t0 = time.perf_counter()
-        plain = {n: r for n, r in rules.items() if n not in deep}
+        plain = {n: r for n, r in rules.items() if n not in deep and n not in feedback}
         lists, rows = {}, None
         if plain:
             along = bool(text and not p.fused and not deep)  # the hits' texts come with the lists: no fetch round
@@ -244,7 +267,14 @@ class ShardedIndex:
                 rows = {d: r for a in found for d, r in (a.get(TEXTS) or {}).items()}
             lists = merge.merge_all(plain, found, [q for q, _ in queries], kk)
         for n in deep:
-            lists[n] = self._deep_search(n, rules[n], queries, kk, stats, filter, dimsel, threads, deep[n])
+            lists[n] = self._deep_search(n, rules[n], queries, kk, stats, filter, dimsel, threads, deep[n],
+                                         feedback.get(n))
+        for n in feedback:
+            if n not in deep:
+                expanded, st = fb.expand(self, n, feedback[n], queries, kk, stats[n], threads)
+                found = self._all("search", queries, [n], kk, dict(stats, **{n: st}), self._options, filter, dimsel,
+                                  threads, expanded={n: expanded})
+                lists.update(merge.merge_all({n: rules[n]}, found, [q for q, _ in queries], kk))
         _tick(timings, "search", t0)
         return stats, lists, rows
 
@@ -335,14 +365,24 @@ class ShardedIndex:
         return {name: (n, total) for name, rule in rules.items() if rule == "anserini"}
 
     def _deep_search(self, name: str, rule: str, queries, k: int, stats, filter, dimsel, threads,
-                     counts: Tuple[int, int]) -> Dict[str, list]:
+                     counts: Tuple[int, int], feedback=None) -> Dict[str, list]:
         """Each query's first ``k`` allowed documents of the merged unfiltered ranking, read deep
-        enough, as :func:`retrieval.filters.first_allowed` reads one folder's."""
+        enough, as :func:`retrieval.filters.first_allowed` reads one folder's. With ``feedback``, the
+        ranking of the query expanded for a search of each depth read, as one folder's reader asks
+        its feedback retriever for that many hits."""
+        from retrieval.sharded import prf as fb
+
         n, total = counts
         depth = min(total, max(k + 10, -(-2 * k * total // max(1, n))))
-        todo, out = list(queries), {}
+        todo, out, scoring = list(queries), {}, stats
         while todo:
-            found = self._all("search", todo, [name], depth, stats, self._options, filter, dimsel, threads, True)
+            more = {}
+            if feedback is not None:
+                expanded, st = fb.expand(self, name, feedback, todo, depth, stats[name], threads)
+                more = {"expanded": {name: expanded}}
+                scoring = dict(stats, **{name: st})
+            found = self._all("search", todo, [name], depth, scoring, self._options, filter, dimsel, threads, True,
+                              **more)
             merged = merge.merge_all({name: rule}, found, [q for q, _ in todo], depth)[name]
             later = []
             for q in todo:

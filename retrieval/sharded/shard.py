@@ -100,7 +100,11 @@ class ShardSearcher:
                 "retrievers": {n: self.index.retriever(n).merge_rule for n in self.index.retrievers},
                 "needs_stats": {n: needs_stats(self.index.retriever(n)) for n in self.index.retrievers},
                 "pipelines": {b: dict(v) for b, v in m.get("pipelines", {}).items()},
-                "fields": self.index.fields()}
+                "fields": self.index.fields(),
+                # the retrievers that take pseudo-relevance feedback, and whether they store the term
+                # vectors it reads (retrieval.sharded.prf)
+                "prf": {n: self.index.retriever(n).stores_vectors() for n in self.index.retrievers
+                        if "prf" in self.index.retriever(n).call_options}}
 
     def stats(self, texts: Sequence[str], retrievers: Sequence[str], options: Optional[dict] = None,
               filter=None) -> Dict[str, Any]:
@@ -117,15 +121,17 @@ class ShardSearcher:
 
     def search(self, queries: Sequence[Tuple[str, str]], retrievers: Sequence[str], k: int,
                stats: Optional[Mapping[str, Any]] = None, options: Optional[dict] = None, filter=None,
-               dimsel=None, threads: int = 1, deepen: bool = False, text: bool = False
-               ) -> Dict[str, Dict[str, Scored]]:
+               dimsel=None, threads: int = 1, deepen: bool = False, text: bool = False,
+               expanded: Optional[Mapping[str, Mapping[str, Any]]] = None) -> Dict[str, Dict[str, Scored]]:
         """Round 2: per retriever, ``{qid: this shard's first k (docid, score)}`` scored with the
         global ``stats``, scores in the form of the retriever's merge rule. With a ``filter`` and
         ``deepen``: the first k of the unfiltered ranking instead, each entry ``(docid, score,
         allowed)`` (the router rounds the merged unfiltered list, then filters it, as one folder does
         for a filter that allows a large share of the documents). With ``text``, also
         ``"#texts": {docid: (title, text, metadata)}`` for every document listed, from the same
-        generation (the router then needs no fetch round)."""
+        generation (the router then needs no fetch round). ``expanded``: ``{retriever: {qid:
+        Boosted}}``, the queries pseudo-relevance feedback expanded those queries to on the whole
+        index (:mod:`retrieval.sharded.prf`), searched instead of their texts."""
         self._follow()
         self._configure(options)
         idx = self.index
@@ -136,6 +142,8 @@ class ShardSearcher:
             out: Dict[str, Dict[str, Scored]] = {}
             for name in retrievers:
                 r = idx._pick(s._g, name, dimsel, len(retrievers) > 1).with_stats(stats.get(name))
+                if expanded and name in expanded:
+                    r = r.expanded({q.qid: (q.text, expanded[name][q.qid]) for q in qs})
                 if allowed is None:
                     res = r.batch_search(qs, k, threads)
                 elif deepen:
@@ -187,6 +195,33 @@ class ShardSearcher:
                 out[name] = {"kind": r.kind, "score": e.score, "parts": e.parts, "formula": e.formula,
                              "columns": [list(c) for c in e.columns], "details": e.details, "notes": list(e.notes)}
             return {"refused": None if allowed is None else docid not in allowed, "explained": out}
+
+    # -- pseudo-relevance feedback (retrieval.sharded.prf) -------------------------------------
+    def vectors(self, retriever: str, docids: Sequence[str]) -> Dict[str, Tuple[List[str], List[int]]]:
+        """The stored term vectors ``{docid: (terms, frequencies)}`` of those of ``docids`` this
+        shard holds (the router sends each shard the feedback documents it owns)."""
+        self._follow()
+        with self.index.snapshot() as s:
+            return s.retriever(retriever).term_vectors(list(docids))
+
+    def term_stats(self, retriever: str, terms: Sequence[str]) -> Dict[str, Any]:
+        """This shard's live documents and each (analysed) term's ``[df, ttf]``: ``{"docs": n,
+        "terms": {term: [df, ttf]}}`` (the router sums them)."""
+        self._follow()
+        with self.index.snapshot() as s:
+            return s.retriever(retriever).term_stats(list(terms))
+
+    def expand(self, retriever: str, setting: Mapping[str, Any], k: int, items: Sequence[tuple],
+               dfs: Mapping[str, int], docs: int, options: Optional[dict] = None) -> list:
+        """The queries Anserini's reranker expands each item's text to from the whole index's
+        figures (``setting``: the feedback as a dict, ``{"method": ..., params}``); any shard gives
+        the same answer, it reads none of its own documents."""
+        from retrieval.bm25.prf import parse
+
+        self._follow()
+        self._configure(options)
+        with self.index.snapshot() as s:
+            return s.retriever(retriever).expand(parse(dict(setting)), int(k), list(items), dict(dfs), int(docs))
 
     def configure(self, retriever: str, options: Mapping[str, Any]) -> List[str]:
         """``Index.configure(retriever, **options)`` on this shard; later rounds also carry options."""

@@ -22,11 +22,11 @@ def _queries(corpus: Path) -> dict:
     return {json.loads(l)["_id"]: json.loads(l)["text"] for l in open(corpus / "queries.jsonl", encoding="utf-8")}
 
 
-def _run_text(idx, queries, retriever, filter, k=50) -> str:
+def _run_text(idx, queries, retriever, filter, k=50, **kw) -> str:
     from retrieval.runs import write_run
     import tempfile
 
-    res = idx.batch_search(queries, k=k, retriever=retriever, filter=filter)
+    res = idx.batch_search(queries, k=k, retriever=retriever, filter=filter, **kw)
     with tempfile.TemporaryDirectory() as d:
         write_run(res, Path(d) / "run", tag="t")
         return (Path(d) / "run").read_text()
@@ -37,16 +37,19 @@ def pair(tmp_path_factory, meta_corpus, small_dense_index):
     """The 400 metadata passages as one folder and as two shards, both with BM25 and dense. The
     sharded build encodes them (once for both shards); the single folder takes the vectors MiniLM
     made of the same texts for the session's shared dense index (its texts are meta_corpus's), as
-    conftest's meta_dense_index does, instead of encoding the 400 a second time here."""
+    conftest's meta_dense_index does, instead of encoding the 400 a second time here. BM25 stores
+    document vectors (for feedback; they change no ranking)."""
     import retrieval
+    from retrieval.bm25 import BM25Spec
     from retrieval.dense.subindex import DenseSpec
     from retrieval.sharded.write import build_sharded
 
     base = tmp_path_factory.mktemp("sharded")
-    single = retrieval.build_index(meta_corpus, base / "single", subindexes={"dense": DenseSpec()}, quiet=True,
+    subs = {"bm25": BM25Spec(store_docvectors=True), "dense": DenseSpec()}
+    single = retrieval.build_index(meta_corpus, base / "single", subindexes=subs, quiet=True,
                                    precomputed=encoded_by(small_dense_index))
     assert single.manifest["subindexes"]["dense"]["vectors_from"] != "encoded"
-    sharded = build_sharded(meta_corpus, base / "sharded", 2, subindexes={"dense": DenseSpec()}, quiet=True)
+    sharded = build_sharded(meta_corpus, base / "sharded", 2, subindexes=subs, quiet=True)
     yield single, sharded, base
     sharded.close()
     single.close()
@@ -118,6 +121,19 @@ def test_bm25_parameters_apply_to_every_shard(pair, small_corpus):
     finally:
         single.configure("bm25", k1=0.9, b=0.4)
         sharded.configure("bm25", k1=0.9, b=0.4)
+
+
+def test_feedback_in_a_fused_pipeline_equals_the_single_folder_s(pair, small_corpus):
+    """RM3 and Rocchio on BM25 fused with dense (the default confidence-weighted fusion, which reads
+    BM25's query mass, and RRF), with and without a filter: one folder's runs
+    (tests/retrieval/test_sharded_prf.py has BM25 alone, 3 shards, the CLI and the server)."""
+    single, sharded, _ = pair
+    qs = dict(list(_queries(small_corpus).items())[:8])   # each dense search encodes its queries: kept few
+    for prf, retriever, flt in (("rm3", "bm25+dense", None),
+                                ("rocchio(use_negative=true,gamma=0.15)", "bm25+dense:rrf(k=60)", {"shard": "odd"})):
+        want = _run_text(single, qs, retriever, flt, prf=prf)
+        assert _run_text(sharded, qs, retriever, flt, prf=prf) == want, (prf, retriever, flt)
+    assert want != _run_text(single, qs, retriever, flt)   # the feedback changes the fused run
 
 
 def test_writes_route_to_shards_and_keep_the_runs_equal(pair, meta_corpus, small_corpus, tmp_path):

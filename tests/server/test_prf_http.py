@@ -131,22 +131,28 @@ def test_the_mcp_search_tool_takes_feedback(prf_server, dv_index):
     asyncio.run(go())
 
 
-def test_a_sharded_index_refuses_feedback(tmp_path, small_corpus):
-    """Each shard would expand the query from its own top documents: one ParameterError, over HTTP a 400."""
+def test_a_sharded_index_without_term_vectors_refuses_feedback(tmp_path, small_corpus):
+    """A sharded index runs feedback over the whole index (tests/retrieval/test_sharded_prf.py), which
+    reads the feedback documents' term vectors: without them, one ParameterError naming the rebuild,
+    over HTTP a 400."""
     from retrieval.sharded.write import build_sharded
 
     s = build_sharded(small_corpus, tmp_path / "S", 2, quiet=True)
     try:
-        for call in (lambda: s.search(Q, prf="rm3"), lambda: s.batch_search([Q], prf={"method": "rocchio"})):
-            with pytest.raises(ParameterError, match="not available on a sharded index"):
+        for call in (lambda: s.search(Q, prf="rm3"), lambda: s.batch_search([Q], prf={"method": "rocchio"}),
+                     lambda: s.configure("bm25", prf="rm3")):
+            with pytest.raises(ParameterError) as e:
                 call()
-        assert s.search(Q, k=3)   # and searches without it as before
+            msg = e.value.renamed({"prf": "--rm3/--rocchio", "store_docvectors": "`retr index --docvectors`"})
+            assert str(msg).startswith("--rm3/--rocchio reads the feedback documents' term vectors")
+            assert str(msg).endswith("rebuild it with `retr index --docvectors`")
+        assert s.search(Q, k=3) and s.search(Q, k=3, prf="none")   # and searches without it as before
     finally:
         s.close()
     srv = Server("--index", f"s={tmp_path / 'S'}", tmp=tmp_path)
     try:
         r = srv.post("/v1/s/search", json={"query": Q, "prf": {"method": "rm3"}})
-        assert r.status_code == 400 and "not available on a sharded index" in r.json()["error"]["message"], r.text
+        assert r.status_code == 400 and "term vectors" in r.json()["error"]["message"], r.text
         assert srv.post("/v1/s/search", json={"query": Q}).status_code == 200
     finally:
         srv.stop()

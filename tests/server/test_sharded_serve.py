@@ -79,11 +79,13 @@ def cluster():
 
 @pytest.fixture(scope="module")
 def sharded(tmp_path_factory, meta_corpus):
-    """The metadata corpus (as meta_index holds it) in 2 shards."""
+    """The metadata corpus (as meta_index holds it) in 2 shards, BM25 with document vectors (for
+    pseudo-relevance feedback; its rankings are meta_index's all the same)."""
+    from retrieval.bm25 import BM25Spec
     from retrieval.sharded.write import build_sharded
 
     path = tmp_path_factory.mktemp("sharded") / "SH"
-    build_sharded(meta_corpus, path, 2, quiet=True).close()
+    build_sharded(meta_corpus, path, 2, subindexes={"bm25": BM25Spec(store_docvectors=True)}, quiet=True).close()
     return path
 
 
@@ -138,6 +140,17 @@ def test_results_equal_the_in_process_sharded_index_and_the_single_folder(router
         assert (h["title"], h["text"], h["metadata"]) == (d.title, d.text, d.metadata)
     lines = router.post("/v1/sh/batch_search/stream", {"queries": QUERIES[:3], "k": 3, "text": False}).text
     assert [json.loads(x)["qid"] for x in lines.splitlines()] == ["0", "1", "2"]
+
+
+def test_feedback_through_the_router_equals_the_in_process_sharded_index(router, in_process):
+    """RM3 and Rocchio over Ray Serve: the router's rounds (first ranking, the feedback documents'
+    vectors from their shards, the statistics, the expansion on one live shard, the expanded search)
+    give the in-process sharded index's hits, which are one folder's (tests/retrieval/test_sharded_prf.py)."""
+    for prf in ({"method": "rm3", "fb_terms": 20}, {"method": "rocchio", "use_negative": True, "gamma": 0.15}):
+        for q in QUERIES[:3]:
+            want = [(h.docid, h.score) for h in in_process.search(q, k=10, text=False, prf=prf)]
+            assert want != [(h.docid, h.score) for h in in_process.search(q, k=10, text=False)]
+            assert pairs(search(router, q, k=10, text=False, prf=prf)) == want, (prf, q)
 
 
 def test_filters_documents_and_info_behave_as_retr_serve(router, meta_index):

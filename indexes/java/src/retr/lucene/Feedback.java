@@ -146,6 +146,70 @@ public final class Feedback {
     }
   }
 
+  // -- a sharded index (issue #30): the same reranker over the global first ranking ---------------
+
+  /**
+   * How deep the first ranking of a search of {@code k} hits is read: Anserini's rerank cutoff
+   * (50) for RM3, {@code k} for Rocchio, as {@link #expand} reads it. A sharded index's router
+   * merges its shards' first rankings to this depth.
+   */
+  public int depth(int k) {
+    try {
+      Object a = args.newInstance();
+      return rm3 ? a.getClass().getField("rerankcutoff").getInt(a) : k;
+    } catch (ReflectiveOperationException e) {
+      throw new IllegalStateException(e);
+    }
+  }
+
+  /**
+   * {@link #expand} for a sharded index: Anserini's reranker given the first ranking of the whole
+   * index ({@code ids} and their raw {@code scores}, best first, as one folder's {@code
+   * HitSearcher.unadjusted} would give them; doc number i is position i) and {@code reader}, whose
+   * term vectors, document frequencies and document count are the whole index's
+   * ({@link ShardFeedback#reader}). {@code hs} (any shard) gives the analyser, similarity and query
+   * generator, which are the same on every shard. The reranker's own code builds the query, so it
+   * is the query one folder of every shard's documents expands to.
+   */
+  Query expandWith(HitSearcher hs, String text, int k, String[] ids, float[] scores, IndexReader reader)
+      throws IOException {
+    Query q = hs.textQuery(text);
+    Analyzer analyzer = hs.analyzer();
+    try {
+      Object a = args.newInstance();
+      a.getClass().getField("hits").setInt(a, k);
+      a.getClass().getField("arbitraryScoreTieBreak").setBoolean(a, hs.lucene8());
+      Object docs = scoredDocs.getConstructor().newInstance();
+      int[] numbers = new int[ids.length];
+      for (int i = 0; i < numbers.length; i++) numbers[i] = i;
+      scoredDocs.getField("docids").set(docs, ids);
+      scoredDocs.getField("lucene_docids").set(docs, numbers);
+      scoredDocs.getField("scores").set(docs, scores);
+      scoredDocs.getField("lucene_documents").set(docs, new Document[ids.length]);
+      Recorder rec = new Recorder(reader, hs.similarity());
+      @SuppressWarnings("unchecked")
+      List<String> tokens = (List<String>) analyze.invoke(null, analyzer, text);
+      Object ctx = context.newInstance(rec, null, q, null, text, tokens, null, a);
+      Object[] cargs = new Object[3 + params.length];
+      cargs[0] = analyzer;
+      cargs[1] = null;
+      cargs[2] = HitSearcher.CONTENTS;
+      System.arraycopy(params, 0, cargs, 3, params.length);
+      rerank.invoke(make.newInstance(cargs), docs, ctx);
+      if (rec.query == null) {
+        throw new IOException("Anserini's " + (rm3 ? "RM3" : "Rocchio") + " reranker built no query");
+      }
+      return rec.query;
+    } catch (InvocationTargetException e) {
+      Throwable c = e.getCause();
+      if (c instanceof RuntimeException) throw (RuntimeException) c;
+      if (c instanceof IOException) throw (IOException) c;
+      throw new IllegalStateException(c);
+    } catch (ReflectiveOperationException e) {
+      throw new IllegalStateException(e);
+    }
+  }
+
   /** A searcher that records the query a reranker searches and answers it with no hits. */
   private static final class Recorder extends IndexSearcher {
     Query query;

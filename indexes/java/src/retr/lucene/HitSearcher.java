@@ -408,6 +408,17 @@ public final class HitSearcher implements Closeable {
         scoringWith(g), false);
   }
 
+  /**
+   * Pseudo-relevance feedback on a sharded index ({@link ShardFeedback}): expanded queries, query i
+   * the clauses at offsets[i] .. offsets[i+1]-1 ({@link ShardFeedback#query}: as Anserini's reranker
+   * builds them), scored with {@code g}, raw float scores.
+   */
+  public Batch batchSearchBoostedWith(String[] terms, float[] boosts, int[] offsets, int k, int threads,
+      GlobalStats g) {
+    return batch(offsets.length - 1, k, threads, i -> ShardFeedback.query(terms, boosts, offsets[i], offsets[i + 1]),
+        scoringWith(g), false);
+  }
+
   /** {@link #searchAllowed} scored with {@code g}, raw float scores; null where the exhaustive path does not apply. */
   public byte[] searchAllowedWith(Query q, int k, FixedBitSet allowed, GlobalStats g) throws IOException {
     Hits h = run(scoringWith(g), q, k, allowed, false);
