@@ -33,6 +33,23 @@ def _tick(timings: Optional[Dict[str, float]], stage: str, t0: float) -> None:
         timings[stage] = timings.get(stage, 0.0) + time.perf_counter() - t0
 
 
+#: dimension selection modes that read documents (prf: the first ranking's top ``prf_k``; oracle: the
+#: judged ones' vectors): each shard would choose its dimensions from its own documents, so a sharded
+#: index refuses them; ``learned`` and ``none`` read the query alone and run as on one folder.
+DOCUMENT_DIMSEL = ("prf", "oracle")
+
+
+def _no_document_dimsel(dimsel) -> None:
+    from indexes.errors import ParameterError
+
+    mode = dimsel if isinstance(dimsel, str) else \
+        dimsel.get("mode") if isinstance(dimsel, dict) else getattr(dimsel, "mode", None)
+    if isinstance(mode, str) and mode.split("(")[0].strip().lower() in DOCUMENT_DIMSEL:
+        raise ParameterError("{dimsel} {_mode} is not available on a sharded index: each shard would choose the "
+                             "dimensions from its own documents, not the index's (learned selection is)",
+                             _mode=mode.split("(")[0].strip().lower())
+
+
 class ShardedIndex:
     """A sharded index searched as one: ``shards`` in shard order (local
     :class:`~retrieval.sharded.shard.ShardSearcher` objects or remote handles with their methods),
@@ -149,6 +166,7 @@ class ShardedIndex:
         given = {k: v for k, v in options.items() if v is not None}
         if not given:
             return []
+        _no_document_dimsel(given.get("dimsel"))
         prf = given.pop("prf", None)
         fb = self._configure_prf(retriever, prf) if prf is not None else []
         done = self._all("configure", retriever, given)[0] if given else []
@@ -210,6 +228,7 @@ class ShardedIndex:
              ranks, threads: int = 1, prf=None) -> Dict[str, List[Hit]]:
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise InputError(f"k must be a positive integer, got {k!r}")
+        _no_document_dimsel(dimsel)
         from retrieval.sharded.pins import MovedOn
 
         for attempt in range(3):
@@ -232,7 +251,7 @@ class ShardedIndex:
         kk = k if not p.fused else max(k, depth or DEPTH)
         texts = [t for _, t in queries]
         names = list(p.retrievers)
-        stats, lists, rows = self._lists(p, queries, kk, filter, dimsel, threads, text, timings)
+        stats, lists, rows = self._lists(p, queries, kk, filter, dimsel, threads, text, timings, feedback)
         conf = self._confidence(p, texts, {n: [lists[n][q] for q, _ in queries] for n in names}, stats)
         out = {}
         for j, (qid, _t) in enumerate(queries):
@@ -244,9 +263,13 @@ class ShardedIndex:
         return out
 
     def _lists(self, p: Pipeline, queries: List[Tuple[str, str]], kk: int, filter, dimsel, threads: int = 1,
-               text: bool = False, timings: Optional[Dict[str, float]] = None):
+               text: bool = False, timings: Optional[Dict[str, float]] = None, feedback=None):
         """Rounds 1 to 3 for the members of ``p``: (the global statistics, ``{name: {qid: the merged
-        global list of its first kk}}``, the texts the search round sent along or None)."""
+        global list of its first kk}}``, the texts the search round sent along or None). ``feedback``:
+        {member: Feedback} expanded by this router (:mod:`retrieval.sharded.prf`)."""
+        from retrieval.sharded import prf as fb
+
+        feedback = feedback or {}
         texts = [t for _, t in queries]
         names = list(p.retrievers)
         t0 = time.perf_counter()
@@ -307,7 +330,14 @@ class ShardedIndex:
 
         if not isinstance(query, str) or not query.strip():
             raise InputError("query text is empty")
+        _no_document_dimsel(dimsel)
         p = self.pipeline(retriever, fusion)
+        if any(n in self._prf for n in p.retrievers):  # one folder explains its configured expansion; not built here
+            from indexes.errors import ParameterError
+
+            raise ParameterError("explain is not available on a sharded index whose {_p} is configured with "
+                                 "{prf} (pseudo-relevance feedback): configure it off to explain the query as typed",
+                                 _p=str(p))
         if depth is not None and (not isinstance(depth, int) or isinstance(depth, bool) or depth < 1):
             raise InputError(f"depth must be a positive integer, got {depth!r}")
         if not isinstance(docid, str) or not docid:

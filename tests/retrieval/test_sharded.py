@@ -123,6 +123,34 @@ def test_bm25_parameters_apply_to_every_shard(pair, small_corpus):
         sharded.configure("bm25", k1=0.9, b=0.4)
 
 
+def test_dimension_selection_that_reads_documents_is_refused(pair, small_corpus):
+    """PRF-DIME (``prf``) and the oracle choose dimensions from documents: each shard would choose from
+    its own (at 2 shards every one of 15 queries ranked otherwise than one folder), so a sharded index
+    refuses them, in every entry point, with one error naming the option; one folder takes them."""
+    from indexes.errors import ParameterError
+    from tests.conftest import retr_in_process
+
+    single, sharded, base = pair
+    q = next(iter(_queries(small_corpus).values()))
+    assert single.search(q, k=5, retriever="dense", dimsel={"mode": "prf", "prf_k": 3})
+    for sel in ("prf", {"mode": "prf", "prf_k": 3}, {"mode": "oracle", "qrels": {}}):
+        with pytest.raises(ParameterError, match="not available on a sharded index"):
+            sharded.search(q, k=5, retriever="dense", dimsel=sel)
+    with pytest.raises(ParameterError, match="dimsel prf is not available"):
+        sharded.batch_search({"q": q}, k=5, retriever="bm25+dense", dimsel="prf")
+    with pytest.raises(ParameterError, match="not available on a sharded index"):
+        sharded.explain(q, sharded.search(q, k=1)[0].docid, retriever="dense", dimsel="prf")
+    with pytest.raises(ParameterError, match="not available on a sharded index"):
+        sharded.configure("dense", dimsel={"mode": "prf"})
+    assert sharded.search(q, k=5, retriever="dense")  # nothing stuck
+    qf = base / "q.jsonl"
+    qf.write_text('{"_id": "1", "text": "%s"}\n' % q.replace('"', ""), encoding="utf-8")
+    r = retr_in_process("search", "--index", sharded.path, "--queries", qf, "--retriever", "dense",
+                        "--dimsel", "prf", "-o", base / "out.trec")
+    assert r.returncode != 0 and "--dimsel prf is not available on a sharded index" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and not (base / "out.trec").exists()
+
+
 def test_feedback_in_a_fused_pipeline_equals_the_single_folder_s(pair, small_corpus):
     """RM3 and Rocchio on BM25 fused with dense (the default confidence-weighted fusion, which reads
     BM25's query mass, and RRF), with and without a filter: one folder's runs
