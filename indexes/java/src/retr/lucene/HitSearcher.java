@@ -490,26 +490,7 @@ public final class HitSearcher implements Closeable {
    * rounded to float once), before Anserini's rounding of the sum to 4 decimals.
    */
   public Explanation[] explain(Query q, String id) throws IOException {
-    if (!reader.tryIncRef()) {
-      throw new AlreadyClosedException("this index reader was closed");
-    }
-    try {
-      IndexSearcher s = scoring.searcher;
-      int doc = liveDoc(id);
-      if (doc < 0) return null;
-      List<Clause> cs = clauses(s.rewrite(q));
-      int m = cs == null ? 0 : cs.size();
-      Explanation[] out = new Explanation[m + 1];
-      out[0] = s.explain(q, doc);
-      for (int i = 0; i < m; i++) {
-        Clause c = cs.get(i);
-        Query tq = new TermQuery(c.term);
-        out[i + 1] = s.explain(c.boost == 1f ? tq : new BoostQuery(tq, c.boost), doc);
-      }
-      return out;
-    } finally {
-      reader.decRef();
-    }
+    return explainWith(q, id, null);  // null: this reader's own statistics (scoringWith)
   }
 
   /**
