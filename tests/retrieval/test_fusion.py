@@ -123,7 +123,7 @@ def test_fused_search_threads_and_per_retriever_scores(small_dense_index, small_
 
 
 def test_tune_uses_only_training_qrels(small_dense_index, small_corpus, tmp_path):
-    idx = small_dense_index
+    idx = _untuned_copy(small_dense_index, tmp_path)  # tune(save=True) writes the folder: not the shared one
     qs = read_queries(small_corpus / "queries.jsonl")
     test_lines = (small_corpus / "qrels" / "test.tsv").read_text().splitlines()[1:]
     train = {}
