@@ -105,35 +105,54 @@ def _change(single, paths, held, base, seed=0):
     single.refresh()
 
 
-def equality(col, shard_counts, k=100) -> dict:
+def _build_and_compare(work, docs, spec, pre, shard_counts, queries, k) -> dict:
+    """``docs`` but their last 50 as one folder and as ``shard_counts`` shards (the vectors ``pre``
+    given to every build), compared as TREC text for bm25, dense and bm25+dense, unfiltered and
+    filtered; then the same after :func:`_change` (adding those 50). Returns the rows and timings."""
     import retrieval
-    from retrieval.collections import read_corpus
-    from retrieval.dense.subindex import DenseSpec
-    from retrieval.kinds import get_kind
     from retrieval.sharded.index import ShardedIndex
     from retrieval.sharded.write import build_sharded
 
-    work = WORK / "sharded" / col.name
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    docs = list(read_corpus(col.corpus, empty="skip"))
     base, held = docs[:-50], docs[-50:]
-    spec = {"dense": DenseSpec()}
     t0 = time.perf_counter()
-    pre = get_kind("dense").shard_vectors(base, spec=spec["dense"], quiet=True)
-    encode_s = time.perf_counter() - t0
     single = retrieval.build_index(base, work / "single", subindexes=spec, quiet=True, precomputed=pre)
-    shards = {n: build_sharded(base, work / f"s{n}", n, subindexes=spec, quiet=True, precomputed=pre)
-              for n in shard_counts}
-    qs = {q.qid: q.text for q in col.queries()}
+    times = {"single": time.perf_counter() - t0}
+    shards = {}
+    for n in shard_counts:
+        t0 = time.perf_counter()
+        shards[n] = build_sharded(base, work / f"s{n}", n, subindexes=spec, quiet=True, precomputed=pre)
+        times[n] = time.perf_counter() - t0
     pipelines = ["bm25", "dense", "bm25+dense"]
     filters = _filters([d.docid for d in base])
-    before = _compare(single, shards, qs, pipelines, filters, k)
-    _change(single, [i.path for i in shards.values()], held, base)
-    shards = {n: ShardedIndex.open(i.path) for n, i in shards.items()}
-    after = _compare(single, shards, qs, pipelines, {"none": None, "docid 30%": filters["docid 30%"]}, k)
-    return {"collection": col.name, "documents": len(base), "queries": len(qs), "k": k, "encode_seconds": encode_s,
-            "before": before, "after_changes": after}
+    before = _compare(single, shards, queries, pipelines, filters, k)
+    _change(single, [s.path for s in shards.values()], held, base)
+    shards = {n: ShardedIndex.open(s.path) for n, s in shards.items()}
+    after = _compare(single, shards, queries, pipelines, {"none": None, "docid 30%": filters["docid 30%"]}, k)
+    return {"documents": len(base), "build_seconds": times, "before": before, "after_changes": after,
+            "indexes": {"single": str(single.path), **{n: str(s.path) for n, s in shards.items()}}}
+
+
+def _fresh(work: Path) -> Path:
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    return work
+
+
+def equality(col, shard_counts, k=100) -> dict:
+    from retrieval.collections import read_corpus
+    from retrieval.dense.subindex import DenseSpec
+    from retrieval.kinds import get_kind
+
+    work = _fresh(WORK / "sharded" / col.name)
+    docs = list(read_corpus(col.corpus, empty="skip"))
+    spec = {"dense": DenseSpec()}
+    t0 = time.perf_counter()
+    pre = get_kind("dense").shard_vectors(docs[:-50], spec=spec["dense"], quiet=True)
+    encode_s = time.perf_counter() - t0
+    qs = {q.qid: q.text for q in col.queries()}
+    r = _build_and_compare(work, docs, spec, pre, shard_counts, qs, k)
+    return {"collection": col.name, "documents": r["documents"], "queries": len(qs), "k": k,
+            "encode_seconds": encode_s, "before": r["before"], "after_changes": r["after_changes"]}
 
 
 def stand_in_vectors(docs, spec, seed: int = 0) -> dict:
@@ -156,40 +175,20 @@ def stand_in_vectors(docs, spec, seed: int = 0) -> dict:
 
 
 def synthetic(n_docs, shard_counts, queries, k=100) -> dict:
-    """The synthetic corpus as one folder and as shards: BM25 and dense (Flat, stand-in vectors: see
-    :func:`stand_in_vectors`) and bm25+dense, unfiltered and filtered, then after the changes of
-    :func:`_change` (whose added and updated documents MiniLM encodes), compared as TREC text."""
-    import retrieval
+    """The synthetic corpus as one folder and as shards (:func:`_build_and_compare`), its dense
+    sub-index of stand-in vectors (:func:`stand_in_vectors`; the added and updated documents MiniLM
+    encodes)."""
     from retrieval.collections import read_corpus
     from retrieval.dense.subindex import DenseSpec
-    from retrieval.sharded.index import ShardedIndex
-    from retrieval.sharded.write import build_sharded
 
-    work = WORK / "sharded" / "synthetic"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    corpus = synthetic_corpus(n_docs, WORK / f"synthetic-{n_docs}.jsonl")
-    docs = list(read_corpus(corpus, empty="skip"))
-    base, held = docs[:-50], docs[-50:]
+    work = _fresh(WORK / "sharded" / "synthetic")
+    docs = list(read_corpus(synthetic_corpus(n_docs, WORK / f"synthetic-{n_docs}.jsonl"), empty="skip"))
     spec = {"dense": DenseSpec()}
-    pre = stand_in_vectors(base, spec["dense"])
-    t0 = time.perf_counter()
-    single = retrieval.build_index(base, work / "single", subindexes=spec, quiet=True, precomputed=pre)
-    times = {"single": time.perf_counter() - t0}
-    shards = {}
-    for n in shard_counts:
-        t0 = time.perf_counter()
-        shards[n] = build_sharded(base, work / f"s{n}", n, subindexes=spec, quiet=True, precomputed=pre)
-        times[n] = time.perf_counter() - t0
-    pipelines = ["bm25", "dense", "bm25+dense"]
-    filters = _filters([d.docid for d in base])
-    before = _compare(single, shards, queries, pipelines, filters, k)
-    _change(single, [s.path for s in shards.values()], held, base)
-    shards = {n: ShardedIndex.open(s.path) for n, s in shards.items()}
-    after = _compare(single, shards, queries, pipelines, {"none": None, "docid 30%": filters["docid 30%"]}, k)
-    return {"documents": len(base), "queries": len(queries), "k": k, "build_seconds": times, "rows": before,
-            "after_changes": after, "vectors": pre["source"],
-            "indexes": {"single": str(single.path), **{n: str(s.path) for n, s in shards.items()}}}
+    pre = stand_in_vectors(docs[:-50], spec["dense"])
+    r = _build_and_compare(work, docs, spec, pre, shard_counts, queries, k)
+    return {"documents": r["documents"], "queries": len(queries), "k": k, "build_seconds": r["build_seconds"],
+            "rows": r["before"], "after_changes": r["after_changes"], "vectors": pre["source"],
+            "indexes": r["indexes"]}
 
 
 def cost(single_path, shard_paths, queries, ks=(10, 1000), rounds=2) -> list:

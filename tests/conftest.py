@@ -252,8 +252,8 @@ class RetrProcess:
 
 @pytest.fixture(scope="session")
 def ray_address():
-    """ONE local Ray cluster for every test that needs one (2 CPUs: actors take fractional CPUs),
-    started once (about 6 s) and shut down at the end. It lives in a helper process of its own:
+    """ONE local Ray cluster for every test of this pytest worker (`make test` runs two) that needs one
+    (2 CPUs: actors take fractional CPUs), started once (about 6 s) and shut down at the end. It lives in a helper process of its own:
     the JVM (Lucene searches in this process) and Ray's core worker must not share a process
     (its signal handlers crash the JVM). The builds under test join it by address."""
     pytest.importorskip("ray", reason="Ray is not installed (pip install 'retr[ray]')")

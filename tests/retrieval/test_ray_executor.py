@@ -204,7 +204,7 @@ def test_pruned_build_on_ray_prunes_the_same_passages(tmp_path, small_corpus, ra
     # the learned head named: the default estimator (length) needs no model and scores in the driver
     a = pruned_dense_index  # in process: build_pruned_index, which index_corpus(prune=) runs in its staging folder
     b = retrieval.index_corpus(small_corpus, tmp_path / "B", prune=0.3, quality="learned", subindexes={"dense": DenseSpec()}, quiet=True,
-                               executor=Executor("ray", address=ray_address, workers=2, cpus_per_worker=0.5,
+                               executor=Executor("ray", address=ray_address, workers=1, cpus_per_worker=0.5,
                                                  block_size=100))
     pa, pb = a.manifest["pruning"], b.manifest["pruning"]
     assert {d for d, *_ in a.docstore.iter_docs()} == {d for d, *_ in b.docstore.iter_docs()}
@@ -225,7 +225,8 @@ def test_cli_index_and_add_on_ray_match_in_process(tmp_path, small_corpus, small
     lines = (small_corpus / "corpus.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
     (tmp_path / "c.jsonl").write_text("".join(lines[:60]), encoding="utf-8")
     (tmp_path / "more.jsonl").write_text("".join(lines[60:80]), encoding="utf-8")
-    ray_opts = ["--executor", "ray", "--ray-address", ray_address, "--workers", "2", "--cpus-per-worker", "0.5",
+    # one worker: several workers and a killed one are the in-process test's; here the CLI's path
+    ray_opts = ["--executor", "ray", "--ray-address", ray_address, "--workers", "1", "--cpus-per-worker", "0.5",
                 "--block-size", "16"]
     r = run_retr("index", "--corpus", tmp_path / "c.jsonl", "--index", tmp_path / "R", "--dense", "--quiet", *ray_opts)
     assert r.returncode == 0, r.stderr
@@ -257,7 +258,8 @@ def test_live_index_changes_on_ray_match_in_process(tmp_path, small_corpus, ray_
     changed = [dict(d, text=d["text"] + " revised with a new closing sentence about aspirin") for d in docs[10:20]]
     (tmp_path / "changed.jsonl").write_text("".join(json.dumps(d) + "\n" for d in changed), encoding="utf-8")
     gone = [d["_id"] for d in docs[:5]]
-    ray_ex = Executor("ray", address=ray_address, workers=2, cpus_per_worker=0.5, block_size=16)
+    # one worker (each loads torch and MiniLM): several workers' blocks in order are tested above
+    ray_ex = Executor("ray", address=ray_address, workers=1, cpus_per_worker=0.5, block_size=16)
     out = {}
     for name, ex in (("L", Executor("local", block_size=16)), ("R", ray_ex)):
         idx = retrieval.index_corpus(tmp_path / "c.jsonl", tmp_path / name, quiet=True)
@@ -268,7 +270,7 @@ def test_live_index_changes_on_ray_match_in_process(tmp_path, small_corpus, ray_
         assert len(idx) == 75
         if name == "R":  # `retr update --executor ray` in its own process; in process, the call it makes
             r = run_retr("update", "--index", tmp_path / name, "--corpus", tmp_path / "changed.jsonl", "--quiet",
-                         "--executor", "ray", "--ray-address", ray_address, "--workers", "2", "--cpus-per-worker",
+                         "--executor", "ray", "--ray-address", ray_address, "--workers", "1", "--cpus-per-worker",
                          "0.5", "--block-size", "16")
             assert r.returncode == 0, r.stderr
         else:

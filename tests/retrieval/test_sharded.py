@@ -175,11 +175,11 @@ def test_writes_route_to_shards_and_keep_the_runs_equal(pair, meta_corpus, small
     upd = tmp_path / "upd.jsonl"
     upd.write_text(json.dumps({"_id": "n3", "title": "changed", "text": "stem cells and bone"}) + "\n", encoding="utf-8")
     ids = [json.loads(l)["_id"] for l in open(meta_corpus / "corpus.jsonl", encoding="utf-8")][5:25]
-    # the sharded folder's through real `retr` processes; the single folder's (the reference, whose
-    # commands test_live covers in processes of their own) through the same entry point in this one
-    for path, retr in ((single.path, retr_in_process), (sharded.path, run_retr)):
+    # both through the CLI's entry point in this process: these commands' own processes on a sharded
+    # folder are test_sharded_long_reader's and test_sharded_atomic's, on a folder test_live's
+    for path in (single.path, sharded.path):
         for args in (["add", "--corpus", new], ["update", "--corpus", upd], ["delete", *ids, "n5"]):
-            r = retr(args[0], "--index", path, *args[1:], "-q")
+            r = retr_in_process(args[0], "--index", path, *args[1:], "-q")
             assert r.returncode == 0, r.stderr
     r = run_retr("check", "--index", sharded.path, "--full")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -197,8 +197,8 @@ def test_writes_route_to_shards_and_keep_the_runs_equal(pair, meta_corpus, small
     for idx in (single, sharded):
         res = idx.batch_search(_queries(small_corpus), k=400, retriever="bm25+dense")
         assert not gone & {h.docid for hs in res.values() for h in hs}
-    for path, retr in ((single.path, retr_in_process), (sharded.path, run_retr)):
-        assert retr("compact", "--index", path, "-q").returncode == 0
+    for path in (single.path, sharded.path):
+        assert retr_in_process("compact", "--index", path, "-q").returncode == 0
     single.refresh()
     _same(single, sharded, _queries(small_corpus))
 

@@ -107,22 +107,31 @@ public final class Feedback {
    */
   Query expand(HitSearcher hs, String text, int k) throws IOException {
     Query q = hs.textQuery(text);
+    HitSearcher.Hits first = hs.unadjusted(q, depth(k));
+    String[] ids = new String[first.docs.length];
+    for (int i = 0; i < ids.length; i++) ids[i] = hs.docids()[first.docs[i]];
+    return reranked(hs, text, q, k, ids, first.docs, first.scores, hs.reader());
+  }
+
+  /**
+   * The query Anserini's reranker builds for {@code text} (whose first-stage query is {@code q}) in a
+   * search of {@code k} hits, from the first ranking {@code ids} (doc numbers {@code docs} of
+   * {@code reader}, raw {@code scores}, best first); {@code hs} gives the analyser and similarity.
+   */
+  private Query reranked(HitSearcher hs, String text, Query q, int k, String[] ids, int[] docs, float[] scores,
+      IndexReader reader) throws IOException {
     Analyzer analyzer = hs.analyzer();
     try {
       Object a = args.newInstance();
       a.getClass().getField("hits").setInt(a, k);
       a.getClass().getField("arbitraryScoreTieBreak").setBoolean(a, hs.lucene8());
-      int depth = rm3 ? a.getClass().getField("rerankcutoff").getInt(a) : k;
-      HitSearcher.Hits first = hs.unadjusted(q, depth);
-      Object docs = scoredDocs.getConstructor().newInstance();
-      String[] ids = new String[first.docs.length];
-      for (int i = 0; i < ids.length; i++) ids[i] = hs.docids()[first.docs[i]];
-      scoredDocs.getField("docids").set(docs, ids);
-      scoredDocs.getField("lucene_docids").set(docs, first.docs);
-      scoredDocs.getField("scores").set(docs, first.scores);
+      Object first = scoredDocs.getConstructor().newInstance();
+      scoredDocs.getField("docids").set(first, ids);
+      scoredDocs.getField("lucene_docids").set(first, docs);
+      scoredDocs.getField("scores").set(first, scores);
       // The rerankers read only how many documents there are from this array, never a document.
-      scoredDocs.getField("lucene_documents").set(docs, new Document[ids.length]);
-      Recorder rec = new Recorder(hs.reader(), hs.similarity());
+      scoredDocs.getField("lucene_documents").set(first, new Document[ids.length]);
+      Recorder rec = new Recorder(reader, hs.similarity());
       @SuppressWarnings("unchecked")
       List<String> tokens = (List<String>) analyze.invoke(null, analyzer, text);
       Object ctx = context.newInstance(rec, null, q, null, text, tokens, null, a);
@@ -131,7 +140,7 @@ public final class Feedback {
       cargs[1] = null;
       cargs[2] = HitSearcher.CONTENTS;
       System.arraycopy(params, 0, cargs, 3, params.length);
-      rerank.invoke(make.newInstance(cargs), docs, ctx);
+      rerank.invoke(make.newInstance(cargs), first, ctx);
       if (rec.query == null) {
         throw new IOException("Anserini's " + (rm3 ? "RM3" : "Rocchio") + " reranker built no query");
       }
@@ -173,41 +182,9 @@ public final class Feedback {
    */
   Query expandWith(HitSearcher hs, String text, int k, String[] ids, float[] scores, IndexReader reader)
       throws IOException {
-    Query q = hs.textQuery(text);
-    Analyzer analyzer = hs.analyzer();
-    try {
-      Object a = args.newInstance();
-      a.getClass().getField("hits").setInt(a, k);
-      a.getClass().getField("arbitraryScoreTieBreak").setBoolean(a, hs.lucene8());
-      Object docs = scoredDocs.getConstructor().newInstance();
-      int[] numbers = new int[ids.length];
-      for (int i = 0; i < numbers.length; i++) numbers[i] = i;
-      scoredDocs.getField("docids").set(docs, ids);
-      scoredDocs.getField("lucene_docids").set(docs, numbers);
-      scoredDocs.getField("scores").set(docs, scores);
-      scoredDocs.getField("lucene_documents").set(docs, new Document[ids.length]);
-      Recorder rec = new Recorder(reader, hs.similarity());
-      @SuppressWarnings("unchecked")
-      List<String> tokens = (List<String>) analyze.invoke(null, analyzer, text);
-      Object ctx = context.newInstance(rec, null, q, null, text, tokens, null, a);
-      Object[] cargs = new Object[3 + params.length];
-      cargs[0] = analyzer;
-      cargs[1] = null;
-      cargs[2] = HitSearcher.CONTENTS;
-      System.arraycopy(params, 0, cargs, 3, params.length);
-      rerank.invoke(make.newInstance(cargs), docs, ctx);
-      if (rec.query == null) {
-        throw new IOException("Anserini's " + (rm3 ? "RM3" : "Rocchio") + " reranker built no query");
-      }
-      return rec.query;
-    } catch (InvocationTargetException e) {
-      Throwable c = e.getCause();
-      if (c instanceof RuntimeException) throw (RuntimeException) c;
-      if (c instanceof IOException) throw (IOException) c;
-      throw new IllegalStateException(c);
-    } catch (ReflectiveOperationException e) {
-      throw new IllegalStateException(e);
-    }
+    int[] numbers = new int[ids.length];
+    for (int i = 0; i < numbers.length; i++) numbers[i] = i;
+    return reranked(hs, text, hs.textQuery(text), k, ids, numbers, scores, reader);
   }
 
   /** A searcher that records the query a reranker searches and answers it with no hits. */

@@ -276,8 +276,67 @@ public final class ShardFeedback {
     }
   }
 
+  /**
+   * A terms enum that can only step or seek exactly: what the rerankers and LeafReader.docFreq call.
+   * The rest of TermsEnum is never reached by them and says so.
+   */
+  private abstract static class ExactTermsEnum extends BaseTermsEnum {
+    @Override
+    public SeekStatus seekCeil(BytesRef text) {
+      throw new UnsupportedOperationException();
+    }
+
+    @Override
+    public void seekExact(long ord) {
+      throw new UnsupportedOperationException();
+    }
+
+    @Override
+    public long ord() {
+      throw new UnsupportedOperationException();
+    }
+
+    @Override
+    public long totalTermFreq() {
+      throw new UnsupportedOperationException();
+    }
+
+    @Override
+    public PostingsEnum postings(PostingsEnum reuse, int flags) {
+      throw new UnsupportedOperationException();
+    }
+
+    @Override
+    public ImpactsEnum impacts(int flags) {
+      throw new UnsupportedOperationException();
+    }
+  }
+
+  /** Terms with frequencies and nothing else (no offsets, positions or payloads). */
+  private abstract static class FreqTerms extends Terms {
+    @Override
+    public boolean hasFreqs() {
+      return true;
+    }
+
+    @Override
+    public boolean hasOffsets() {
+      return false;
+    }
+
+    @Override
+    public boolean hasPositions() {
+      return false;
+    }
+
+    @Override
+    public boolean hasPayloads() {
+      return false;
+    }
+  }
+
   /** The "contents" terms as far as LeafReader.docFreq reads them: seekExact, then docFreq. */
-  private static final class DfTerms extends Terms {
+  private static final class DfTerms extends FreqTerms {
     private final Map<String, Integer> df;
 
     DfTerms(Map<String, Integer> df) {
@@ -286,7 +345,7 @@ public final class ShardFeedback {
 
     @Override
     public TermsEnum iterator() {
-      return new BaseTermsEnum() {
+      return new ExactTermsEnum() {
         private BytesRef term;
         private int freq;
 
@@ -299,43 +358,13 @@ public final class ShardFeedback {
         }
 
         @Override
-        public SeekStatus seekCeil(BytesRef text) {
-          throw new UnsupportedOperationException();
-        }
-
-        @Override
-        public void seekExact(long ord) {
-          throw new UnsupportedOperationException();
-        }
-
-        @Override
         public BytesRef term() {
           return term;
         }
 
         @Override
-        public long ord() {
-          throw new UnsupportedOperationException();
-        }
-
-        @Override
         public int docFreq() {
           return freq;
-        }
-
-        @Override
-        public long totalTermFreq() {
-          throw new UnsupportedOperationException();
-        }
-
-        @Override
-        public PostingsEnum postings(PostingsEnum reuse, int flags) {
-          throw new UnsupportedOperationException();
-        }
-
-        @Override
-        public ImpactsEnum impacts(int flags) {
-          throw new UnsupportedOperationException();
         }
 
         @Override
@@ -363,26 +392,6 @@ public final class ShardFeedback {
     @Override
     public int getDocCount() {
       return -1;
-    }
-
-    @Override
-    public boolean hasFreqs() {
-      return true;
-    }
-
-    @Override
-    public boolean hasOffsets() {
-      return false;
-    }
-
-    @Override
-    public boolean hasPositions() {
-      return false;
-    }
-
-    @Override
-    public boolean hasPayloads() {
-      return false;
     }
   }
 
@@ -413,10 +422,10 @@ public final class ShardFeedback {
     @Override
     public Terms terms(String field) {
       if (!HitSearcher.CONTENTS.equals(field)) return null;
-      return new Terms() {
+      return new FreqTerms() {
         @Override
         public TermsEnum iterator() {
-          return new BaseTermsEnum() {
+          return new ExactTermsEnum() {
             private int i = from - 1;
 
             @Override
@@ -440,28 +449,8 @@ public final class ShardFeedback {
             }
 
             @Override
-            public SeekStatus seekCeil(BytesRef text) {
-              throw new UnsupportedOperationException();
-            }
-
-            @Override
-            public void seekExact(long ord) {
-              throw new UnsupportedOperationException();
-            }
-
-            @Override
             public long ord() {
               return i - from;
-            }
-
-            @Override
-            public PostingsEnum postings(PostingsEnum reuse, int flags) {
-              throw new UnsupportedOperationException();
-            }
-
-            @Override
-            public ImpactsEnum impacts(int flags) {
-              throw new UnsupportedOperationException();
             }
           };
         }
@@ -486,26 +475,6 @@ public final class ShardFeedback {
         @Override
         public int getDocCount() {
           return 1;
-        }
-
-        @Override
-        public boolean hasFreqs() {
-          return true;
-        }
-
-        @Override
-        public boolean hasOffsets() {
-          return false;
-        }
-
-        @Override
-        public boolean hasPositions() {
-          return false;
-        }
-
-        @Override
-        public boolean hasPayloads() {
-          return false;
         }
       };
     }
