@@ -40,9 +40,11 @@ browser:
 # Two pytest workers (pytest-xdist), one per core: much of the suite waits on child processes, JVM and
 # model start-ups and Ray, so two files at a time finish in about 3/4 of the serial time. A file's tests
 # stay on one worker (--dist loadfile), so its module fixtures are built once. TEST_WORKERS=0: serial.
+# PYTEST_ARGS: more pytest options (e.g. PYTEST_ARGS="--durations=30" or "-k sharded").
 TEST_WORKERS ?= 2
+PYTEST_ARGS ?=
 test: install browser
-	RETR_BROWSER_REQUIRED=1 $(BIN)/python -m pytest -q tests $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+	RETR_BROWSER_REQUIRED=1 $(BIN)/python -m pytest -q tests $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
 
 bench: install
 	$(BIN)/python benchmarks/run_all.py
