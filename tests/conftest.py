@@ -13,6 +13,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# Under pytest-xdist (`make test` runs two workers on two cores) each worker and the processes it starts
+# use one math thread: two workers' torch/OpenMP pools of two threads each oversubscribe the cores and
+# their idle threads spin against each other (a test of in-process encoding ran 42 s alone and 319 s next
+# to another worker). Set before anything imports torch; a test that wants more threads asks torch for
+# them. One process (TEST_WORKERS=0) keeps the libraries' defaults.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_var, "1")
 DATA = Path(os.environ.get("RETR_DATA", ROOT.parent / "shared" / "datasets")).resolve()
 SCIFACT = DATA / "scifact"
 
