@@ -633,7 +633,7 @@ class LuceneIndex:
             return None
         return lambda s: s.js.weightQuery(terms, weights, 0, len(terms))
 
-    def explain(self, query, docid: str, returned: Optional[float] = None, k: int = 1000
+    def explain(self, query, docid: str, returned: Optional[float] = None, k: int = 1000, stats=None
                 ) -> Optional[Dict[str, object]]:
         """How the live document ``docid`` scores for ``query`` (text, or a ``{term: weight}`` dict for
         an impact index), from Lucene's own ``IndexSearcher.explain`` under the similarity the search
@@ -642,13 +642,15 @@ class LuceneIndex:
         ``returned``: the score the search returned for it, where it is in a ranking; the parts
         then add up to it (Anserini's rounding and tie offset are parts of their own), else to the
         score a search deep enough would return before any tie offset. With feedback set, the query
-        explained is the expanded one, of a search of ``k`` hits."""
+        explained is the expanded one, of a search of ``k`` hits. ``stats``: the helper's
+        ``GlobalStats`` to score with instead of this index's own (a shard's view of a sharded index,
+        :class:`indexes.lucene_shard.ShardView`); None: its own."""
         # no term left: a query that matches nothing, so the document is still looked up
         make = self._query_maker(query, k) or (lambda s: jvm.autoclass("org.apache.lucene.search.MatchNoDocsQuery")())
 
         def run(s):
             q = make(s)
-            return s.js.explain(q, str(docid)), s.js.clauseTerms(q), s.js.clauseBoosts(q)
+            return s.js.explainWith(q, str(docid), stats), s.js.clauseTerms(q), s.js.clauseBoosts(q)
         ex, terms_, boosts = self._call(run)
         if ex is None:
             return None

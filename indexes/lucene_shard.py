@@ -222,22 +222,7 @@ class ShardView:
         router's rounding and tie offsets). Lucene, not Python, computes the figures: BM25Similarity
         reads the document length from its one-byte norm and computes in floats, which only its own
         code reproduces bit for bit. Impact indexes read no statistics: the index's own explanation."""
-        from indexes.lucene import explain_terms
-
-        if self.impact or self._g is None:
-            return self._index.explain(query, docid, returned, k)
-        # no term left: a query that matches nothing, so the document is still looked up
-        make = self._index._query_maker(query, k) or \
-            (lambda s: jvm.autoclass("org.apache.lucene.search.MatchNoDocsQuery")())
-        g = self._g
-
-        def run(s):
-            q = make(s)
-            return s.js.explainWith(q, str(docid), g), s.js.clauseTerms(q), s.js.clauseBoosts(q)
-        ex, terms, boosts = self._index._call(run)
-        if ex is None:
-            return None
-        return explain_terms(ex, terms, boosts, self.impact, returned)
+        return self._index.explain(query, docid, returned, k, stats=None if self.impact else self._g)
 
     def query_masses(self, texts: Sequence[str]) -> List[float]:
         if self.impact:
