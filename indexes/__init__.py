@@ -3,3 +3,12 @@
 Nothing here knows about models: Lucene through Anserini, faiss, the SQLite
 document store and the manifest with its atomic folder build.
 """
+
+import os as _os
+from pathlib import Path as _Path
+
+
+def retr_home() -> _Path:
+    """retr's own cache folder, ``$RETR_HOME`` (default ``~/.cache/retr``): things made once per
+    machine and kept across runs (the indexer JVMs' class archive, Ditto choices), never an index."""
+    return _Path(_os.environ.get("RETR_HOME") or _Path.home() / ".cache" / "retr").expanduser()

@@ -18,7 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from indexes import helperjar
+from indexes import helperjar, retr_home
 from indexes.errors import RetrError
 
 _lock = threading.Lock()
@@ -88,17 +88,13 @@ def autoclass(name: str):
 # seconds, once); later runs map it. The JVM checks the archive itself and runs without it (a warning
 # in the indexer's log) if it does not match; RETR_JVM_CDS=0 turns the archive off.
 
-def _retr_home() -> Path:
-    return Path(os.environ.get("RETR_HOME") or Path.home() / ".cache" / "retr").expanduser()
-
-
 def class_archive() -> Path:
     """The archive of Anserini's classes for this Java runtime and Anserini jar."""
     h = hashlib.sha256()
     for p in (os.path.join(java_home(), "lib", "modules"), anserini_jar()):
         st = os.stat(p)
         h.update(f"{os.path.realpath(p)}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
-    return _retr_home() / "jvm" / f"anserini-{h.hexdigest()[:16]}.jsa"
+    return retr_home() / "jvm" / f"anserini-{h.hexdigest()[:16]}.jsa"
 
 
 def archive_options() -> Tuple[List[str], Optional[Path]]:

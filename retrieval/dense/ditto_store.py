@@ -9,10 +9,10 @@ stays reproducible even if the cache is cleared.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Optional
 
+from indexes import retr_home
 from indexes.atomic import atomic_write
 
 # Pairs the Ditto paper reports for checkpoints it tuned (METHODS.md §2). Matched by the model
@@ -23,10 +23,6 @@ PAPER_DEFAULTS = {
     "roberta-base": (0, 4),
     "bert-base-nli-stsb-mean-tokens": (2, 6),
 }
-
-
-def retr_home() -> Path:
-    return Path(os.environ.get("RETR_HOME") or Path.home() / ".cache" / "retr").expanduser()
 
 
 def choice_path(model_hash: str) -> Path:
