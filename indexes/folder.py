@@ -330,6 +330,8 @@ def atomic_folder(target: Path | str, overwrite: bool = False) -> Iterator[Path]
     if kind == "index" and not overwrite:
         raise ParameterError("{_path}: already exists (pass {overwrite} to replace it, or add to it)",
                              _path=str(target))
+    if kind == "index":
+        mf.refuse_links(target)  # planted links: refused before the build, not after it at the lock
     target.parent.mkdir(parents=True, exist_ok=True)
     for p, _pid in sibling_leftovers(target):
         gens.remove(p)
