@@ -19,6 +19,11 @@ Locks (``flock``, released by the kernel when a process dies):
   :class:`retrieval.index.Index` on generation N. A writer collecting garbage
   takes it exclusively (never waiting) to learn that nobody reads N any more.
 
+Both are opened without following a symlink (``O_NOFOLLOW``; the pins by name in a
+descriptor of ``.readers``), and a folder whose own entries are links is refused
+before either is made (:func:`indexes.manifest.refuse_links`): a folder is untrusted
+input, and a planted ``.lock`` or ``.readers`` would lead the writer outside it.
+
 Anything a dead writer left (an uncommitted generation's folders, temporary
 folders, staging folders beside the index) is found by :func:`indexes.folder.inner_leftovers` and
 :func:`indexes.folder.sibling_leftovers` and removed by the next writer

@@ -72,7 +72,8 @@ def write_manifest(folder: Path | str, manifest: Dict[str, Any], name: str = MAN
 
 
 def read_manifest(folder: Path | str, name: str = MANIFEST) -> Dict[str, Any]:
-    """``folder/name`` (``manifest.json`` unless told), validated."""
+    """``folder/name`` (``manifest.json`` unless told), validated; a folder whose own entries are
+    symlinks (:func:`refuse_links`) is refused before the file is opened."""
     folder = Path(folder)
     if not folder.exists():
         raise InputError("index folder does not exist", folder)
