@@ -21,6 +21,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import threading
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
@@ -239,6 +240,9 @@ def what_is(path: Path | str) -> str:
         return "missing"
     if not path.is_dir() or path.is_symlink():
         return "file"
+    mode = mf.lmode(path / MANIFEST)
+    if mode is not None and not stat.S_ISREG(mode):  # a planted link or FIFO: not read through (it may hang)
+        return "index"  # (which atomic_folder and the writer lock then refuse in one line: mf.refuse_links)
     try:
         m = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
         if isinstance(m, dict) and m.get("format") == mf.FORMAT:

@@ -251,10 +251,12 @@ def lmode(p: Path | str) -> Optional[int]:
 
 def planted(p: Path | str, mode: Optional[int] = None) -> IndexFormatError:
     """The one line for a folder's own entry ``p`` that is a link (or of the wrong type, ``mode``)."""
-    what = "a symbolic link" if mode is None or stat.S_ISLNK(mode) else \
+    link = mode is None or stat.S_ISLNK(mode)
+    what = "a symbolic link" if link else \
         "a folder" if stat.S_ISDIR(mode) else "a file" if stat.S_ISREG(mode) else "a special file"
+    why = "retr follows no link there" if link else "retr made no such entry there"
     return IndexFormatError(f"{p}: is {what}, where the index keeps its own bookkeeping; refusing to use the folder "
-                            f"(retr follows no link there: remove it, or rebuild the index)")
+                            f"({why}: remove it, or rebuild the index)")
 
 
 def folder_size(path: Path | str) -> int:

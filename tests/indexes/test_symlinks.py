@@ -133,6 +133,20 @@ def test_a_symlinked_manifest_is_refused(built, outside, tmp_path):
     refused_everywhere(idx, idx / "manifest.json", outside, tmp_path, ["delete", "search"])
 
 
+def test_a_fifo_for_a_manifest_is_refused_without_waiting_on_it(built, tmp_path):
+    """A named pipe where manifest.json belongs: reading it would wait for ever; refused at once."""
+    idx = tmp_path / "IDX"
+    shutil.copytree(built / "IDX", idx, symlinks=True)
+    (idx / "manifest.json").unlink()
+    os.mkfifo(idx / "manifest.json")
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", DOCS)
+    for args in (["search", "--index", idx, "aspirin"],
+                 ["index", "--corpus", corpus, "--index", idx, "--overwrite", "--quiet"]):
+        r = run_retr(*args, timeout=120)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and "manifest.json: is a special file" in lines[0], r.stderr
+
+
 # --------------------------------------------------------------------------- a sharded folder
 SHARDED = {
     "shards.json": lambda sh, out: (shutil.copy(sh / "shards.json", out / "shards.json"),
