@@ -21,6 +21,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import threading
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
@@ -239,6 +240,9 @@ def what_is(path: Path | str) -> str:
         return "missing"
     if not path.is_dir() or path.is_symlink():
         return "file"
+    mode = mf.lmode(path / MANIFEST)
+    if mode is not None and not stat.S_ISREG(mode):  # a planted link or FIFO: not read through (it may hang)
+        return "index"  # (which atomic_folder and the writer lock then refuse in one line: mf.refuse_links)
     try:
         m = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
         if isinstance(m, dict) and m.get("format") == mf.FORMAT:
@@ -330,6 +334,8 @@ def atomic_folder(target: Path | str, overwrite: bool = False) -> Iterator[Path]
     if kind == "index" and not overwrite:
         raise ParameterError("{_path}: already exists (pass {overwrite} to replace it, or add to it)",
                              _path=str(target))
+    if kind == "index":
+        mf.refuse_links(target)  # planted links: refused before the build, not after it at the lock
     target.parent.mkdir(parents=True, exist_ok=True)
     for p, _pid in sibling_leftovers(target):
         gens.remove(p)

@@ -19,6 +19,11 @@ Locks (``flock``, released by the kernel when a process dies):
   :class:`retrieval.index.Index` on generation N. A writer collecting garbage
   takes it exclusively (never waiting) to learn that nobody reads N any more.
 
+Both are opened without following a symlink (``O_NOFOLLOW``; the pins by name in a
+descriptor of ``.readers``), and a folder whose own entries are links is refused
+before either is made (:func:`indexes.manifest.refuse_links`): a folder is untrusted
+input, and a planted ``.lock`` or ``.readers`` would lead the writer outside it.
+
 Anything a dead writer left (an uncommitted generation's folders, temporary
 folders, staging folders beside the index) is found by :func:`indexes.folder.inner_leftovers` and
 :func:`indexes.folder.sibling_leftovers` and removed by the next writer
@@ -35,14 +40,35 @@ import errno
 import fcntl
 import os
 import shutil
+import stat
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import Callable, Dict, Iterator, Optional, Set
 
-LOCK = ".lock"
-READERS = ".readers"
+from indexes.errors import IndexFormatError
+from indexes.manifest import LOCK, READERS, lmode, planted, refuse_links
+
+
+# ------------------------------------------------------------------------------ opening the folder's own files
+def _open_nofollow(where: Path, flags: int, dir_fd: Optional[int] = None) -> int:
+    """``os.open`` of one of a folder's own files (``where``; with ``dir_fd``, its name in that folder)
+    that never follows a symlink (``O_NOFOLLOW``) and never waits on a planted FIFO (``O_NONBLOCK``,
+    which plain files ignore): a link, or anything but a plain file, is one line
+    (:func:`indexes.manifest.planted`)."""
+    flags |= os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(where.name if dir_fd is not None else where, flags, 0o666, dir_fd=dir_fd)  # (umask: the mode)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise planted(where) from None
+        raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise planted(where, mode)
+    return fd
 
 
 # ------------------------------------------------------------------------------ test pause points
@@ -114,8 +140,8 @@ class WriterLock:
         """The pid recorded by the process holding the lock, or None when nobody holds it."""
         path = self.folder / LOCK
         try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:
+            fd = _open_nofollow(path, os.O_RDONLY)
+        except (OSError, IndexFormatError):  # a planted link: nobody's lock
             return None
         try:
             try:
@@ -154,9 +180,10 @@ class WriterLock:
 
     def _flock(self, on_wait) -> int:
         path = self.folder / LOCK
+        refuse_links(self.folder)  # before the lock's file is made: a folder with planted links is not touched
         while True:
             try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)  # (the umask decides the mode)
+                fd = _open_nofollow(path, os.O_RDWR | os.O_CREAT)
             except OSError as e:
                 from indexes.errors import InputError
 
@@ -178,7 +205,7 @@ class WriterLock:
                     fcntl.flock(fd, fcntl.LOCK_EX)
                 # the folder may have been replaced (retr index --overwrite) while we waited
                 try:
-                    same = os.stat(path).st_ino == os.fstat(fd).st_ino
+                    same = os.lstat(path).st_ino == os.fstat(fd).st_ino
                 except FileNotFoundError:
                     same = False
                 if not same:
@@ -212,61 +239,101 @@ def writer_busy(folder: Path | str) -> Optional[int]:
 
 
 # ------------------------------------------------------------------------------ reader locks
+def _readers_fd(folder: Path, create: bool) -> Optional[int]:
+    """A file descriptor of ``folder/.readers`` (made first with ``create``), opened without following a
+    link: the pins are then opened, checked and removed by name in it (``dir_fd``), so nothing swapped
+    in for the folder meanwhile can send them elsewhere. None when it is missing (and not made)."""
+    d = Path(folder) / READERS
+    if create:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(d)
+    try:
+        return os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        if create:
+            raise
+        return None
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise planted(d, lmode(d)) from None
+        raise
+
+
 def hold_generation(folder: Path, generation: int) -> Optional[int]:
     """Take a shared lock on generation ``generation`` of ``folder``; returns the fd (close
     it to release), or None where the folder is read-only (no writer can change it then).
     Raises BlockingIOError while a writer is collecting that generation: the caller
-    re-reads the manifest, which has moved on."""
-    d = Path(folder) / READERS
+    re-reads the manifest, which has moved on. A ``.readers`` or pin that is a link (or not
+    a plain folder, file) is refused in one line (:func:`refuse_links`)."""
+    name = str(int(generation))
     try:
-        d.mkdir(exist_ok=True)
-        path = d / str(int(generation))
-        fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)
+        dfd = _readers_fd(Path(folder), create=True)
     except OSError as e:
         if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
             return None
         raise
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         try:
-            same = os.stat(path).st_ino == os.fstat(fd).st_ino
-        except FileNotFoundError:
-            same = False
-        if not same:  # collected between open and lock
-            raise BlockingIOError(errno.EAGAIN, "generation is being collected")
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+            fd = _open_nofollow(Path(folder) / READERS / name, os.O_RDONLY | os.O_CREAT, dir_fd=dfd)
+        except OSError as e:
+            if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+                return None
+            raise
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            try:
+                same = os.stat(name, dir_fd=dfd, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:  # collected between open and lock
+                raise BlockingIOError(errno.EAGAIN, "generation is being collected")
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+    finally:
+        os.close(dfd)
 
 
 def held_generations(folder: Path, current: int) -> Set[int]:
     """Generations older than ``current`` that some reader holds. The lock files of the
-    others are removed (taking each exclusively first, so no reader holds it meanwhile)."""
-    d = Path(folder) / READERS
+    others are removed (taking each exclusively first, so no reader holds it meanwhile).
+    Only plain files named by a number are pins: anything else in ``.readers`` is left alone,
+    and a ``.readers`` that is a link is refused in one line."""
     held: Set[int] = set()
-    if not d.is_dir():
+    dfd = _readers_fd(Path(folder), create=False)
+    if dfd is None:
         return held
-    for p in d.iterdir():
-        if not p.name.isdigit():
-            continue
-        g = int(p.name)
-        if g >= current:
-            continue
-        try:
-            fd = os.open(p, os.O_RDONLY)
-        except FileNotFoundError:
-            continue
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                held.add(g)
+    try:
+        for name in os.listdir(dfd):
+            if not (name.isascii() and name.isdigit()):
                 continue
-            with contextlib.suppress(FileNotFoundError):
-                p.unlink()
-        finally:
-            os.close(fd)
+            g = int(name)
+            if g >= current:
+                continue
+            try:
+                if not stat.S_ISREG(os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mode):
+                    continue
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+            except (FileNotFoundError, IsADirectoryError):
+                continue
+            except OSError as e:
+                if e.errno == errno.ELOOP:  # swapped for a link since the lstat: not ours
+                    continue
+                raise
+            try:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    held.add(g)
+                    continue
+                with contextlib.suppress(FileNotFoundError):
+                    if os.stat(name, dir_fd=dfd, follow_symlinks=False).st_ino == os.fstat(fd).st_ino:
+                        os.unlink(name, dir_fd=dfd)
+            finally:
+                os.close(fd)
+    finally:
+        os.close(dfd)
     return held
 
 
@@ -288,12 +355,12 @@ def link_tree(src: Path, dst: Path) -> int:
                 continue
             s, t = os.path.join(root, f), out / f
             try:
-                os.link(s, t)
+                os.link(s, t, follow_symlinks=False)  # a link stays a link: nothing outside is linked in
             except OSError as e:
                 if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
                     raise
-                shutil.copy2(s, t)
-                copied += os.path.getsize(t)
+                shutil.copy2(s, t, follow_symlinks=False)
+                copied += os.lstat(t).st_size
     return copied
 
 
@@ -322,7 +389,12 @@ def exchange(a: Path, b: Path) -> bool:
 
 # ------------------------------------------------------------------------------ leftovers
 def remove(p: Path) -> None:
-    if p.is_dir() and not p.is_symlink():
+    """Remove ``p`` without following a link: a link is unlinked itself, a folder removed by
+    ``shutil.rmtree`` (which refuses a link as its root and unlinks links inside it)."""
+    mode = lmode(p)
+    if mode is None:
+        return
+    if stat.S_ISDIR(mode):
         shutil.rmtree(p, ignore_errors=True)
     else:
         with contextlib.suppress(FileNotFoundError):
@@ -330,8 +402,11 @@ def remove(p: Path) -> None:
 
 
 def size_of(p: Path) -> int:
-    if p.is_file():
-        return p.stat().st_size
+    mode = lmode(p)
+    if mode is None:
+        return 0
+    if not stat.S_ISDIR(mode):  # (a link's own size, not its target's)
+        return os.lstat(p).st_size
     total = 0
     for root, _d, files in os.walk(p):
         for f in files:

@@ -17,9 +17,10 @@ import json
 import os
 import platform
 import re
+import stat
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Iterable, Optional
 
 from indexes.atomic import atomic_write
 from indexes.errors import IndexFormatError, InputError
@@ -27,6 +28,8 @@ from indexes.errors import IndexFormatError, InputError
 FORMAT = "retr-index"
 FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
+LOCK = ".lock"          # the writer lock (indexes.generations)
+READERS = ".readers"    # the readers' pins of generations (indexes.generations)
 
 
 def now() -> str:
@@ -69,11 +72,13 @@ def write_manifest(folder: Path | str, manifest: Dict[str, Any], name: str = MAN
 
 
 def read_manifest(folder: Path | str, name: str = MANIFEST) -> Dict[str, Any]:
-    """``folder/name`` (``manifest.json`` unless told), validated."""
+    """``folder/name`` (``manifest.json`` unless told), validated; a folder whose own entries are
+    symlinks (:func:`refuse_links`) is refused before the file is opened."""
     folder = Path(folder)
     if not folder.exists():
         raise InputError("index folder does not exist", folder)
     path = folder / name
+    refuse_links(folder, (name,))  # a planted link: one line before anything is opened
     if not path.exists():
         raise IndexFormatError(f"{folder}: not a retr index (no {MANIFEST}; an unfinished build leaves none)")
     try:
@@ -94,6 +99,10 @@ def read_manifest(folder: Path | str, name: str = MANIFEST) -> Dict[str, Any]:
             f"{path}: index format {version} is newer than this retr understands ({FORMAT_VERSION})")
     _check_shape(m, path)
     _check_paths(m, folder, path)
+    named = [e["path"] for e in m.get("subindexes", {}).values()] + [r["path"] for r in m.get("retired", [])]
+    if m.get("docstore") is not None:
+        named.append(m["docstore"].get("path", "docs.sqlite"))
+    refuse_links(folder, named)  # what the manifest names: plain files and folders, no link
     return m
 
 
@@ -117,7 +126,7 @@ def _check_shape(m: Dict[str, Any], path: Path) -> None:
             raise bad(f"sub-index {name!r} needs a string 'kind' and 'path' and an object 'config'")
 # A sub-index folder, a retired generation's folder or a document store: one name inside the folder.
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+=-]{0,254}$")
-_RESERVED = {MANIFEST, ".lock", ".readers"}
+_RESERVED = {MANIFEST, LOCK, READERS}
 MAX_GENERATION = 2 ** 53  # a count of changes; beyond this JSON numbers stop being exact
 
 
@@ -187,6 +196,67 @@ def _check_paths(m: Dict[str, Any], folder: Path, path: Path) -> None:
         lo, hi = r.get("from", 0), r.get("to", max(g - 1, 0))
         if not (_count(lo) and _count(hi) and lo <= hi and (hi < g or g == 0)):
             raise bad(f"retired folder {rel!r} has generations {lo!r}..{hi!r} (the current one is {g})")
+
+
+# ------------------------------------------------------------------------------ planted links
+# The entries a folder keeps for itself whatever its manifest says: the writer lock, the readers' pins,
+# the manifests, the document store (of a folder, a sharded index's folder and its shards alike). A
+# folder is untrusted input (copied, downloaded): a symlink among them would make a writer open, truncate
+# or delete a file outside it (a ``.lock`` pointing at someone's notes, a ``.readers`` at their folder),
+# so none may be a link, whatever it points at.
+OWN_FILES = (LOCK, MANIFEST, "shards.json", "docs.sqlite")
+_SQLITE_COMPANIONS = ("-wal", "-shm", "-journal")  # files SQLite opens beside a store, by its name
+
+
+def refuse_links(folder: Path | str, names: Iterable[str] = ()) -> None:
+    """Refuse ``folder`` in one line (:class:`IndexFormatError`) when one of its own bookkeeping
+    entries is a symlink or not what retr makes there: ``.lock``, ``manifest.json``, ``shards.json``
+    and a document store (and SQLite's ``-wal``/``-shm``/``-journal`` beside it) plain files,
+    ``.readers`` a plain folder of plain files, and ``names`` (what a manifest names: sub-index and
+    retired folders, the store; a sharded index's shard folders) plain files or folders. Missing
+    entries are fine. It only calls ``lstat``, and every command reaches it before it touches the
+    folder: through :func:`read_manifest`, the writer lock, the readers' pins
+    (:mod:`indexes.generations`) and the sharded manifest's read (:mod:`indexes.sharded`)."""
+    folder = Path(folder)
+
+    def expect(name: str, ok) -> None:
+        for n in (name, *(name + x for x in _SQLITE_COMPANIONS)) if name.endswith(".sqlite") else (name,):
+            mode = lmode(folder / n)
+            if mode is not None and (stat.S_ISLNK(mode) or not ok(mode) or n != name and not stat.S_ISREG(mode)):
+                raise planted(folder / n, mode)
+
+    expect(READERS, stat.S_ISDIR)
+    for name in OWN_FILES:
+        expect(name, stat.S_ISREG)
+    for name in names:
+        expect(str(name), lambda mode: stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+    readers = folder / READERS
+    try:
+        pins = os.listdir(readers) if lmode(readers) is not None else []
+    except OSError:
+        pins = []  # unreadable: opening a pin says so
+    for n in pins:
+        mode = lmode(readers / n)
+        if mode is not None and not stat.S_ISREG(mode):
+            raise planted(readers / n, mode)
+
+
+def lmode(p: Path | str) -> Optional[int]:
+    """``p``'s mode, not following a link (None when it is missing)."""
+    try:
+        return os.lstat(p).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def planted(p: Path | str, mode: Optional[int] = None) -> IndexFormatError:
+    """The one line for a folder's own entry ``p`` that is a link (or of the wrong type, ``mode``)."""
+    link = mode is None or stat.S_ISLNK(mode)
+    what = "a symbolic link" if link else \
+        "a folder" if stat.S_ISDIR(mode) else "a file" if stat.S_ISREG(mode) else "a special file"
+    why = "retr follows no link there" if link else "retr made no such entry there"
+    return IndexFormatError(f"{p}: is {what}, where the index keeps its own bookkeeping; refusing to use the folder "
+                            f"({why}: remove it, or rebuild the index)")
 
 
 def folder_size(path: Path | str) -> int:

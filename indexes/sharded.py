@@ -28,6 +28,7 @@ from typing import Any, Dict, List, Optional
 
 from indexes.atomic import atomic_write
 from indexes.errors import IndexFormatError, InputError
+from indexes.manifest import refuse_links
 
 FORMAT = "retr-sharded"
 FORMAT_VERSION = 1
@@ -72,11 +73,13 @@ def write(folder: Path | str, record: Dict[str, Any]) -> None:
 
 def read(folder: Path | str) -> Dict[str, Any]:
     """The sharded manifest of ``folder``, checked: every field's type and range, folder names
-    that are one plain name inside ``folder`` (no symlink out of it), one per shard, distinct."""
+    that are one plain name inside ``folder``, one per shard, distinct; neither this file nor a
+    shard's folder (nor the folder's lock) is a symlink (:func:`indexes.manifest.refuse_links`)."""
     folder = Path(folder)
     path = folder / SHARDS_FILE
     if not folder.is_dir():
         raise InputError("index folder does not exist", folder)
+    refuse_links(folder)  # a planted link: one line before anything is opened
     try:
         m = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -84,6 +87,9 @@ def read(folder: Path | str) -> Dict[str, Any]:
     except (ValueError, RecursionError, OSError) as e:
         raise IndexFormatError(f"{path}: unreadable sharded manifest ({e})") from None
     _check(m, folder, path)
+    refuse_links(folder, m["folders"])
+    for f in m["folders"]:  # each shard's own locks and manifest too: a write then touches no shard of it
+        refuse_links(folder / f)
     return m
 
 
