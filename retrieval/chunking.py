@@ -180,15 +180,18 @@ class Chunker:
         return b
 
     def _next_start(self, text: str, spans, a: int, b: int) -> int:
-        """The next passage's first token: the first word start at or after ``b - overlap``
-        (so neighbours share at most ``overlap`` tokens), never before ``a + 1``."""
+        """The next passage's first token: within the last ``overlap`` tokens before ``b`` (so
+        neighbours share at most that many), the first sentence start, else the first word start;
+        ``b`` itself when there is neither; never before ``a + 1``."""
         ov = self.chunking.overlap
         if ov == 0:
             return b
-        for i in range(max(b - ov, a + 1), b):
-            if self._gap(text, spans, i):
+        lo = max(b - ov, a + 1)
+        words = [i for i in range(lo, b) if self._gap(text, spans, i)]
+        for i in words:
+            if _SENTENCE_END.search(text[spans[i - 1][0]:spans[i - 1][1]]):
                 return i
-        return b
+        return words[0] if words else b
 
 
 def chunk_document(chunker: Chunker, docid: str, title: str, text: str,
