@@ -76,6 +76,9 @@ def resolve_corpus(path: Path | str) -> Path:
         for name in _CORPUS_FILES:
             if (path / name).exists():
                 return path / name
+        if any((path / n).exists() for n in ("queries.jsonl", "queries.jsonl.gz", "qrels")):
+            # a BEIR folder that lacks its corpus: not a folder of documents (its README would be one)
+            raise InputError("folder has queries or qrels (BEIR layout) but no corpus.jsonl or corpus.tsv", path)
         return path
     if not path.exists():
         raise InputError("no such file or folder", path)

@@ -145,6 +145,13 @@ def test_a_folder_with_nothing_readable_is_one_error(tmp_path):
     assert not (tmp_path / "IDX").exists()
 
 
+def test_a_beir_folder_without_its_corpus_is_not_read_as_documents(tmp_path):
+    (tmp_path / "README.md").write_text("# About\n\nthe queries of a collection\n")
+    (tmp_path / "queries.jsonl").write_text('{"_id": "1", "text": "q"}\n')
+    with pytest.raises(InputError, match="no corpus.jsonl"):
+        list(read_corpus(tmp_path))
+
+
 def test_chunks_are_slices_within_the_window_cut_between_words(docs_dir):
     from transformers import AutoTokenizer
 
