@@ -103,6 +103,7 @@ def _check_storable(ids, texts):
         t.encode("utf-8")
 
 
+@pytest.mark.filterwarnings("ignore::retrieval.documents.DocumentWarning")  # a corpus.txt that is not UTF-8
 @SETTINGS
 @given(file=stored(), empty=st.sampled_from(["error", "skip", "keep"]))
 def test_corpus_reader_parses_or_raises_input_error(folder, file, empty):
