@@ -1,19 +1,73 @@
 """`retr index`, `retr add` and `retr info`: build a folder, grow it, describe it."""
 from __future__ import annotations
 
+import contextlib
 import json
+import warnings
 from pathlib import Path
 
 import click
 
 from cli import params
+from retrieval.chunking import DEFAULT_OVERLAP, DEFAULT_TOKENS, MIN_TOKENS
+
+
+@contextlib.contextmanager
+def document_warnings():
+    """A file of a document folder that cannot be read: one ``retr: warning:`` line each (once)."""
+    from retrieval.documents import DocumentWarning
+
+    seen = set()
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", DocumentWarning)
+        shown = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None):
+            if not issubclass(category, DocumentWarning):
+                return shown(message, category, filename, lineno, file, line)
+            if str(message) not in seen:
+                seen.add(str(message))
+                click.echo(f"retr: warning: {message}", err=True)
+
+        warnings.showwarning = show
+        yield
+
+
+def chunk_arg(tokens, overlap, no_chunk):
+    """``read_corpus``'s ``chunk`` from the options: None (the corpus form's default) unless one
+    of them is given."""
+    if no_chunk:
+        if tokens is not None or overlap is not None:
+            raise click.UsageError("--no-chunk and --chunk-tokens/--chunk-overlap are alternatives; give one")
+        return False
+    if tokens is None and overlap is None:
+        return None
+    return {"tokens": DEFAULT_TOKENS if tokens is None else tokens,
+            "overlap": DEFAULT_OVERLAP if overlap is None else overlap}
 
 
 # --------------------------------------------------------------------- index
 @click.command("index", cls=params.SectionedCommand)
 @click.option("--corpus", "corpus", required=True, type=click.Path(path_type=Path),
-              help="BEIR folder, or a JSONL/TSV file (optionally .gz), or a collection by name: irds:NAME "
-                   "(ir_datasets, e.g. irds:beir/scifact, from its local cache) or dmerit:PATH (D-MERIT).")
+              help="A folder of .txt/.md/.html/.pdf documents (or one such file), a BEIR folder, a JSONL/TSV "
+                   "file (optionally .gz), or a collection by name: irds:NAME (ir_datasets, e.g. "
+                   "irds:beir/scifact, from its local cache) or dmerit:PATH (D-MERIT).")
+@click.option("--include", multiple=True, metavar="GLOB",
+              help="Folder of documents: read only files whose path (relative, '*' crossing folders) matches "
+                   "a GLOB (repeatable) [default: every .txt .md .markdown .html .htm .pdf; hidden files and "
+                   "folders are always skipped].")
+@click.option("--exclude", multiple=True, metavar="GLOB", help="Folder of documents: skip files matching a GLOB.")
+@click.option("--chunk-tokens", type=click.IntRange(min=MIN_TOKENS), default=None, metavar="N",
+              help=f"Split documents into passages of at most N word-pieces of the dense model's tokenizer "
+                   f"(bundled MiniLM), special tokens and the repeated title included, cut between words "
+                   f"(paragraph, else sentence ends) [default: {DEFAULT_TOKENS}, MiniLM's window, for a folder of "
+                   f"documents; JSONL/TSV/BEIR passages stay as they are unless this is given]. Passage ids "
+                   f"are DOCID#0, DOCID#1, ...")
+@click.option("--chunk-overlap", type=click.IntRange(min=0), default=None, metavar="N",
+              help=f"Word-pieces shared by neighbouring passages, at most half of --chunk-tokens "
+                   f"[default: {DEFAULT_OVERLAP}].")
+@click.option("--no-chunk", is_flag=True, help="Index each document whole, as one passage (the dense encoder "
+                                               "truncates what exceeds its window; retr info counts those).")
 @click.option("--index", "index_dir", required=True, type=click.Path(path_type=Path),
               help="Index folder to create, or an existing one to add sub-indexes to.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
@@ -34,8 +88,8 @@ from cli import params
 @params.executor_options
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @params.kind_options("index")
-def index_cmd(corpus, index_dir, device, batch_size, threads, overwrite, empty, prune, quality, shards, quiet,
-              executor, **kind_values):
+def index_cmd(corpus, include, exclude, chunk_tokens, chunk_overlap, no_chunk, index_dir, device, batch_size,
+              threads, overwrite, empty, prune, quality, shards, quiet, executor, **kind_values):
     """Build an index folder (document store + Lucene BM25, and the sub-indexes
     asked for, optionally pruned by passage quality) from a corpus. On an
     existing folder built from the same corpus, add the requested sub-indexes
@@ -44,25 +98,34 @@ def index_cmd(corpus, index_dir, device, batch_size, threads, overwrite, empty, 
 
     if quality is not None and prune is None:
         raise click.UsageError("--quality needs --prune P")
+    chunk = chunk_arg(chunk_tokens, chunk_overlap, no_chunk)
     names = dict(params.kind_flags(), prune="--prune", quality="--quality", overwrite="--overwrite",
-                 index_dir="--index", device="--device", batch_size="--batch-size", **{"empty=skip": "--empty skip"})
+                 index_dir="--index", device="--device", batch_size="--batch-size", chunk_tokens="--chunk-tokens",
+                 chunk_overlap="--chunk-overlap", chunk="--chunk-tokens", include="--include", exclude="--exclude",
+                 **{"empty=skip": "--empty skip"})
     shared = dict(kind_values, device=device, batch_size=batch_size, threads=threads)
-    with params.flags(names):
+    with params.flags(names), document_warnings():
         specs = {n: s for o in params.each_kind() for n, s in o.specs(shared).items()}
         if shards is not None:
             if prune is not None:
                 raise click.UsageError("--prune does not apply to a sharded index (--shards)")
+            if chunk is not None or include or exclude:
+                raise click.UsageError("--chunk-tokens, --chunk-overlap, --no-chunk, --include and --exclude do "
+                                       "not apply to a sharded index (--shards) yet")
             from cli import sharded_cmds
 
             return sharded_cmds.index(corpus, index_dir, shards, specs, threads, overwrite, empty, quiet, executor)
         idx = index_corpus(corpus, index_dir, subindexes=specs, prune=prune, quality=quality, threads=threads,
-                           overwrite=overwrite, empty=empty, quiet=quiet, executor=executor)
+                           overwrite=overwrite, empty=empty, quiet=quiet, executor=executor, chunk=chunk,
+                           include=include or None, exclude=exclude or None)
     if not quiet:
         pr = idx.manifest.get("pruning")
         if pr:
             click.echo(f"pruned {pr['dropped']:,} of {pr['considered']:,} documents (share {pr['share']}, "
                        f"estimator {pr['estimator']})", err=True)
-        click.echo(f"indexed {len(idx):,} documents into {index_dir} ({', '.join(idx.retrievers)})", err=True)
+        reader = idx.manifest.get("corpus", {}).get("reader") or {}
+        what = "passages" if reader.get("chunking") else "documents"
+        click.echo(f"indexed {len(idx):,} {what} into {index_dir} ({', '.join(idx.retrievers)})", err=True)
     if prune is not None:
         from retrieval.quality.registry import out_of_domain_note
         note = out_of_domain_note(quality)
@@ -73,7 +136,8 @@ def index_cmd(corpus, index_dir, device, batch_size, threads, overwrite, empty, 
 @click.command("add")
 @click.option("--index", "index_dir", required=True, type=click.Path(path_type=Path), help="Existing index folder.")
 @click.option("--corpus", "corpus", required=True, type=click.Path(path_type=Path),
-              help="New documents: BEIR folder, JSONL or TSV (optionally .gz).")
+              help="New documents: BEIR folder, JSONL or TSV (optionally .gz), or a folder of documents "
+                   "(chunked as the index was built).")
 @click.option("--threads", type=click.IntRange(1, 256), default=2, show_default=True, help="Indexing threads.")
 @click.option("--empty", type=click.Choice(["error", "skip", "keep"]), default="error", show_default=True,
               help="What a document without text does.")
@@ -93,7 +157,7 @@ def add_cmd(index_dir, corpus, threads, empty, quiet, nice, executor):
         with params.flags({"empty=skip": "--empty skip"}):
             return sharded_cmds.write(index_dir, corpus, "add", threads, empty, quiet, executor)
     rep: dict = {}
-    with params.flags({"empty=skip": "--empty skip"}):
+    with params.flags({"empty=skip": "--empty skip"}), document_warnings():
         idx = add_documents(index_dir, corpus, threads=threads, empty=empty, quiet=quiet, report=rep,
                             executor=executor)
     if not quiet:
@@ -126,6 +190,14 @@ def info_cmd(index_dir, as_json):
     if pr:
         click.echo(f"pruned     {pr['dropped']:,} of {pr['considered']:,} ({pr['share']:.0%}) by {pr.get('estimator')}"
                    + (f" ({pr['head']})" if pr.get("head") else ""))
+    reader = info["corpus"].get("reader") or {}
+    ch = reader.get("chunking")
+    if reader.get("form") == "documents" or ch:
+        globs = "".join(f" {o} {g}" for o in ("include", "exclude") for g in reader.get(o) or [])
+        click.echo("read as    " + ("a folder of documents" if reader.get("form") == "documents" else reader.get("form", ""))
+                   + (f" ({globs.strip()})" if globs else "")
+                   + (f"; chunked into passages of at most {ch['tokens']} word-pieces, {ch['overlap']} overlapping "
+                      f"(ids DOCID#N)" if ch else "; not chunked"))
     click.echo(f"docstore   {_mb(info['docstore_bytes'])}")
     for name, s in info["subindexes"].items():
         cfg = ", ".join(f"{k}={v}" for k, v in s["config"].items())

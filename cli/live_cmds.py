@@ -44,8 +44,10 @@ def update_cmd(index_dir, corpus, threads, empty, quiet, nice, executor):
     if sharded_cmds.is_sharded(index_dir):
         with params.flags({"empty=skip": "--empty skip"}):
             return sharded_cmds.write(index_dir, corpus, "update", threads, empty, quiet, executor)
+    from cli.index_cmds import document_warnings
+
     rep: dict = {}
-    with params.flags({"empty=skip": "--empty skip"}):
+    with params.flags({"empty=skip": "--empty skip"}), document_warnings():
         idx = update_documents(index_dir, corpus, threads=threads, empty=empty, quiet=quiet, report=rep,
                                executor=executor)
     if not quiet:

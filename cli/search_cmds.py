@@ -50,9 +50,12 @@ from retrieval.runs import run_tag
 @click.option("--batch-size", type=click.IntRange(min=1), default=None,
               help="Queries handed to the retrievers at a time (Pyserini's flag) [default: all at once with "
                    "--quiet, else about 20 batches].")
+@click.option("--per-document", is_flag=True,
+              help="One hit per document: the best passage of each (passages of a chunked document share its "
+                   "id in their metadata), k documents.")
 @params.kind_options("search")
 def search_cmd(text, index_dir, queries, output, fmt, qrels, split, retriever, fusion, depth, k, threads, tag, quiet,
-               topics, hits, output_format, batch_size, **kind_values):
+               topics, hits, output_format, batch_size, per_document, **kind_values):
     """Search an index: free TEXT prints the top hits; --queries FILE writes a run."""
     from retrieval.sharded.index import open_index  # a folder or a sharded index
 
@@ -64,7 +67,14 @@ def search_cmd(text, index_dir, queries, output, fmt, qrels, split, retriever, f
     if qrels and split:
         raise click.UsageError("--qrels and --split are alternatives; give one")
     idx = open_index(index_dir)
+    if per_document:
+        from retrieval.index import Index
+
+        if not isinstance(idx, Index):
+            raise click.UsageError("--per-document does not apply to a sharded index yet")
     spec, extra = params.configured_pipeline(idx, retriever, fusion, kind_values)
+    if per_document:
+        extra = dict(extra, per_document=True)
     tag = tag or run_tag(spec, [o.tag(kind_values) for o in params.each_kind()])
     with params.flags(dict(params.kind_flags(), retriever="--retriever", fusion="--fusion")):
         _search(idx, text, queries, output, fmt, qrels, split, spec, depth, k, threads, tag, quiet,

@@ -2,7 +2,11 @@
 
 Formats (each may be gzipped, ``.gz``):
 - BEIR: a folder holding ``corpus.jsonl``, ``queries.jsonl`` and ``qrels/*.tsv``;
-- JSONL documents ``{"_id"|"id"|"docid", "title"?, "text"|"contents"}``;
+- a folder of documents (one without ``corpus.jsonl``/``corpus.tsv``), or one document file: .txt, .md,
+  .html/.htm and .pdf files, read by :mod:`retrieval.documents` (ids are relative paths, metadata the
+  path, title, modification time, size and sha256); a file that cannot be read is a warning, not an
+  error; such documents are chunked by default (:mod:`retrieval.chunking`);
+- JSONL documents ``{"_id"|"id"|"docid"|"doc_id", "title"?, "text"|"contents"|"body", "metadata"?}``;
 - TSV documents ``docid<TAB>text`` or ``docid<TAB>title<TAB>text``;
 - queries as BEIR JSONL ``{"_id", "text"}``, TSV ``qid<TAB>text``, or TREC topics (``<top><num>…<title>…``);
 - collections by name instead of a path: ``irds:NAME`` (an ir_datasets dataset, read from its local cache,
@@ -61,16 +65,36 @@ def _open_lines(path: Path) -> Iterator[Tuple[int, str]]:
         raise InputError(f"cannot read ({e})", path) from None
 
 
+_CORPUS_FILES = ("corpus.jsonl", "corpus.jsonl.gz", "corpus.tsv", "corpus.tsv.gz", "collection.tsv")
+
+
 def resolve_corpus(path: Path | str) -> Path:
+    """The corpus file of ``path`` (a BEIR folder's ``corpus.jsonl``, ...), or ``path`` itself: a
+    corpus file, a document file or a folder of documents (:func:`is_documents`)."""
     path = Path(path)
     if path.is_dir():
-        for name in ("corpus.jsonl", "corpus.jsonl.gz", "corpus.tsv", "corpus.tsv.gz", "collection.tsv"):
+        for name in _CORPUS_FILES:
             if (path / name).exists():
                 return path / name
-        raise InputError("folder has no corpus.jsonl (BEIR layout) or corpus.tsv", path)
+        if any((path / n).exists() for n in ("queries.jsonl", "queries.jsonl.gz", "qrels")):
+            # a BEIR folder that lacks its corpus: not a folder of documents (its README would be one)
+            raise InputError("folder has queries or qrels (BEIR layout) but no corpus.jsonl or corpus.tsv", path)
+        return path
     if not path.exists():
         raise InputError("no such file or folder", path)
     return path
+
+
+def is_documents(path) -> bool:
+    """Whether ``path`` is read as documents (:mod:`retrieval.documents`): a folder without a
+    corpus file, or one .txt/.md/.html/.htm/.pdf file."""
+    from retrieval import irds
+    from retrieval.documents import is_document_file
+
+    if not isinstance(path, (str, Path)) or irds.is_named(path):
+        return False
+    p = resolve_corpus(path)
+    return p.is_dir() or is_document_file(p)
 
 
 def _base_suffix(path: Path) -> str:
@@ -200,31 +224,63 @@ def _file_records(path: Path) -> Iterator[Tuple[int, str, str, str, object]]:
 
 
 def read_corpus(path: Path | str, check_duplicates: bool = True, empty: str = "error",
-                skipped: Optional[List[str]] = None) -> Iterator[Document]:
-    """Stream the documents of a corpus (BEIR folder, JSONL or TSV, optionally .gz), or of a collection
-    named ``irds:NAME`` (ir_datasets, from its local cache) or ``dmerit:PATH`` (D-MERIT's passages): all
-    are checked alike, a named collection's errors giving the document's position for the line.
+                skipped: Optional[List[str]] = None, *, chunk=None, include=None,
+                exclude=None) -> Iterator[Document]:
+    """Stream the documents of a corpus (BEIR folder, JSONL or TSV, optionally .gz; a folder of
+    .txt/.md/.html/.pdf documents, or one such file), or of a collection named ``irds:NAME``
+    (ir_datasets, from its local cache) or ``dmerit:PATH`` (D-MERIT's passages): all are checked
+    alike, a named collection's errors giving the document's position for the line.
 
     ``empty`` says what a document with neither title nor text does: ``error``
-    (the default), ``skip`` (its id is appended to ``skipped``) or ``keep``.
+    (the default), ``skip`` (its id is appended to ``skipped``) or ``keep``. In a folder of
+    documents a file without text is a warning and left out, whatever ``empty`` says.
+
+    ``chunk`` (:func:`retrieval.chunking.resolve`): None chunks a folder of documents with the
+    defaults and leaves other corpora's passages as they are; False never chunks; True, a token
+    count or a :class:`retrieval.chunking.Chunking` chunks any corpus. ``include``/``exclude``:
+    globs choosing the files of a folder of documents (:mod:`retrieval.documents`).
     """
     if empty not in EMPTY_POLICIES:
         raise InputError(f"unknown empty-document policy {empty!r}; choose one of {', '.join(EMPTY_POLICIES)}")
-    from retrieval import irds
+    from retrieval import chunking, irds
 
+    documents = False
     if irds.is_named(path):
         where, records = str(path), irds.records(path)
     else:
         where = resolve_corpus(path)
-        records = _file_records(where)
+        documents = is_documents(where)
+        if documents:
+            from retrieval import documents as docs_mod
+
+            single = None if where.is_dir() else where
+            records = docs_mod.records(where, include, exclude, single=single)
+        else:
+            records = _file_records(where)
+    if (include or exclude) and not (documents and where.is_dir()):
+        raise ParameterError("{include} and {exclude} choose the files of a folder of documents; {_w} is not one",
+                             _w=str(where))
+    chunker = None
+    plan = chunking.resolve(chunk, documents)
+    if plan is not None:
+        chunker = chunking.Chunker(plan)
+    return _checked_records(records, where, check_duplicates, empty, skipped, chunker, documents)
+
+
+def _checked_records(records, where, check_duplicates: bool, empty: str, skipped: Optional[List[str]],
+                     chunker, documents: bool) -> Iterator[Document]:
+    from retrieval.chunking import chunk_document
+
     seen: set = set()
+    read = 0
     for n, docid, title, text, meta in records:
         docid = str(docid).strip()
         if not docid:
             raise InputError("empty document id", where, n)
         if _SPACE.search(docid):
             raise InputError(f"document id {docid[:80]!r} contains whitespace (TREC runs cannot hold it)", where, n)
-        if 2 * (len(title) + 1 + len(text)) > MAX_CONTENTS_CHARS or 4 * len(docid) > MAX_DOCID_BYTES:
+        if chunker is None and (2 * (len(title) + 1 + len(text)) > MAX_CONTENTS_CHARS
+                                or 4 * len(docid) > MAX_DOCID_BYTES):
             check_lengths(docid, title, text, where, n)
         if not (text.strip() or title.strip()) and empty != "keep":
             if empty == "error":
@@ -238,7 +294,21 @@ def read_corpus(path: Path | str, check_duplicates: bool = True, empty: str = "e
             if docid in seen:
                 raise InputError(f"duplicate document id {docid!r}", where, n)
             seen.add(docid)
-        yield Document(docid=docid, text=text, title=title, metadata=meta if isinstance(meta, dict) else {})
+        read += 1
+        meta = meta if isinstance(meta, dict) else {}
+        if chunker is None:
+            yield Document(docid=docid, text=text, title=title, metadata=meta)
+            continue
+        for pid, ptitle, ptext, pmeta in chunk_document(chunker, docid, title, text, meta):
+            if check_duplicates:
+                if pid in seen:
+                    raise InputError(f"passage id {pid!r} of document {docid!r} is also a document's id", where, n)
+                seen.add(pid)
+            if 2 * (len(ptitle) + 1 + len(ptext)) > MAX_CONTENTS_CHARS or 4 * len(pid) > MAX_DOCID_BYTES:
+                check_lengths(pid, ptitle, ptext, where, n)
+            yield Document(docid=pid, text=ptext, title=ptitle, metadata=pmeta)
+    if documents and not read:
+        raise InputError("no readable documents (.txt, .md, .html, .htm or .pdf files) found", where)
 
 
 def count_lines(path: Path | str) -> Optional[int]:
@@ -249,7 +319,7 @@ def count_lines(path: Path | str) -> Optional[int]:
     if irds.is_named(path):
         return irds.count(path)
     path = resolve_corpus(path)
-    if path.name.endswith(".gz"):
+    if path.name.endswith(".gz") or is_documents(path):
         return None
     with open(path, "rb") as f:
         return sum(buf.count(b"\n") for buf in iter(lambda: f.read(1 << 20), b""))

@@ -14,6 +14,8 @@ that on demand and ``auto_refresh=False`` leaves it to the caller.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import os
 import threading
 import time
@@ -477,7 +479,7 @@ class Index:
 
     def search(self, query: str, k: int = 10, retriever: str = PRIMARY, fusion: Optional[str] = None,
                text: bool = True, depth: Optional[int] = None, timings: Optional[Dict[str, float]] = None,
-               dimsel=None, filter=None, ranks: bool = False, prf=None) -> List[Hit]:
+               dimsel=None, filter=None, ranks: bool = False, prf=None, per_document: bool = False) -> List[Hit]:
         """Top-``k`` hits for one query, with title, text and metadata unless ``text=False``.
 
         ``retriever`` is a sub-index name or a fused pipeline spec such as
@@ -499,18 +501,28 @@ class Index:
 
         ``prf``: pseudo-relevance feedback for this search alone, in any form ``configure``'s ``prf``
         takes (``"rm3"``, ``"rocchio(gamma=0.15)"``, a dict, ``"none"``), on the members whose
-        retriever takes it per search (BM25); a pipeline with none is a ParameterError."""
+        retriever takes it per search (BM25); a pipeline with none is a ParameterError.
+
+        ``per_document``: at most one hit per document, its best passage (the passages of a chunked
+        document share their metadata's ``document``, :mod:`retrieval.chunking`; a passage without
+        it is a document of its own): the ranking is read deeper until it holds ``k`` documents or
+        ends, and ranks count documents. A hit keeps its passage's id."""
         g = self._enter()
         try:
-            return self._search(g, query, k, retriever, fusion, text, depth, timings, dimsel, filter, ranks, prf)
+            return self._search(g, query, k, retriever, fusion, text, depth, timings, dimsel, filter, ranks, prf,
+                                per_document)
         finally:
             self._leave(g)
 
     def _search(self, g: "_Generation", query, k, retriever, fusion, text, depth, timings, dimsel, filter,
-                ranks=False, prf=None):
+                ranks=False, prf=None, per_document=False):
         if not isinstance(query, str) or not query.strip():
             raise InputError("query text is empty")
         _check_k(k)
+        if per_document:
+            return per_document_hits(
+                lambda kk: self._search(g, query, kk, retriever, fusion, True, depth, timings, dimsel, filter,
+                                        ranks, prf), k, int(g.manifest["corpus"]["doc_count"]), text)
         p = self._pipeline(g.manifest, retriever, fusion)
         allowed = self._allowed(g, filter)
         lists, rs = {}, _per_search(p, {n: self._pick(g, n, dimsel, p.fused) for n in p.retrievers}, prf)
@@ -577,7 +589,7 @@ class Index:
                      retriever: str = PRIMARY, fusion: Optional[str] = None, threads: int = 1, text: bool = False,
                      quiet: bool = True, depth: Optional[int] = None, batch_size: Optional[int] = None,
                      timings: Optional[Dict[str, float]] = None, dimsel=None, filter=None, as_frame: bool = False,
-                     prf=None) -> Dict[str, List[Hit]]:
+                     prf=None, per_document: bool = False) -> Dict[str, List[Hit]]:
         """Search many queries; returns ``{qid: hits}`` in the order of ``queries``.
 
         ``queries`` is a list of :class:`Query`, a mapping ``{qid: text}``, a list of
@@ -587,7 +599,7 @@ class Index:
         ``query``: PyTerrier's). Queries go to the backends in
         batches of ``batch_size`` (default: all at once when quiet, else
         about 20 batches so the progress bar moves). All of them search one generation.
-        ``filter`` and ``prf`` apply to every query, as in :meth:`search`.
+        ``filter``, ``prf`` and ``per_document`` apply to every query, as in :meth:`search`.
 
         ``as_frame``: a pandas DataFrame instead, PyTerrier's columns ``qid, query, docno, score,
         rank`` (rank 0-based, as PyTerrier's; ``title`` and ``text`` too with ``text=True``): see
@@ -596,7 +608,8 @@ class Index:
         g = self._enter()
         try:
             return batch_result(self._batch_search(g, qs, k, retriever, fusion, threads, text, quiet, depth,
-                                                   batch_size, timings, dimsel, filter, prf), qs, text, as_frame)
+                                                   batch_size, timings, dimsel, filter, prf, per_document),
+                                qs, text, as_frame)
         finally:
             self._leave(g)
 
@@ -609,8 +622,26 @@ class Index:
         return search_df(self, query, qid, text, k=k, retriever=retriever, fusion=fusion, **options)
 
     def _batch_search(self, g: "_Generation", queries, k, retriever, fusion, threads, text, quiet, depth,
-                      batch_size, timings, dimsel, filter, prf=None) -> Dict[str, List[Hit]]:
+                      batch_size, timings, dimsel, filter, prf=None, per_document=False) -> Dict[str, List[Hit]]:
         _check_k(k)
+        if per_document:
+            # the whole batch read PER_DOCUMENT times deeper, then the queries still short of k
+            # documents (a long document's passages fill the list) one by one, deeper
+            total = int(g.manifest["corpus"]["doc_count"])
+            kk = min(max(k * PER_DOCUMENT, k), max(total, 1))
+            first = self._batch_search(g, queries, kk, retriever, fusion, threads, True, quiet, depth, batch_size,
+                                       timings, dimsel, filter, prf)
+            out = {}
+            for q in queries:
+                hits = first.get(q.qid, [])
+                got = collapse(hits, k)
+                if len(got) < k and len(hits) >= kk and kk < total:
+                    got = per_document_hits(
+                        lambda n, q=q: [dataclasses.replace(h, qid=q.qid) for h in self._search(
+                            g, q.text, n, retriever, fusion, True, depth, timings, dimsel, filter, False, prf)],
+                        k, total, True, start=kk * PER_DOCUMENT)
+                out[q.qid] = _plain(got, text)
+            return out
         qs = queries
         p = self._pipeline(g.manifest, retriever, fusion)
         allowed = self._allowed(g, filter)
@@ -724,6 +755,49 @@ class Index:
         return Snapshot(self, self._enter())
 
 
+PER_DOCUMENT = 4  # a per-document search first reads this many passages per document asked for
+
+
+def collapse(hits: List[Hit], k: int) -> List[Hit]:
+    """The first ``k`` hits of distinct documents (:func:`retrieval.chunking.document_of`), ranked
+    anew; ``hits`` must carry their metadata."""
+    from retrieval.chunking import document_of
+
+    out, seen = [], set()
+    for h in hits:
+        d = document_of(h.docid, h.metadata)
+        if d in seen:
+            continue
+        seen.add(d)
+        out.append(h)
+        if len(out) == k:
+            break
+    for i, h in enumerate(out, 1):
+        h.rank = i
+    return out
+
+
+def _plain(hits: List[Hit], text: bool) -> List[Hit]:
+    """``hits`` as a search with ``text=False`` returns them (no title, text or metadata)."""
+    if not text:
+        for h in hits:
+            h.title, h.text, h.metadata = "", "", None
+    return hits
+
+
+def per_document_hits(search, k: int, total: int, text: bool, start: Optional[int] = None) -> List[Hit]:
+    """``k`` documents' best passages from ``search(n)`` (the top ``n`` passages with metadata),
+    reading ``PER_DOCUMENT`` times deeper each round until ``k`` documents are found or the
+    ranking (of ``total`` passages) ends."""
+    n = min(start or max(k * PER_DOCUMENT, k), max(total, 1))
+    while True:
+        hits = search(n)
+        got = collapse(hits, k)
+        if len(got) >= k or len(hits) < n or n >= total:
+            return _plain(got, text)
+        n = min(n * PER_DOCUMENT, total)
+
+
 def _member_ranks(hits: List[Hit], p: Pipeline, lists) -> None:
     """Each hit's rank in each member's list (``Hit.ranks``; None where the list lacks it)."""
     want = {h.docid for h in hits}
@@ -831,20 +905,20 @@ class Snapshot(_View):
 
     def search(self, query: str, k: int = 10, retriever: str = PRIMARY, fusion: Optional[str] = None,
                text: bool = True, depth: Optional[int] = None, timings: Optional[Dict[str, float]] = None,
-               dimsel=None, filter=None, ranks: bool = False, prf=None) -> List[Hit]:
+               dimsel=None, filter=None, ranks: bool = False, prf=None, per_document: bool = False) -> List[Hit]:
         """:meth:`Index.search` on this generation."""
         return self._index._search(self._g, query, k, retriever, fusion, text, depth, timings, dimsel, filter,
-                                   ranks, prf)
+                                   ranks, prf, per_document)
 
     def batch_search(self, queries: QueriesArg, qids: Optional[Sequence[str]] = None, k: int = 10,
                      retriever: str = PRIMARY, fusion: Optional[str] = None, threads: int = 1, text: bool = False,
                      quiet: bool = True, depth: Optional[int] = None, batch_size: Optional[int] = None,
                      timings: Optional[Dict[str, float]] = None, dimsel=None, filter=None, as_frame: bool = False,
-                     prf=None) -> Dict[str, List[Hit]]:
+                     prf=None, per_document: bool = False) -> Dict[str, List[Hit]]:
         """:meth:`Index.batch_search` on this generation (the same forms of ``queries``, ``as_frame``)."""
         qs, k = as_queries(queries, qids, k)
         return batch_result(self._index._batch_search(self._g, qs, k, retriever, fusion, threads, text, quiet,
-                                                      depth, batch_size, timings, dimsel, filter, prf),
+                                                      depth, batch_size, timings, dimsel, filter, prf, per_document),
                             qs, text, as_frame)
 
     def search_df(self, query: str, k: int = 10, retriever: str = PRIMARY, fusion: Optional[str] = None,

@@ -33,8 +33,8 @@ from indexes import generations as gens
 from indexes import manifest as mf
 from indexes import folder
 from indexes.docstore import DocStoreWriter
-from indexes.errors import InputError, ParameterError
-from retrieval.collections import check_lengths, check_metadata, count_lines, read_corpus
+from indexes.errors import InputError, ParameterError, RetrError
+from retrieval.collections import check_lengths, check_metadata, count_lines, is_documents, read_corpus
 from retrieval.executors import Executor, open_executor
 from retrieval.index import Index
 from retrieval.kinds import PRIMARY, BuildContext, SubIndexKind, get_kind, kind_of, kind_of_spec
@@ -84,15 +84,25 @@ def build_index(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[s
                 empty: str = "error", quiet: bool = False,
                 keep: Union[AbstractSet[str], Callable[[Document], bool], None] = None,
                 pruning: Optional[dict] = None, precomputed: Optional[dict] = None,
-                generation: Optional[int] = None, executor=None, shared: Optional[dict] = None) -> Index:
+                generation: Optional[int] = None, executor=None, shared: Optional[dict] = None,
+                chunk=None, include=None, exclude=None, source: Optional[str] = None,
+                _read_as: Optional[dict] = None) -> Index:
     """Build an index folder: a document store and the sub-indexes ``subindexes`` (name -> spec,
     each spec naming its kind: ``{"dense": DenseSpec()}``). The sub-index that indexes the corpus
     as it is read (BM25's kind) is built with its default spec unless ``subindexes`` holds one
     (``{"bm25": BM25Spec(k1=1.2, b=0.75)}``). The folder appears only when every sub-index is built.
 
-    ``corpus`` is a path (BEIR folder, JSONL, TSV, .gz) or an iterable of
+    ``corpus`` is a path (BEIR folder, JSONL, TSV, .gz; a folder of .txt/.md/.html/.pdf
+    documents, or one such file: :mod:`retrieval.documents`) or an iterable of
     :class:`Document`. ``empty`` is the policy for documents without text
     (``error``, ``skip`` or ``keep``).
+
+    ``chunk`` splits long documents into passages (:mod:`retrieval.chunking`): None, the
+    default, chunks a folder of documents (256 tokens, 32 overlapping) and leaves a JSONL/TSV
+    corpus's passages as they are; False never; True, a token count or a ``Chunking`` always.
+    ``include``/``exclude``: globs choosing a document folder's files. The manifest's
+    ``corpus.reader`` records all three (what a later change of the folder reads with).
+    ``source``: what the manifest names as the corpus (default: the path, or "<python iterable>").
 
     ``keep`` (a set of docids or a predicate on :class:`Document`) filters the
     document stream: other documents enter no sub-index and no document store,
@@ -110,11 +120,13 @@ def build_index(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[s
     index_dir = Path(index_dir)
     first, first_spec, rest = _plan(subindexes)  # fails on a bad option before reading the corpus
     gen = folder.next_build_generation(index_dir) if generation is None else int(generation)
-    source = str(corpus) if isinstance(corpus, (str, Path)) else "<python iterable>"
+    source = source or (str(corpus) if isinstance(corpus, (str, Path)) else "<python iterable>")
+    # a bad option fails before anything is read; ``_read_as``: how index_corpus already read ``corpus``
+    reading = _read_as or _reading(corpus, chunk, include, exclude)
     t0 = time.perf_counter()
     with folder.atomic_folder(index_dir, overwrite=overwrite) as tmp:
         m = _build_first(corpus, tmp, first, first_spec, empty=empty, keep=keep, pruning=pruning, threads=threads,
-                         quiet=quiet, gen=gen, cache=_cache_base(index_dir), source=source)
+                         quiet=quiet, gen=gen, cache=_cache_base(index_dir), source=source, reading=reading)
         m["subindexes"][first]["build_seconds"] = round(time.perf_counter() - t0, 3)
         if rest:
             with open_executor(executor) as ex:
@@ -134,13 +146,54 @@ def build_index(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[s
     return Index.open(index_dir)
 
 
+def _reading(corpus, chunk, include, exclude) -> dict:
+    """How a corpus is read (``read_corpus``'s ``chunk``, ``include``, ``exclude``), checked, as the
+    manifest records it: ``form`` (documents, file, iterable), ``chunking`` (False or the
+    :class:`retrieval.chunking.Chunking` record), the globs."""
+    from retrieval import chunking
+
+    path = isinstance(corpus, (str, Path))
+    docs = path and is_documents(corpus)
+    if (include or exclude) and not (docs and Path(corpus).is_dir()):
+        raise ParameterError("{include} and {exclude} choose the files of a folder of documents; {_w} is not one",
+                             _w=str(corpus) if path else "a Python iterable")
+    plan = chunking.resolve(chunk, docs)
+    out = {"form": "documents" if docs else "file" if path else "iterable",
+           "chunking": plan.describe() if plan is not None else False}
+    if docs:
+        out.update(include=list(include or []) if not isinstance(include, str) else [include],
+                   exclude=list(exclude or []) if not isinstance(exclude, str) else [exclude])
+    return out
+
+
+def _read_options(reading: dict) -> dict:
+    """``read_corpus``'s keywords from a :func:`_reading` record."""
+    return {"chunk": reading.get("chunking") or False, "include": reading.get("include") or None,
+            "exclude": reading.get("exclude") or None}
+
+
+def _chunked(docs: Iterable[Document], reading: dict) -> Iterable[Document]:
+    """A Python iterable's documents, chunked as ``reading`` says."""
+    from retrieval.chunking import Chunker, Chunking, chunk_document
+
+    if not reading.get("chunking"):
+        yield from docs
+        return
+    chunker = Chunker(Chunking(**reading["chunking"]))
+    for d in docs:
+        for pid, title, text, meta in chunk_document(chunker, d.docid, d.title, d.text, d.metadata):
+            yield Document(pid, text, title, meta)
+
+
 def _build_first(corpus, tmp: Path, name: str, spec, *, empty: str, keep, pruning: Optional[dict], threads: int,
-                 quiet: bool, gen: int, cache: Path, source: str) -> dict:
+                 quiet: bool, gen: int, cache: Path, source: str, reading: dict) -> dict:
     """The document store and the sub-index that indexes the corpus as it is read, in ``tmp``;
     returns the new folder's manifest listing both."""
     total = count_lines(corpus) if isinstance(corpus, (str, Path)) else None
     skipped: List[str] = []
-    docs = (read_corpus(corpus, empty=empty, skipped=skipped) if isinstance(corpus, (str, Path))
+    opts = _read_options(reading)
+    docs = (read_corpus(corpus, empty=empty, skipped=skipped, **opts) if isinstance(corpus, (str, Path))
+            else _checked(_chunked(_checked(corpus), reading)) if reading.get("chunking") and reading["form"] == "iterable"
             else _checked(corpus))
     store = DocStoreWriter(tmp / folder.DOCSTORE, generation=gen)
     h = hashlib.sha256()
@@ -150,8 +203,9 @@ def _build_first(corpus, tmp: Path, name: str, spec, *, empty: str, keep, prunin
     # A corpus file is read twice: the first pass validates, fingerprints and
     # writes Anserini's input; the document store is filled by the second
     # pass while the JVM indexes, so the two overlap. A Python iterable can
-    # be read once only, so it fills the store in the first pass.
-    from_file = isinstance(corpus, (str, Path))
+    # be read once only, so it fills the store in the first pass; so is a folder of documents
+    # (parsing PDFs twice would cost twice, and warn twice).
+    from_file = reading["form"] == "file"
 
     def stream():
         for doc in progress(docs, total=total, desc="reading corpus", unit="doc", quiet=quiet):
@@ -164,7 +218,7 @@ def _build_first(corpus, tmp: Path, name: str, spec, *, empty: str, keep, prunin
             yield doc.docid, doc.contents
 
     def fill_store():
-        for doc in read_corpus(corpus, empty=empty, check_duplicates=False):
+        for doc in read_corpus(corpus, empty=empty, check_duplicates=False, **opts):
             if kept is None or kept(doc):
                 store.add(doc.docid, doc.title, doc.text, doc.metadata or None)
 
@@ -181,7 +235,7 @@ def _build_first(corpus, tmp: Path, name: str, spec, *, empty: str, keep, prunin
                          f"in the first pass, {n_docs} in the second)", source)
     m = mf.new_manifest({"threads": threads, "empty": empty}, generation=gen)
     m["corpus"] = {"source": source, "doc_count": n_docs, "fingerprint": "sha256:" + h.hexdigest(),
-                   "skipped_empty": len(skipped)}
+                   "skipped_empty": len(skipped), "reader": reading}
     m["docstore"] = {"path": folder.DOCSTORE, "doc_count": n_docs, "schema": 2}
     if keep is not None or pruning is not None:
         m["pruning"] = {**(pruning or {}), "dropped": dropped[0], "kept": n_docs}
@@ -197,8 +251,11 @@ def _cache_base(index_dir: Path) -> Path:
 def index_corpus(corpus: Union[str, Path], index_dir: Union[str, Path], *,
                  subindexes: Optional[Mapping[str, Any]] = None, prune: Optional[float] = None,
                  quality: Optional[str] = None, threads: int = 2, overwrite: bool = False, empty: str = "error",
-                 quiet: bool = False, executor=None) -> Index:
+                 quiet: bool = False, executor=None, chunk=None, include=None, exclude=None) -> Index:
     """What `retr index` does, as one call.
+
+    - ``chunk``, ``include``, ``exclude``: how the corpus is read, as :func:`build_index` takes
+      them (a folder of documents is chunked by default; JSONL/TSV passages stay as they are).
 
     - A new folder (or ``overwrite``) gets the document store and the sub-indexes
       ``subindexes`` (name -> spec, as :func:`build_index`), optionally pruned to the top
@@ -228,9 +285,11 @@ def index_corpus(corpus: Union[str, Path], index_dir: Union[str, Path], *,
         hint = " pruned" if prune is not None else ", or ask for a new sub-index ({subindexes}) to add it"
         raise ParameterError("{_path}: index folder already exists; pass {overwrite} to rebuild it" + hint,
                              _path=str(index_dir))
+    reading = _reading(corpus, chunk, include, exclude)
     if adding:
         idx = Index.open(index_dir)
-        fp, _ = corpus_fingerprint(corpus, empty=idx.manifest.get("config", {}).get("empty", "error"))
+        fp, _ = corpus_fingerprint(corpus, empty=idx.manifest.get("config", {}).get("empty", "error"),
+                                   **_read_options(reading))
         if fp != idx.manifest["corpus"]["fingerprint"]:
             raise ParameterError("{_path}: was built from a different corpus; pass a new {index_dir} or rebuild "
                                  "it with {overwrite}", _path=str(index_dir))
@@ -239,9 +298,14 @@ def index_corpus(corpus: Union[str, Path], index_dir: Union[str, Path], *,
                 idx = add_subindex(idx, spec, name, overwrite=overwrite, quiet=quiet, executor=ex)
         return idx
     kw = dict(subindexes=subindexes, threads=threads, overwrite=True, empty=empty, quiet=quiet,
-              generation=folder.next_build_generation(index_dir))
+              generation=folder.next_build_generation(index_dir), _read_as=reading)
     with folder.atomic_folder(index_dir, overwrite=overwrite) as stage, open_executor(executor) as ex:
         if prune is not None:
+            if reading["form"] == "documents" or reading["chunking"]:
+                # pruning reads the corpus once to score it and again to build: read the files
+                # (and chunk them) once, so both passes see the same passages
+                kw["source"] = str(corpus)
+                corpus = list(read_corpus(corpus, empty=empty, **_read_options(reading)))
             build_pruned_index(corpus, stage, prune, quality, executor=ex, **kw)
         else:
             build_index(corpus, stage, executor=ex, **kw)
@@ -257,11 +321,12 @@ def _executor_spec(executor):
     return executor
 
 
-def corpus_fingerprint(corpus: Union[str, Path], empty: str = "error") -> Tuple[str, int]:
-    """The fingerprint ``build_index`` records, without building anything."""
+def corpus_fingerprint(corpus: Union[str, Path], empty: str = "error", **read) -> Tuple[str, int]:
+    """The fingerprint ``build_index`` records, without building anything (``read``: how
+    :func:`retrieval.collections.read_corpus` reads it: ``chunk``, ``include``, ``exclude``)."""
     h = hashlib.sha256()
     n = 0
-    for doc in read_corpus(corpus, empty=empty):
+    for doc in read_corpus(corpus, empty=empty, **read):
         _fingerprint_update(h, doc)
         n += 1
     return "sha256:" + h.hexdigest(), n
@@ -352,8 +417,19 @@ def _context(ch: folder.Change, **kw) -> BuildContext:
                         quiet=ch.quiet, threads=ch.threads, generation=ch.gen, **kw)
 
 
-def _read_docs(corpus, empty: str) -> List[Document]:
-    docs = list(read_corpus(corpus, empty=empty) if isinstance(corpus, (str, Path)) else _checked(corpus))
+def _read_docs(corpus, empty: str, path: Optional[Path] = None) -> List[Document]:
+    """The documents of a change. A path is read as the folder ``path`` was built: a folder of
+    documents chunked as its manifest's ``corpus.reader`` records (its defaults for a folder
+    built before that record existed)."""
+    opts: dict = {}
+    if isinstance(corpus, (str, Path)) and path is not None and is_documents(corpus):
+        try:
+            rec = mf.read_manifest(path).get("corpus", {}).get("reader") or {}
+        except RetrError:  # the change itself reports an unreadable folder, under its lock
+            rec = {}
+        if "chunking" in rec:
+            opts["chunk"] = rec["chunking"] or False
+    docs = list(read_corpus(corpus, empty=empty, **opts) if isinstance(corpus, (str, Path)) else _checked(corpus))
     if not docs:
         raise InputError("no documents given", corpus if isinstance(corpus, (str, Path)) else None)
     return docs
@@ -490,7 +566,7 @@ def _write(index, corpus, op: str, threads: int, empty: str, quiet: bool, report
            executor=None, precomputed: Optional[dict] = None, shared: Optional[dict] = None) -> Index:
     path = _path_of(index)
     executor = _executor_spec(executor)  # a bad option fails before the corpus is read
-    docs = _read_docs(corpus, empty)  # read and checked before the lock: a bad file changes nothing
+    docs = _read_docs(corpus, empty, path)  # read and checked before the lock: a bad file changes nothing
     t0 = time.perf_counter()
     # The executor (a Ray session) starts before the writer lock is taken, so other writers do
     # not wait on the cluster's start-up.

@@ -126,11 +126,30 @@ def build_dense(folder: Path, name: str, store_path: Path, spec: DenseSpec, fing
     (folder / "encoder.json").write_text(json.dumps(cfg, indent=2) + "\n")
     shutil.rmtree(cache, ignore_errors=True)
     entry = _dense_entry(name, spec, enc, cfg, fi.ntotal, fi.describe(folder))
+    entry["truncated"] = over_window(enc, (t for _d, t in _docs(store_path)))
     entry.update(encode_seconds=round(encode_s, 2), build_seconds=round(time.perf_counter() - t0, 2),
                  vectors_from="encoded" if reused is None else
                  (precomputed or {}).get("source", "quality estimator (pruning pass)"),
                  encoded_by=encoded_by, spec=asdict(spec))
     return entry
+
+
+def over_window(enc, texts, batch: int = 1024) -> int:
+    """How many of ``texts`` the encoder cuts: longer than its window (``max_length`` word-pieces,
+    special tokens included), counted with its own tokenizer. Nothing is truncated in silence: the
+    entry's ``truncated`` holds it and `retr info` shows it (a chunked corpus has none)."""
+    n, buf = 0, []
+
+    def count(b) -> int:
+        lens = enc.tokenizer(b, add_special_tokens=True, truncation=False, return_length=True,
+                             return_attention_mask=False, return_token_type_ids=False)["length"]
+        return sum(1 for x in lens if x > enc.max_length)
+
+    for t in texts:
+        buf.append(t)
+        if len(buf) >= batch:
+            n, buf = n + count(buf), []
+    return n + (count(buf) if buf else 0)
 
 
 def _shard_cache(cache_base: Path, cfg: dict, fingerprint: str, spec: DenseSpec) -> Path:
@@ -411,6 +430,11 @@ def _encode_new(entry: dict, docs: Sequence, quiet: bool, executor=None):
         if [i for ids, _v in got for i in ids] != [d.docid for d in docs]:
             raise RetrError("the encoded blocks came back out of order")
         return np.concatenate([v for _ids, v in got]).astype("float32", copy=False)
+    return _writer_encoder(entry).encode([d.contents for d in docs], quiet=quiet).astype("float32", copy=False)
+
+
+def _writer_encoder(entry: dict):
+    """The writer's encoder for a sub-index's entry (one kept loaded, as a change may call again)."""
     from retrieval.dense.encoder import DenseEncoder
 
     key = json.dumps(entry["encoder"], sort_keys=True, default=str)
@@ -420,7 +444,7 @@ def _encode_new(entry: dict, docs: Sequence, quiet: bool, executor=None):
             enc = DenseEncoder.from_config(entry["encoder"], quiet=True)
             _writer_encoders.clear()  # one at a time: a model is large
             _writer_encoders[key] = enc
-        return enc.encode([d.contents for d in docs], quiet=quiet).astype("float32", copy=False)
+        return enc
 
 
 class DenseKind(SubIndexKind):
@@ -442,7 +466,10 @@ class DenseKind(SubIndexKind):
         if vecs is None:
             vecs = _encode_new(entry, docs, ctx.quiet, ctx.executor)
         add_delta(folder, vecs, ids, ctx.generation)
-        return dict(entry, faiss=open_live(folder).describe(folder))
+        out = dict(entry, faiss=open_live(folder).describe(folder))
+        if "truncated" in entry:
+            out["truncated"] = int(entry["truncated"]) + over_window(_writer_encoder(entry), (d.contents for d in docs))
+        return out
 
     def shard_vectors(self, docs: Sequence, spec=None, entry: Optional[dict] = None, quiet: bool = False,
                       executor=None, threads: int = 2, given=None) -> Optional[dict]:
@@ -494,11 +521,19 @@ class DenseKind(SubIndexKind):
             spec.model = entry["encoder"]["model"]
             new = build_dense(folder, entry["path"], ctx.store_path, spec, ctx.fingerprint, ctx.cache_base,
                               ctx.quiet, executor=ctx.executor)
-            return dict(entry, faiss=new["faiss"], encode_seconds=new["encode_seconds"])
+            return dict(entry, faiss=new["faiss"], encode_seconds=new["encode_seconds"], truncated=new["truncated"])
         return dict(entry, faiss=fi.describe(folder))
 
     def retriever(self, folder: Path, entry: dict) -> DenseRetriever:
         return DenseRetriever(folder, entry)
+
+    def stats(self, folder: Path, entry: dict) -> Dict[str, Any]:
+        """Passages longer than the encoder's window, encoded truncated (counted as they were encoded,
+        at the build and each addition; a deletion does not lower it): a long document that is not
+        chunked is matched on its beginning alone."""
+        if "truncated" not in entry:
+            return {}  # built before the count was kept
+        return {f"passages_over_{entry.get('config', {}).get('max_length')}_tokens_(truncated)": int(entry["truncated"])}
 
     def reopen(self, old, folder: Path, entry: dict) -> DenseRetriever:
         same = isinstance(old, DenseRetriever) and old.entry.get("encoder") == entry.get("encoder")

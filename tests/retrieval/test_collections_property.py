@@ -103,6 +103,7 @@ def _check_storable(ids, texts):
         t.encode("utf-8")
 
 
+@pytest.mark.filterwarnings("ignore::retrieval.documents.DocumentWarning")  # a corpus.txt that is not UTF-8
 @SETTINGS
 @given(file=stored(), empty=st.sampled_from(["error", "skip", "keep"]))
 def test_corpus_reader_parses_or_raises_input_error(folder, file, empty):
@@ -137,3 +138,72 @@ def test_query_reader_parses_or_raises_input_error(folder, file):
     assert queries
     _check_storable([q.qid for q in queries], [q.text for q in queries])
     assert all(q.text.strip() for q in queries)
+
+
+# ------------------------------------------------------------------ a folder of documents, chunking
+NAME = st.text(st.sampled_from(list("ab %#é.-_") + ["\u3000", "\U0001F600"]), min_size=1, max_size=6)
+DOC_SUFFIX = st.sampled_from([".md", ".txt", ".html", ".htm", ".pdf", ".MD", ".jsonl", ""])
+DOC_BYTES = weighted((GOOD_TEXT.map(lambda s: s.encode("utf-8")), 4), (st.binary(max_size=64), 2),
+                     (TEXT.map(lambda s: s.encode("utf-8", "surrogatepass")), 1),
+                     (st.just(b"%PDF-1.4\n%%EOF"), 1), (st.just(b"<html><title>t</title><p>x</p>"), 1))
+
+
+@settings(max_examples=150, deadline=None, database=None, print_blob=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(files=st.lists(st.tuples(NAME, DOC_SUFFIX, DOC_BYTES, st.booleans()), min_size=1, max_size=5),
+       chunk=st.sampled_from([None, False, 16]))
+def test_document_folder_reader_parses_or_raises_input_error(tmp_path_factory, files, chunk):
+    import warnings
+
+    from retrieval.documents import DocumentWarning
+
+    root = tmp_path_factory.mktemp("docfolder")
+    for name, suffix, data, nested in files:
+        if name.strip(".") == "" or name.startswith("."):
+            continue
+        p = (root / "sub" / (name + suffix)) if nested else root / (name + suffix)
+        p.parent.mkdir(exist_ok=True)
+        p.write_bytes(data)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            docs = list(read_corpus(root, chunk=chunk))
+        except InputError:
+            event("refused")
+            return
+    assert all(issubclass(w.category, DocumentWarning) for w in caught), [str(w.message) for w in caught]
+    event("parsed")
+    assert docs
+    _check_storable([d.docid for d in docs], [d.title + d.text for d in docs])
+    for d in docs:
+        json.dumps(d.metadata, ensure_ascii=False, allow_nan=False).encode("utf-8")
+        assert (root / d.metadata["path"]).is_file()
+
+
+CHUNK_TEXT = st.lists(weighted((GOOD_TEXT, 6), (st.sampled_from([". ", "\n\n", "! ", " ", "\n", "-", "…"]), 3),
+                               (st.text(st.characters(categories=["L", "N"]), min_size=20, max_size=80), 1)),
+                      max_size=120).map("".join)
+
+
+@settings(max_examples=200, deadline=None, database=None, print_blob=True)
+@given(text=CHUNK_TEXT, title=st.sampled_from(["", "A title", "x " * 40]), tokens=st.integers(16, 64),
+       share=st.floats(0, 0.5))
+def test_chunks_are_slices_that_fit_and_lose_no_token(text, title, tokens, share):
+    from retrieval.chunking import Chunker, Chunking, _tokenizer, chunk_document, token_count
+
+    chunking = Chunking(tokens=tokens, overlap=int(tokens * share) if int(tokens * share) <= tokens // 2 else 0)
+    passages = list(chunk_document(Chunker(chunking), "d", title, text, {"k": 1}))
+    if not text.strip():
+        assert len(passages) == (1 if title.strip() else 0)  # a title alone is one passage
+        return
+    starts = [m["start"] for _i, _t, _x, m in passages]
+    assert starts == sorted(set(starts))
+    for n, (pid, ptitle, ptext, meta) in enumerate(passages):
+        assert pid == f"d#{n}" and meta["passage"] == n and meta["document"] == "d" and meta["k"] == 1
+        assert text[meta["start"]:meta["end"]] == ptext and ptext.strip() == ptext
+    fits = token_count([f"{t} {x}" if t else x for _i, t, x, _m in passages])
+    assert max(fits) <= tokens, fits
+    spans = _tokenizer(None).encode(text, add_special_tokens=False).offsets
+    covered = [(m["start"], m["end"]) for _i, _t, _x, m in passages]
+    for s, e in spans:  # every word-piece is in some passage
+        assert any(a <= s and e <= b for a, b in covered), (s, e, covered)
