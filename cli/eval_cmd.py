@@ -191,7 +191,7 @@ def eval_cmd():
               help="Evaluate only each query's top N documents (trec_eval -M).")
 def _evaluate_cmd(qrels, runs, measures, per_query, fmt, as_json, rel_threshold, judged_only, complete, max_docs):
     """Evaluate RUN files against --qrels."""
-    from eval.io import read_qrels
+    from retrieval.datasets.qrels import read_qrels
     from eval.measures import DEFAULT_MEASURES, Evaluator
 
     fmt = _format(fmt, as_json)
@@ -265,7 +265,7 @@ def partial_cmd(qrels, runs, measures, budgets, seeds, rel_threshold, drop_nonre
     are judged (Kendall's tau vs the full qrels, swapped pairs, flipped conclusions), for the standard
     measures and their condensed variants."""
     from eval.errors import EvalError
-    from eval.io import read_qrels
+    from retrieval.datasets.qrels import read_qrels
     from eval.partial import DEFAULT_BUDGETS, analyse_partial, parse_budget
 
     fmt = _format(fmt, as_json)
@@ -332,7 +332,7 @@ def significance_cmd(qrels, baseline, runs, measures, test, alpha, margin, rel_t
                      seed, fmt, as_json):
     """Paired tests of each RUN against --baseline (Holm-corrected), bootstrap CIs of the differences and,
     with --margin, TOST equivalence. Queries missing from a run score 0."""
-    from eval.io import read_qrels
+    from retrieval.datasets.qrels import read_qrels
     from eval.measures import Evaluator
     from eval.significance import compare, format_comparison
 
@@ -397,7 +397,7 @@ def report_cmd(qrels, runs, output, baseline, measures, queries, index_dir, part
     """Write one self-contained HTML report of RUN files against --qrels: the measures with significance
     marks and CIs against the baseline, per-query deltas, win/tie/loss counts, the largest gains and losses
     (query text, top hits' titles with --index), Judged@k, and --partial's curves. It fetches nothing."""
-    from eval.io import read_qrels
+    from retrieval.datasets.qrels import read_qrels
     from eval.report import read_partial, write_report
 
     paths = list(dict.fromkeys(([baseline] if baseline else []) + list(runs)))
@@ -459,7 +459,7 @@ def _collection_queries(idx):
                  "{run: report}")
 def unjudged_cmd(qrels, runs, k, fmt, as_json):
     """Per run, how many of its top-k documents have no judgment (Judged@k, counts, affected queries)."""
-    from eval.io import read_qrels
+    from retrieval.datasets.qrels import read_qrels
     from eval.measures import unjudged_report
     from eval.tables import format_table, unjudged_table
 
