@@ -193,7 +193,7 @@ def run_collection(col, threads, rebuild=False, retune=False):
         runs[f"BM25 + DeepCT fused{tag}"] = run_dict(
             idx.batch_search(qs_all, k=1000, retriever=f"bm25+{sub}", threads=threads))
         print(f"[{col.name}] {sub} done in {time.perf_counter() - t0:.0f} s", flush=True)
-    per_q = {name: evaluate(qrels, run, MEASURES, per_query=True, complete=True) for name, run in runs.items()}
+    per_q = {name: evaluate(qrels, run, MEASURES, per_query=True) for name, run in runs.items()}
     for m in MEASURES:
         rows = compare({n: {q: v[m] for q, v in pq.items()} for n, pq in per_q.items()}, "BM25")
         for row in rows:

@@ -129,8 +129,7 @@ def per_query_scores(lists: Lists, qrels: dict, cands: Dict[str, Callable], dept
             # scores from ranks: evaluation must see the fused order, ties included
             run[q] = {d: float(CUT - i) for i, (d, _s, _r) in enumerate(fused)}
         runs[label] = run
-    return {name: {q: v["nDCG@10"] for q, v in evaluate(qrels, run, ["nDCG@10"], per_query=True,
-                                                          complete=True).items()}
+    return {name: {q: v["nDCG@10"] for q, v in evaluate(qrels, run, ["nDCG@10"], per_query=True).items()}
             for name, run in runs.items()}
 
 

@@ -187,8 +187,7 @@ def _pruned_scores(lists, qrels, keep, fusion) -> Dict[str, Dict[str, float]]:
     runs = {n: {q: dict(kept[n][q][:CUT]) for q in qids} for n in lists}
     runs["hybrid"] = {q: {d: float(CUT - i) for i, (d, _s, _r) in
                           enumerate(fuse({n: kept[n][q][:DEPTH] for n in lists}, fusion)[:CUT])} for q in qids}
-    return {p: {q: v["nDCG@10"] for q, v in evaluate(qrels, runs[p], ["nDCG@10"], per_query=True,
-                                                      complete=True).items()} for p in PRUNE_PIPES}
+    return {p: {q: v["nDCG@10"] for q, v in evaluate(qrels, runs[p], ["nDCG@10"], per_query=True).items()} for p in PRUNE_PIPES}
 
 
 def pruning_part(indexes=None) -> dict:

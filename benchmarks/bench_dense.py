@@ -86,7 +86,7 @@ def main():
         per_q = {}
         for p in POOLINGS:
             res = search(dv[p], docids, qv[p])
-            per_q[p] = evaluate(qrels, {q.qid: r for q, r in zip(qs, res)}, MEASURES, per_query=True, complete=True)
+            per_q[p] = evaluate(qrels, {q.qid: r for q, r in zip(qs, res)}, MEASURES, per_query=True)
         shipped = idx.batch_search(qs, k=1000, retriever="dense")
         shipped_ndcg = evaluate(qrels, {q: {h.docid: h.score for h in hs} for q, hs in shipped.items()},
                                 ["nDCG@10"])["nDCG@10"]

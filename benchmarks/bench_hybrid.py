@@ -53,7 +53,7 @@ def best_fusion(lists, qrels, qids):
 
 
 def per_query(qrels, run):
-    return evaluate(qrels, run, MEASURES, per_query=True, complete=True)
+    return evaluate(qrels, run, MEASURES, per_query=True)
 
 
 def effectiveness(col):

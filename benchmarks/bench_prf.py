@@ -62,8 +62,8 @@ def one(c, idx, qs, qrels, name, prf, setup, k):
     same_batch = all([(h.docid, h.score) for h in batch[q.qid]] == ours[q.qid] for q in qs)
     identical = sum(ours[q.qid] == theirs[q.qid] for q in qs)
     ranked = sum([d for d, _ in ours[q.qid]] == [d for d, _ in theirs[q.qid]] for q in qs)
-    m = evaluate(qrels, run_dict(batch), MEASURES, complete=True)
-    mp = evaluate(qrels, {q: dict(h) for q, h in theirs.items()}, MEASURES, complete=True)
+    m = evaluate(qrels, run_dict(batch), MEASURES)
+    mp = evaluate(qrels, {q: dict(h) for q, h in theirs.items()}, MEASURES)
     ref.close()
     return {"collection": c.name, "method": name, "queries": len(qs), **m,
             "pyserini": mp, "identical": identical, "same_ranking": ranked, "batch_equals_single": same_batch,

@@ -217,7 +217,7 @@ def hybrid_run(a, b):
 
 def per_query(qrels, run):
     r = {q: {d: s for d, s in hits} for q, hits in run.items()}
-    return evaluate(qrels, r, ["nDCG@10", "R@100"], per_query=True, complete=True)
+    return evaluate(qrels, r, ["nDCG@10", "R@100"], per_query=True)
 
 
 def overlap_note(col, data_c, head, p=0.3):

@@ -161,7 +161,7 @@ def run_collection(col, deepct_model=None, finetune=False):
         finally:
             idx.configure("splade", query="splade")
         runs[r] = {q: {h.docid: h.score for h in hs} for q, hs in res.items()}
-    per = {r: evaluate(qrels, run, MEASURES, per_query=True, complete=True) for r, run in runs.items()}
+    per = {r: evaluate(qrels, run, MEASURES, per_query=True) for r, run in runs.items()}
     means = {r: {m: statistics.fmean(v[m] for v in s.values()) for m in MEASURES} for r, s in per.items()}
     tests = {}
     for m in MEASURES:

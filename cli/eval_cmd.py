@@ -6,6 +6,7 @@ subcommands with ``eval_cmd.add_command(cmd)``. Bad input raises eval.errors.Eva
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Sequence
@@ -115,6 +116,41 @@ def _check_overlap(name: str, run: dict, qrels: dict, missing: str) -> None:
         click.echo(f"retr: warning: {name}: {counts}; {'; '.join(notes)}", err=True)
 
 
+def _empty_options(f):
+    """--skip-empty, and -c/--complete (trec_eval's flag for what is the default here)."""
+    f = click.option("--complete", "-c", is_flag=True,
+                     help="Accepted for trec_eval compatibility: a judged query with no hits scores 0, which is "
+                          "already the default (trec_eval -c, ir_measures, PyTerrier).")(f)
+    return click.option("--skip-empty", is_flag=True,
+                        help="Leave judged queries with no hits out of the means (trec_eval without -c) and, "
+                             "in paired tests, the queries any run has no hits for; a warning says how many "
+                             "[default: they score 0].")(f)
+
+
+def _empty(complete: bool, skip_empty: bool) -> str:
+    """The evaluator's ``empty`` for the flags."""
+    if complete and skip_empty:
+        raise click.UsageError("-c/--complete scores queries with no hits 0; --skip-empty leaves them out: give one")
+    return "skip" if skip_empty else "zero"
+
+
+def _missing(empty: str) -> str:
+    """What the overlap warning says of judged queries missing from a run."""
+    return "are left out (--skip-empty)" if empty == "skip" else "score 0 (--skip-empty leaves them out)"
+
+
+@contextlib.contextmanager
+def _quiet_skips():
+    """The evaluator's own SkippedQueries warning silenced: the CLI says the counts in its warning lines."""
+    import warnings
+
+    from eval.errors import SkippedQueries
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SkippedQueries)
+        yield
+
+
 def _table(results: dict[str, dict[str, float]]) -> str:
     from eval.tables import means_table
 
@@ -180,34 +216,37 @@ def eval_cmd():
               help='table (aligned) [default]; csv or tsv: columns run, query, then the measures in the order given, '
                    'one row per run (query "all": its means) and, with --per-query, one per query before it; json: '
                    '{"measures": [...], "runs": [{"name", "path", "means": {measure: mean}, "queries": N (averaged '
-                   'over), "per_query" (with --per-query)}]}, one entry per RUN given.')
+                   'over), "skipped": judged queries left out (--skip-empty), "per_query" (with --per-query)}]}, '
+                   'one entry per RUN given.')
 @click.option("--json", "as_json", is_flag=True, help="The same as --format json.")
 @click.option("--rel-threshold", "-l", type=int, default=None,
               help="Minimum grade that binary measures count relevant (trec_eval -l; TREC DL: 2) [default: 1].")
 @click.option("--judged-only", "-J", is_flag=True, help="Condensed lists: drop unjudged documents (trec_eval -J).")
-@click.option("--complete", "-c", is_flag=True,
-              help="Average over all judged queries; a query missing from the run scores 0 (trec_eval -c).")
+@_empty_options
 @click.option("--max-docs", "-M", type=click.IntRange(min=1), default=None,
               help="Evaluate only each query's top N documents (trec_eval -M).")
-def _evaluate_cmd(qrels, runs, measures, per_query, fmt, as_json, rel_threshold, judged_only, complete, max_docs):
-    """Evaluate RUN files against --qrels."""
-    from eval.io import read_qrels
+def _evaluate_cmd(qrels, runs, measures, per_query, fmt, as_json, rel_threshold, judged_only, skip_empty, complete,
+                  max_docs):
+    """Evaluate RUN files against --qrels. A judged query with no hits in a run scores 0 (trec_eval -c);
+    --skip-empty leaves such queries out."""
+    from retrieval.datasets.qrels import read_qrels
     from eval.measures import DEFAULT_MEASURES, Evaluator
 
     fmt = _format(fmt, as_json)
+    empty = _empty(complete, skip_empty)
     judged = read_qrels(qrels)
     evaluator = Evaluator(judged, _measures(measures) or list(DEFAULT_MEASURES), rel_threshold=rel_threshold,
-                          judged_only=judged_only, complete=complete, max_docs=max_docs)
+                          judged_only=judged_only, empty=empty, max_docs=max_docs)
     from eval.measures import aggregate
 
     results, records = {}, []
-    missing = "score 0" if complete else "are left out of the means (-c scores them 0)"
-    for (name, run), path in zip(_read_runs(runs, judged, missing).items(), runs):
-        table = evaluator.evaluate(run, per_query=True)
+    for (name, run), path in zip(_read_runs(runs, judged, _missing(empty)).items(), runs):
+        with _quiet_skips():
+            table = evaluator.evaluate(run, per_query=True)
         means = aggregate(table, evaluator.measures)
         results[name] = {**table, "all": means} if per_query else means
         records.append({"name": name, "path": str(path), "means": means, "queries": len(table),
-                        **({"per_query": table} if per_query else {})})
+                        "skipped": len(evaluator.skipped), **({"per_query": table} if per_query else {})})
     if fmt == "json":  # one shape whatever the number of runs
         click.echo(json.dumps({"measures": list(evaluator.measures), "runs": records}, indent=1))
     elif fmt in ("csv", "tsv"):
@@ -265,7 +304,7 @@ def partial_cmd(qrels, runs, measures, budgets, seeds, rel_threshold, drop_nonre
     are judged (Kendall's tau vs the full qrels, swapped pairs, flipped conclusions), for the standard
     measures and their condensed variants."""
     from eval.errors import EvalError
-    from eval.io import read_qrels
+    from retrieval.datasets.qrels import read_qrels
     from eval.partial import DEFAULT_BUDGETS, analyse_partial, parse_budget
 
     fmt = _format(fmt, as_json)
@@ -322,28 +361,36 @@ def format_partial(result: dict) -> str:
               help="Also run a TOST equivalence test with this absolute margin (e.g. 0.01).")
 @click.option("--rel-threshold", "-l", type=int, default=None, help="As for retr eval [default: 1].")
 @click.option("--judged-only", "-J", is_flag=True, help="Condensed lists (trec_eval -J).")
+@_empty_options
 @click.option("--resamples", type=click.IntRange(min=100), default=10_000, show_default=True,
               help="Bootstrap / permutation resamples.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed.")
 @_format_options("columns measure, system, baseline, mean, delta, ci_low, ci_high, p, p_holm, significant, "
                  "tost_p, equivalent (the last two with --margin), one row per measure and run",
                  "{measure: [rows]}")
-def significance_cmd(qrels, baseline, runs, measures, test, alpha, margin, rel_threshold, judged_only, resamples,
-                     seed, fmt, as_json):
+def significance_cmd(qrels, baseline, runs, measures, test, alpha, margin, rel_threshold, judged_only, skip_empty,
+                     complete, resamples, seed, fmt, as_json):
     """Paired tests of each RUN against --baseline (Holm-corrected), bootstrap CIs of the differences and,
-    with --margin, TOST equivalence. Queries missing from a run score 0."""
-    from eval.io import read_qrels
-    from eval.measures import Evaluator
-    from eval.significance import compare, format_comparison
+    with --margin, TOST equivalence. A judged query with no hits in a run scores 0; --skip-empty leaves out
+    the queries any run has no hits for."""
+    from retrieval.datasets.qrels import read_qrels
+    from eval.measures import Evaluator, judged_queries
+    from eval.significance import compare, format_comparison, shared_queries
 
     fmt = _format(fmt, as_json)
+    empty = _empty(complete, skip_empty)
     paths = [baseline] + [r for r in runs if r != baseline]
     judged = read_qrels(qrels)
-    all_runs = _read_runs(paths, judged, "score 0")
+    all_runs = _read_runs(paths, judged, _missing(empty))
     base_name = next(iter(all_runs))
     evaluator = Evaluator(judged, _measures(measures) or ["nDCG@10"], rel_threshold=rel_threshold,
-                          judged_only=judged_only, complete=True)
-    tables = {name: evaluator.evaluate(run, per_query=True) for name, run in all_runs.items()}
+                          judged_only=judged_only, empty=empty)
+    with _quiet_skips():
+        tables = shared_queries({name: evaluator.evaluate(run, per_query=True) for name, run in all_runs.items()})
+    left_out = len(judged_queries(evaluator.qrels)) - len(tables[base_name])
+    if left_out:
+        click.echo(f"retr: warning: the tests leave out {left_out:,} judged queries that some run has no hits for "
+                   f"(--skip-empty); {len(tables[base_name]):,} remain", err=True)
     out = {}
     for m in evaluator.measures:
         scores = {name: {q: row[m] for q, row in t.items()} for name, t in tables.items()}
@@ -378,7 +425,7 @@ def significance_cmd(qrels, baseline, runs, measures, test, alpha, margin, rel_t
 @click.option("--title", default="Evaluation report", show_default=True, help="The report's heading.")
 @click.option("--rel-threshold", "-l", type=int, default=None, help="As for retr eval [default: 1].")
 @click.option("--judged-only", "-J", is_flag=True, help="Condensed lists (trec_eval -J).")
-@click.option("--complete", "-c", is_flag=True, help="Means over all judged queries (trec_eval -c).")
+@_empty_options
 @click.option("--max-docs", "-M", type=click.IntRange(min=1), default=None, help="Only each query's top N (trec_eval -M).")
 @click.option("--test", type=click.Choice(["t", "perm"]), default="t", show_default=True,
               help="Paired t-test or randomization (permutation) test.")
@@ -393,16 +440,17 @@ def significance_cmd(qrels, baseline, runs, measures, test, alpha, margin, rel_t
               help="Top documents shown for each of those queries.")
 @click.option("-k", "judged_k", type=click.IntRange(min=1), default=10, show_default=True, help="Depth of Judged@k.")
 def report_cmd(qrels, runs, output, baseline, measures, queries, index_dir, partial, title, rel_threshold, judged_only,
-               complete, max_docs, test, alpha, resamples, seed, top, hits, judged_k):
+               skip_empty, complete, max_docs, test, alpha, resamples, seed, top, hits, judged_k):
     """Write one self-contained HTML report of RUN files against --qrels: the measures with significance
     marks and CIs against the baseline, per-query deltas, win/tie/loss counts, the largest gains and losses
     (query text, top hits' titles with --index), Judged@k, and --partial's curves. It fetches nothing."""
-    from eval.io import read_qrels
+    from retrieval.datasets.qrels import read_qrels
     from eval.report import read_partial, write_report
 
+    empty = _empty(complete, skip_empty)
     paths = list(dict.fromkeys(([baseline] if baseline else []) + list(runs)))
     judged = read_qrels(qrels)
-    all_runs = _read_runs(paths, judged, "score 0" if complete else "are left out of the means and score 0 in the tests")
+    all_runs = _read_runs(paths, judged, _missing(empty))
     study = read_partial(partial) if partial else None
     texts, titles, idx = None, None, None
     try:
@@ -418,7 +466,7 @@ def report_cmd(qrels, runs, output, baseline, measures, queries, index_dir, part
             texts = {q.qid: q.text for q in read_queries(source)}
         write_report(output, judged, all_runs, title=title, qrels_name=_qrels_name(qrels),
                      measures=_measures(measures) or None, rel_threshold=rel_threshold, judged_only=judged_only,
-                     complete=complete, max_docs=max_docs, test=test, alpha=alpha, n_resamples=resamples, seed=seed,
+                     empty=empty, max_docs=max_docs, test=test, alpha=alpha, n_resamples=resamples, seed=seed,
                      judged_k=judged_k, top=top, hits=hits, queries=texts, titles=titles, partial=study)
     finally:
         if idx is not None:
@@ -459,7 +507,7 @@ def _collection_queries(idx):
                  "{run: report}")
 def unjudged_cmd(qrels, runs, k, fmt, as_json):
     """Per run, how many of its top-k documents have no judgment (Judged@k, counts, affected queries)."""
-    from eval.io import read_qrels
+    from retrieval.datasets.qrels import read_qrels
     from eval.measures import unjudged_report
     from eval.tables import format_table, unjudged_table
 

@@ -56,7 +56,7 @@ def score_cmd(corpus, estimator, head, output, empty, batch_size, quiet):
 @click.option("--quiet", "-q", is_flag=True)
 def train_cmd(corpora, qrels, body, feature_set, neg_ratio, seed, output, quiet):
     """Train the learned estimator's head from training qrels (query-agnostic labels)."""
-    from eval.io import read_qrels
+    from retrieval.datasets.qrels import read_qrels
     from retrieval.collections import read_corpus
     from retrieval.quality.learned import train_head
 

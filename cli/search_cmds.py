@@ -111,7 +111,7 @@ def _search(idx, text, queries, output, fmt, qrels, split, spec, depth, k, threa
                 click.echo(f"     {_clip(h.text, 100)}")
         return
 
-    from eval.io import read_qrels
+    from retrieval.datasets.qrels import read_qrels
     from retrieval.collections import read_queries, split_qrels
 
     qs = read_queries(queries)
@@ -178,7 +178,7 @@ def _clip(s: str, n: int) -> str:
 def tune_cmd(index_dir, queries, qrels, retriever, metric, depth, threads, dry_run, allow_test_qrels, quiet):
     """Choose the fusion of RETRIEVERS on training queries and store it as the
     index's default for that combination."""
-    from eval.io import read_qrels
+    from retrieval.datasets.qrels import read_qrels
     from retrieval.collections import read_queries
     from retrieval.sharded.index import open_index  # a folder or a sharded index (every shard stores it)
     from retrieval.tune import tune

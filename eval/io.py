@@ -48,9 +48,10 @@ def read_qrels(path: str | os.PathLike) -> Qrels:
 
     The format is detected from the first data line; lines starting with ``#`` are comments.
     Raises EvalError (with ``file:line``) on a wrong column count, a non-integer grade or a
-    document judged twice for one query. ``irds:NAME`` reads a dataset's qrels from ir_datasets' local
-    cache (``eval.irds``), ``dmerit:PATH`` D-MERIT's judgments (``eval.dmerit``), ``subtopics:PATH`` a
-    TREC diversity qrels file (``read_subtopic_qrels``).
+    document judged twice for one query. ``subtopics:PATH`` reads a TREC diversity qrels file
+    (``read_subtopic_qrels``). Collections by name (``irds:NAME``, ``dmerit:PATH``) are the library's to
+    read (``retrieval.datasets.qrels.read_qrels``, what ``retr eval --qrels`` uses): the evaluator reads
+    files only, and refuses such a name with one line.
     """
     named = _named_qrels(path)
     if named is not None:
@@ -94,20 +95,19 @@ def read_qrels(path: str | os.PathLike) -> Qrels:
 
 
 def _named_qrels(source) -> Qrels | None:
-    """The qrels of a collection named ``irds:NAME`` or ``dmerit:PATH``, or the subtopic qrels of
-    ``subtopics:PATH``; None for a file."""
-    from . import dmerit, irds
-
+    """The subtopic qrels of ``subtopics:PATH``; None for a file; a collection's name is refused."""
     if isinstance(source, str) and source.startswith(SUBTOPICS_PREFIX):
         return read_subtopic_qrels(source[len(SUBTOPICS_PREFIX):])
-    if irds.name_of(source) is not None:
-        return irds.read_qrels(source)
-    if dmerit.path_of(source) is not None:
-        return dmerit.read_qrels(source)
+    if isinstance(source, str) and source.startswith(COLLECTION_PREFIXES):
+        raise EvalError(f"{source}: the evaluator reads qrels files only; read a collection's judgments by name "
+                        f"with retrieval.datasets.qrels.read_qrels (as `retr eval --qrels` does) and pass them as a "
+                        f"mapping")
     return None
 
 
 SUBTOPICS_PREFIX = "subtopics:"
+#: collections by name, read by the library (retrieval.datasets), not by the evaluator
+COLLECTION_PREFIXES = ("irds:", "dmerit:")
 
 
 class SubtopicQrels(dict):

@@ -4,8 +4,9 @@ Every value is computed by the provider ir_measures picks for the measure: pytre
 code) for the trec_eval measures, so they equal trec_eval's, and ir_measures' own providers for the rest
 (``RR@k`` msmarco, ``Judged@k`` judged, ``ERR@k`` gdeval, ...). What is written here: the measures'
 names (retr's, trec_eval's and ir_measures'), trec_eval's order of tied scores for the providers that
-order a run otherwise, trec_eval's ``-J`` (condensed lists), ``-c`` (average over all judged queries)
-and ``-M`` (depth limit), none of which ir_measures has, and what a provider falls short of (below).
+order a run otherwise, trec_eval's ``-J`` (condensed lists), ``-c`` (a judged query with no hits scores 0:
+the default here, as in ir_measures and PyTerrier; ``empty="skip"`` leaves such queries out) and ``-M``
+(depth limit), none of which ir_measures has, and what a provider falls short of (below).
 
 ``RBP`` goes to cwl_eval, which needs a threshold: a document counts from the run-wide grade (``-l``,
 default 1) unless ``RBP(rel=N)`` sets one; ``RBP@k`` is RBP of the run's top k. The diversity measures
@@ -16,13 +17,14 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import ir_measures
 import numpy as np
 
-from .errors import EvalError
+from .errors import EvalError, SkippedQueries
 from .io import SubtopicQrels, as_qrels, as_run, ranked
 
 # retr's own families, family -> (cut-off: "optional" | "required" | "none", binary: uses a relevance
@@ -257,13 +259,35 @@ def _truncate(run: Mapping[str, Mapping[str, float]], depth: int) -> dict[str, d
     return {q: dict(ranked(docs)[:depth]) if len(docs) > depth else dict(docs) for q, docs in run.items()}
 
 
+#: what a judged query with no hits does: ``zero`` scores 0 on every measure (trec_eval -c, ir_measures,
+#: PyTerrier), ``skip`` leaves it out of the means (trec_eval without -c), saying how many it left out
+EMPTY = ("zero", "skip")
+
+
+def check_empty(empty: str) -> str:
+    if empty not in EMPTY:
+        raise EvalError(f"empty must be one of {', '.join(map(repr, EMPTY))}, got {empty!r}")
+    return empty
+
+
+def judged_queries(qrels: Mapping[str, Mapping[str, int]]) -> set[str]:
+    """The queries with at least one judgment: those every measure averages over."""
+    return {q for q, docs in qrels.items() if docs}
+
+
+def with_hits(run: Mapping[str, Mapping[str, float]]) -> set[str]:
+    """The queries of a run that have at least one document."""
+    return {q for q, docs in run.items() if docs}
+
+
 class Evaluator:
     """Qrels and measures prepared once, then ``evaluate(run)`` for any number of runs.
-    Arguments as for ``evaluate``."""
+    Arguments as for ``evaluate``; ``skipped`` holds the judged queries the last ``evaluate`` left out
+    (``empty="skip"``: those with no hits; always empty with the default ``empty="zero"``)."""
 
     def __init__(self, qrels: Mapping[str, Mapping[str, int]],
                  measures: Iterable[str | Measure] | str = DEFAULT_MEASURES, rel_threshold: int | None = None,
-                 judged_only: bool = False, complete: bool = False, max_docs: int | None = None):
+                 judged_only: bool = False, empty: str = "zero", max_docs: int | None = None):
         self.measures: dict[str, Measure] = {}
         for text in split_measures(measures):
             self.measures.setdefault(text.strip() if isinstance(text, str) else str(text), parse_measure(text))
@@ -274,7 +298,8 @@ class Evaluator:
         if max_docs is not None and max_docs < 1:
             raise EvalError("max_docs must be >= 1")
         qrels = as_qrels(qrels)
-        self.qrels, self.complete, self.max_docs = qrels, complete, max_docs
+        self.qrels, self.empty, self.max_docs = qrels, check_empty(empty), max_docs
+        self.skipped: list[str] = []
         self.level = level = 1 if rel_threshold is None else rel_threshold
         # (text, measure, ir_measures object, group: (provider name, condensed[, what keeps it apart: see _key])
         # or None where computed here)
@@ -348,7 +373,8 @@ class Evaluator:
         run = as_run(run)
         if self.max_docs is not None:
             run = _truncate(run, self.max_docs)
-        # trec_eval cannot see a query without result lines; ir_measures would score it, so it is left out.
+        # the providers compute the queries with hits; a judged query without any is added below (scored 0,
+        # or left out with empty="skip")
         qids = sorted(q for q, docs in run.items() if docs and qrels.get(q))
         values = {key: self._values(key, run, qids) for key in self._groups} if qids else {}
         columns = {}
@@ -359,18 +385,21 @@ class Evaluator:
             else:
                 columns[text] = [float(values[key][str(ir)][q]) for q in qids]
         table = {q: {text: columns[text][i] for text in columns} for i, q in enumerate(qids)}
-        if self.complete:
-            for q in qrels.keys() - table.keys():
-                if qrels[q]:  # trec_eval -c: a query without results scores 0 (NumRel still counts judgments)
-                    table[q] = {text: float(sum(g >= ir.params["rel"] for g in qrels[q].values()))
-                                if ir.NAME == "NumRel" else 0.0 for text, m, ir, key in self._plan}
+        empty = sorted(q for q in qrels.keys() - table.keys() if qrels[q])
+        self.skipped = empty if self.empty == "skip" else []
+        if self.skipped:
+            warnings.warn(SkippedQueries(len(self.skipped)), stacklevel=2)
+        elif empty:
+            for q in empty:  # trec_eval -c: a query without results scores 0 (NumRel still counts judgments)
+                table[q] = {text: float(sum(g >= ir.params["rel"] for g in qrels[q].values()))
+                            if ir.NAME == "NumRel" else 0.0 for text, m, ir, key in self._plan}
             table = dict(sorted(table.items()))
         return table if per_query else aggregate(table, self.measures)
 
 
 def evaluate(qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Mapping[str, float]],
              measures: Iterable[str | Measure] | str = DEFAULT_MEASURES, rel_threshold: int | None = None,
-             judged_only: bool = False, per_query: bool = False, complete: bool = False,
+             judged_only: bool = False, per_query: bool = False, empty: str = "zero",
              max_docs: int | None = None) -> dict:
     """Evaluate one run against qrels; values equal trec_eval's.
 
@@ -384,13 +413,15 @@ def evaluate(qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Mapping[s
     rel_threshold: minimum grade counted relevant by binary measures (trec_eval ``-l``; TREC DL uses 2).
         nDCG always uses the graded gains and Judged@k any judgment.
     judged_only: condensed lists for every measure (trec_eval ``-J``).
-    complete: average over every query in the qrels, missing ones scoring 0 (trec_eval ``-c``); by
-        default, like trec_eval, over the queries present in both run and qrels.
+    empty: what a judged query with no hits (missing from the run, or without documents) does: ``"zero"``
+        (the default) scores it 0 on every measure, averaging over every judged query, as trec_eval ``-c``,
+        ir_measures and PyTerrier do; ``"skip"`` leaves it out of the means (trec_eval without ``-c``)
+        and warns (:class:`eval.errors.SkippedQueries`) how many it left out.
     max_docs: evaluate only each query's top ``max_docs`` documents (trec_eval ``-M``).
     Returns {measure: mean} or, with ``per_query``, {qid: {measure: value}} (qids sorted as trec_eval).
     Means of the Num* counts are sums, as in trec_eval. With no query to average over, means are 0.0.
     """
-    return Evaluator(qrels, measures, rel_threshold, judged_only, complete, max_docs).evaluate(run, per_query)
+    return Evaluator(qrels, measures, rel_threshold, judged_only, empty, max_docs).evaluate(run, per_query)
 
 
 def aggregate(table: Mapping[str, Mapping[str, float]], measures: Mapping[str, Measure] | None = None) -> dict[str, float]:

@@ -121,7 +121,7 @@ def analyse_partial(qrels: Mapping[str, Mapping[str, int]], runs: Mapping[str, M
     all_measures = [v for vs in variants.values() for v in vs]
 
     def score(q: Mapping[str, Mapping[str, int]]) -> dict[str, np.ndarray]:
-        ev = Evaluator(q, all_measures, rel_threshold=threshold, complete=True)
+        ev = Evaluator(q, all_measures, rel_threshold=threshold)  # a query with no hits scores 0
         tables = [ev.evaluate(runs[n], per_query=True) for n in names]
         qids = sorted(qrels)
         return {m: np.array([[t.get(qid, {}).get(m, 0.0) for qid in qids] for t in tables]) for m in all_measures}

@@ -17,13 +17,14 @@ import json
 import math
 import os
 import re
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 
-from .errors import EvalError
+from .errors import EvalError, SkippedQueries
 from .io import query_overlap, ranked
-from .measures import DEFAULT_MEASURES, Evaluator
+from .measures import DEFAULT_MEASURES, Evaluator, aggregate, judged_queries, with_hits
 from .partial import partial_table
-from .significance import ci_text, compare, comparison_table
+from .significance import ci_text, compare, comparison_table, shared_queries
 from .tables import fmt_value, unjudged_table
 
 TIE = 1e-9  # |delta| at or below this is a tie (equal rankings give equal floats; this absorbs rounding)
@@ -32,16 +33,18 @@ Run = Mapping[str, Mapping[str, float]]
 
 def compute_report(qrels: Mapping[str, Mapping[str, int]], runs: Mapping[str, Run], baseline: str | None = None,
                    measures: Sequence[str] | None = None, rel_threshold: int | None = None, judged_only: bool = False,
-                   complete: bool = False, max_docs: int | None = None, test: str = "t", alpha: float = 0.05,
+                   empty: str = "zero", max_docs: int | None = None, test: str = "t", alpha: float = 0.05,
                    n_resamples: int = 10_000, seed: int = 0, judged_k: int = 10, top: int = 5, hits: int = 3,
                    queries: Mapping[str, str] | None = None, titles: Callable[[str], str | None] | None = None,
                    partial: Mapping | None = None) -> dict:
     """The report's numbers, JSON-ready.
 
     runs: {name: run}, in the order to show; ``baseline`` names one of them (default: the first).
-    measures and rel_threshold / judged_only / complete / max_docs: as for ``evaluate`` (the means equal
-    `retr eval`'s with the same options). The paired tests run on every judged query, a query missing
-    from a run scoring 0 (as `retr eval significance`): ``compare`` with ``test``, ``alpha`` (also 1 -
+    measures and rel_threshold / judged_only / empty / max_docs: as for ``evaluate`` (the means equal
+    `retr eval`'s with the same options). The paired tests run on every judged query, a query with no hits
+    in a run scoring 0, or with ``empty="skip"`` on the queries every run has hits for (as `retr eval
+    significance` with the same option); ``skipped`` in the result counts, per run, the judged queries left
+    out of its mean (0 with the default ``empty="zero"``). ``compare`` with ``test``, ``alpha`` (also 1 -
     the CI's level), ``n_resamples`` and ``seed``, Holm-corrected over the runs. The first measure drives
     the per-query sections: deltas against the baseline, and the ``top`` largest gains and losses with
     each side's first ``hits`` documents. ``judged_k``: depth of the Judged@k table (`retr eval unjudged`).
@@ -64,10 +67,13 @@ def compute_report(qrels: Mapping[str, Mapping[str, int]], runs: Mapping[str, Ru
     names = [baseline] + [n for n in names if n != baseline]
     measures = list(measures or DEFAULT_MEASURES)
     options = dict(rel_threshold=rel_threshold, judged_only=judged_only, max_docs=max_docs)
-    evaluator = Evaluator(qrels, measures, complete=complete, **options)
-    means = {n: evaluator.evaluate(runs[n]) for n in names}  # `retr eval`
-    paired = Evaluator(qrels, measures, complete=True, **options)
-    tables = {n: paired.evaluate(runs[n], per_query=True) for n in names}  # `retr eval significance`
+    evaluator = Evaluator(qrels, measures, empty=empty, **options)
+    with warnings.catch_warnings():  # the counts go into the result ("skipped")
+        warnings.simplefilter("ignore", SkippedQueries)
+        own = {n: evaluator.evaluate(runs[n], per_query=True) for n in names}
+    skipped = {n: len(judged_queries(evaluator.qrels) - set(own[n])) for n in names}
+    means = {n: aggregate(own[n], evaluator.measures) for n in names}  # `retr eval`
+    tables = shared_queries(own)  # `retr eval significance`
     keys = list(evaluator.measures)
     comparisons = {}
     for m in keys:
@@ -88,13 +94,13 @@ def compute_report(qrels: Mapping[str, Mapping[str, int]], runs: Mapping[str, Ru
         extremes[n] = {"gains": [_detail(r, qrels, runs[n], runs[baseline], hits, queries, titles) for r in gains],
                        "losses": [_detail(r, qrels, runs[n], runs[baseline], hits, queries, titles) for r in losses]}
     judged = {n: _unjudged(qrels, runs[n], judged_k) for n in names}
-    missing = {n: sorted(set(qids) - {q for q, d in runs[n].items() if d}) for n in names}
+    missing = {n: sorted(judged_queries(evaluator.qrels) - with_hits(runs[n])) for n in names}
     out = {"baseline": baseline, "runs": names, "measures": keys, "primary": primary, "queries": len(qids),
-           "settings": {"rel_threshold": rel_threshold, "judged_only": judged_only, "complete": complete,
+           "settings": {"rel_threshold": rel_threshold, "judged_only": judged_only, "empty": empty,
                         "max_docs": max_docs, "test": test, "alpha": alpha, "n_resamples": n_resamples,
                         "seed": seed, "judged_k": judged_k, "top": top, "hits": hits},
            "means": means, "comparisons": comparisons, "wtl": wtl, "per_query": per_query, "extremes": extremes,
-           "judged": judged, "missing": {n: len(v) for n, v in missing.items()},
+           "judged": judged, "missing": {n: len(v) for n, v in missing.items()}, "skipped": skipped,
            "query_texts": bool(queries), "titles": titles is not None}
     if partial is not None:
         out["partial"] = check_partial(partial)
@@ -232,9 +238,14 @@ def _means_section(data: dict) -> str:
              f"the {len(data['runs']) - 1} comparisons per measure, α = {alpha:g}); below each mean, the mean "
              f"per-query delta and its {100 * (1 - alpha):g}% bootstrap confidence interval."]
     gaps = {n: k for n, k in data["missing"].items() if k}
-    if gaps:
-        notes.append("Tests and deltas score a judged query missing from a run as 0 (as <code>retr eval "
-                     "significance</code>); missing: " + ", ".join(f"{esc(n)} {k}" for n, k in gaps.items()) + ".")
+    if gaps and data["settings"]["empty"] == "skip":
+        notes.append("Judged queries with no hits are left out: of each run's mean, and of the tests and deltas "
+                     "where any run has none (as <code>retr eval significance --skip-empty</code>); left out: "
+                     + ", ".join(f"{esc(n)} {k}" for n, k in gaps.items()) + ".")
+    elif gaps:
+        notes.append("Means, tests and deltas score a judged query with no hits as 0 (trec_eval -c, as <code>retr "
+                     "eval</code> and <code>retr eval significance</code>); such queries: "
+                     + ", ".join(f"{esc(n)} {k}" for n, k in gaps.items()) + ".")
     return ('<section id="measures"><h2>Measures</h2>\n' + _table(head, rows, values, "measures sortable") +
             "".join(f'\n<p class="note">{n}</p>' for n in notes) + "</section>")
 
@@ -352,7 +363,7 @@ def _settings(data: dict, qrels_name: str | None) -> str:
     s = data["settings"]
     opts = [f"relevant from grade {s['rel_threshold'] if s['rel_threshold'] is not None else 1} (binary measures)"]
     opts += ["condensed lists (-J)"] if s["judged_only"] else []
-    opts += ["means over all judged queries (-c)"] if s["complete"] else []
+    opts += ["judged queries with no hits left out (--skip-empty)"] if s["empty"] == "skip" else []
     opts += [f"top {s['max_docs']} documents per query (-M)"] if s["max_docs"] else []
     test = "paired t-test" if s["test"] == "t" else f"randomization test ({s['n_resamples']:,} resamples)"
     items = [("qrels", esc(qrels_name)) if qrels_name else None,

@@ -92,12 +92,20 @@ def tost(a: Sequence[float], b: Sequence[float], margin: float) -> float:
     return float(ttost_paired(x, y, -margin, margin)[0])
 
 
+def shared_queries(tables: Mapping[str, Mapping[str, Mapping[str, float]]]) -> dict[str, dict]:
+    """Per-query tables ({system: {qid: row}}) cut to the queries every system scores: what the paired tests
+    take when ``empty="skip"`` left each run's queries with no hits out of its table."""
+    keep = set.intersection(*(set(t) for t in tables.values())) if tables else set()
+    return {name: {q: row for q, row in t.items() if q in keep} for name, t in tables.items()}
+
+
 def compare(scores: Mapping[str, Mapping[str, float]], baseline: str, test: str = "t", alpha: float = 0.05,
             margin: float | None = None, n_resamples: int = 10_000, seed: int = 0) -> list[dict]:
     """Compare every system with ``baseline`` on one measure.
 
-    scores: {system: {qid: value}}; every system must score the same queries (evaluate with
-    ``complete=True`` so missing queries count 0). test: "t" (paired t-test) or "perm" (randomization).
+    scores: {system: {qid: value}}; every system must score the same queries (evaluate with the default
+    ``empty="zero"``, a query with no hits scoring 0, or cut ``empty="skip"``'s tables with
+    :func:`shared_queries`). test: "t" (paired t-test) or "perm" (randomization).
     p-values are Holm-corrected across the comparisons. Returns one row per system (baseline first):
     system, mean, delta, ci_low/ci_high (bootstrap CI of the delta), p, p_holm, significant, and with a
     margin the TOST p-value and ``equivalent``.
@@ -110,7 +118,7 @@ def compare(scores: Mapping[str, Mapping[str, float]], baseline: str, test: str 
     for name, per_q in scores.items():
         if sorted(per_q) != qids:
             raise EvalError(f"system {name!r} scores other queries than the baseline {baseline!r}; "
-                            "evaluate with complete=True")
+                            "evaluate with empty='zero' (the default) or cut the tables with shared_queries")
     base = np.array([scores[baseline][q] for q in qids])
     rows = [{"system": baseline, "mean": float(base.mean()) if len(base) else 0.0, "baseline": True}]
     others = [name for name in scores if name != baseline]

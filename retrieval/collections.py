@@ -11,7 +11,7 @@ Formats (each may be gzipped, ``.gz``):
 - queries as BEIR JSONL ``{"_id", "text"}``, TSV ``qid<TAB>text``, or TREC topics (``<top><num>…<title>…``);
 - collections by name instead of a path: ``irds:NAME`` (an ir_datasets dataset, read from its local cache,
   never downloaded: ``irds:beir/scifact`` for the documents, ``irds:beir/scifact/test`` for a split's queries
-  and qrels) and ``dmerit:PATH`` (D-MERIT's evaluation set); ``retrieval.irds`` hands their documents over
+  and qrels) and ``dmerit:PATH`` (D-MERIT's evaluation set); ``retrieval.datasets`` hands their documents over
   as raw records, checked below like a file's lines (the document's position standing for the line).
 
 Every problem is reported as an InputError naming the file and line: a
@@ -88,10 +88,10 @@ def resolve_corpus(path: Path | str) -> Path:
 def is_documents(path) -> bool:
     """Whether ``path`` is read as documents (:mod:`retrieval.documents`): a folder without a
     corpus file, or one .txt/.md/.html/.htm/.pdf file."""
-    from retrieval import irds
+    from retrieval import datasets
     from retrieval.documents import is_document_file
 
-    if not isinstance(path, (str, Path)) or irds.is_named(path):
+    if not isinstance(path, (str, Path)) or datasets.is_named(path):
         return False
     p = resolve_corpus(path)
     return p.is_dir() or is_document_file(p)
@@ -242,11 +242,11 @@ def read_corpus(path: Path | str, check_duplicates: bool = True, empty: str = "e
     """
     if empty not in EMPTY_POLICIES:
         raise InputError(f"unknown empty-document policy {empty!r}; choose one of {', '.join(EMPTY_POLICIES)}")
-    from retrieval import chunking, irds
+    from retrieval import chunking, datasets
 
     documents = False
-    if irds.is_named(path):
-        where, records = str(path), irds.records(path)
+    if datasets.is_named(path):
+        where, records = str(path), datasets.records(path)
     else:
         where = resolve_corpus(path)
         documents = is_documents(where)
@@ -314,10 +314,10 @@ def _checked_records(records, where, check_duplicates: bool, empty: str, skipped
 def count_lines(path: Path | str) -> Optional[int]:
     """Cheap line count of an uncompressed corpus file, for progress bars (a named collection: its
     document count where known)."""
-    from retrieval import irds
+    from retrieval import datasets
 
-    if irds.is_named(path):
-        return irds.count(path)
+    if datasets.is_named(path):
+        return datasets.count(path)
     path = resolve_corpus(path)
     if path.name.endswith(".gz") or is_documents(path):
         return None
@@ -342,27 +342,15 @@ def resolve_queries(path: Path | str) -> Path:
     return path
 
 
-def read_qrels(path: Path | str) -> Dict[str, Dict[str, int]]:
-    """qid -> {docid: grade} from a TREC or BEIR qrels file (header line allowed), read by the
-    evaluator's reader; its errors become :class:`InputError` (one line at the CLI)."""
-    from eval.errors import EvalError
-    from eval.io import read_qrels as _read
-
-    try:
-        return _read(path)
-    except EvalError as e:
-        raise InputError(str(e)) from None
-
-
 def read_queries(path: Path | str) -> List[Query]:
     """Read queries from BEIR JSONL, TSV or TREC topics (optionally .gz), or those of a collection named
     ``irds:NAME`` (e.g. ``irds:beir/scifact/test``) or ``dmerit:PATH``."""
-    from retrieval import irds
+    from retrieval import datasets
 
-    if irds.is_named(path):
+    if datasets.is_named(path):
         named: List[Query] = []
         named_ids: set = set()
-        for n, (qid, qtext) in enumerate(irds.queries(path), 1):
+        for n, (qid, qtext) in enumerate(datasets.queries(path), 1):
             _add_query(named, named_ids, str(qid).strip(), qtext, str(path), n)
         return _nonempty(named, str(path))
     path = resolve_queries(path)
@@ -426,10 +414,10 @@ def _nonempty(out, path):
 def split_qrels(queries_path: Path | str, split: str) -> Path:
     """The BEIR qrels file for ``split`` that sits beside a queries file or in a BEIR folder; for a named
     collection, its split (``irds:beir/scifact`` -> ``irds:beir/scifact/test``)."""
-    from retrieval import irds
+    from retrieval import datasets
 
-    if irds.is_named(queries_path):
-        return irds.split_qrels(queries_path, split)
+    if datasets.is_named(queries_path):
+        return datasets.split_qrels(queries_path, split)
     p = Path(queries_path)
     root = p if p.is_dir() else p.parent
     for name in (f"{split}.tsv", f"{split}.tsv.gz"):

@@ -57,6 +57,8 @@ def tune(index, queries: Sequence[Query], qrels: Dict[str, Dict[str, int]], retr
     qs = [q for q in queries if q.qid in qrels]
     if not qs:
         raise InputError("none of the queries has judgments in the tuning qrels")
+    # scored over the tuning queries, one with no hits scoring 0 (the evaluator's default, as `retr eval`'s)
+    qrels = {q.qid: qrels[q.qid] for q in qs}
     t0 = time.perf_counter()
     sharded = _is_sharded(index)
     if save and not sharded:

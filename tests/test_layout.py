@@ -1,7 +1,7 @@
 """The package layout's rules, read from the code itself (imports inside functions
 count): the reader imports no writer, quality or DeepCT code; no two modules of
 ``retrieval/`` import each other in a loop; ``eval/`` stands alone (the evaluator
-only); the benchmark harness is ``benchmarks/``, apart from it, imported by
+only) and the corpus reaches the writer without it; the benchmark harness is ``benchmarks/``, apart from it, imported by
 nothing and not installed."""
 from __future__ import annotations
 
@@ -13,18 +13,18 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _module(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+def _module(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts = parts[:-1]
     return ".".join(parts)
 
 
-def _imports(path: Path) -> set:
+def _imports(path: Path, root: Path = ROOT) -> set:
     """Every module named by an import anywhere in the file (``from a.b import c`` names
     ``a.b`` and ``a.b.c``; relative imports are resolved)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    here = _module(path).split(".")
+    here = _module(path, root).split(".")
     pkg = here if path.name == "__init__.py" else here[:-1]
     out = set()
     for node in ast.walk(tree):
@@ -80,6 +80,56 @@ def test_eval_imports_nothing_from_the_rest():
     for p in (ROOT / "eval").rglob("*.py"):
         bad = [i for i in _imports(p) if i.split(".")[0] in ("retrieval", "indexes", "cli", "benchmarks")]
         assert not bad, (p.relative_to(ROOT).as_posix(), bad)
+
+
+#: where the corpus of `retr index` and `retr index --shards` travels to the writer: collections.py reads it
+#: (a file, or a collection by name through the dataset readers of retrieval/datasets/), sharded/ splits it
+_CORPUS_PATH = ("retrieval/collections.py", "retrieval/writer.py", "retrieval/sharded/")
+_DATASETS = "retrieval.datasets"
+
+
+def _evaluator_reached(root: Path, starts) -> list:
+    """The chains by which a module of ``starts`` imports ``eval``: directly, or through the dataset readers
+    (modules of retrieval.datasets) it imports, and those they import in turn."""
+    files = {_module(p, root): p for p in (root / "retrieval").rglob("*.py")}
+    chains = []
+    for start in starts:
+        stack, seen = [[start]], set()
+        while stack:
+            chain = stack.pop()
+            if chain[-1] in seen:
+                continue
+            seen.add(chain[-1])
+            for i in sorted(_imports(files[chain[-1]], root)):
+                if i.split(".")[0] == "eval":
+                    chains.append(chain + [i])
+                elif i in files and (i == _DATASETS or i.startswith(_DATASETS + ".")):
+                    stack.append(chain + [i])
+    return chains
+
+
+def test_the_corpus_reaches_the_writer_without_the_evaluator():
+    """Corpus and query reading (files, irds:NAME, dmerit:PATH) is the library's: collections.py, the writer
+    and sharded/ import no eval/, neither themselves nor through the dataset readers they call (the qrels
+    reader retrieval/datasets/qrels.py, which hands files to eval/io.py, is not on that path)."""
+    starts = [_module(p) for p in sorted((ROOT / "retrieval").rglob("*.py"))
+              if p.relative_to(ROOT).as_posix().startswith(_CORPUS_PATH)]
+    assert "retrieval.collections" in starts and "retrieval.sharded.write" in starts
+    assert not _evaluator_reached(ROOT, starts)
+
+
+def test_the_evaluator_rule_finds_an_import_directly_and_through_the_dataset_readers(tmp_path):
+    files = {"retrieval/__init__.py": "", "retrieval/collections.py": "from retrieval import datasets\n",
+             "retrieval/datasets/__init__.py": "from . import irds\n",
+             "retrieval/datasets/irds.py": "def f():\n    from eval.errors import EvalError\n",
+             "retrieval/writer.py": "import eval\nimport retrieval.types\n", "retrieval/types.py": "import eval\n"}
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text, encoding="utf-8")
+    found = _evaluator_reached(tmp_path, ["retrieval.collections", "retrieval.writer"])
+    assert ["retrieval.collections", "retrieval.datasets", "retrieval.datasets.irds", "eval.errors"] in found
+    assert ["retrieval.writer", "eval"] in found
+    assert not [c for c in found if "retrieval.types" in c]  # only the dataset readers are followed
 
 
 #: folders of the checkout that hold no code of the project (ignored by git: environments, work files)

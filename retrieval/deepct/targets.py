@@ -103,7 +103,7 @@ class Targets:
 
 def read_qrels_pairs(path: Path | str) -> Dict[str, Dict[str, int]]:
     """qid -> {docid: grade} from a TREC or BEIR qrels file (header line allowed)."""
-    from retrieval.collections import read_qrels
+    from retrieval.datasets.qrels import read_qrels
 
     return read_qrels(path)
 

@@ -226,7 +226,8 @@ class _Run:
 
     # -- stage 2: contrastive ------------------------------------------------------------------
     def _examples(self):
-        from retrieval.collections import read_qrels, read_queries
+        from retrieval.collections import read_queries
+        from retrieval.datasets.qrels import read_qrels
         from retrieval.pairs import split_dev, training_examples
         from retrieval.index import open_index
 

@@ -145,7 +145,8 @@ class _Run:
         import torch
         from transformers import AutoTokenizer
 
-        from retrieval.collections import read_qrels, read_queries
+        from retrieval.collections import read_queries
+        from retrieval.datasets.qrels import read_qrels
         from retrieval.models import _quiet_transformers, pick_device, resolve_model_path
         from retrieval.pairs import split_dev, training_examples
         from retrieval.splade.model import load_mlm

@@ -241,7 +241,7 @@ def test_eval_of_part_of_the_queries_warns_and_scores(tmp_path):
     assert r.returncode == 0, r.stderr
     assert set(json.loads(r.stdout)["runs"][0]["means"]) == {"nDCG@10"}
     assert r.stderr.strip() == ("retr: warning: part.trec: 5 queries in the run, 43 in the qrels, 5 in both; 38 judged "
-                                "queries missing from the run are left out of the means (-c scores them 0)")
+                                "queries missing from the run score 0 (--skip-empty leaves them out)")
     r = run_retr("eval", "--qrels", ms / "qrels" / "dl19.tsv", ms / "runs" / "BM25.dl19.top100.trec")
     assert r.returncode == 0 and r.stderr == ""  # the same 43 queries: nothing to warn about
 

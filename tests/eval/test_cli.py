@@ -33,12 +33,12 @@ def test_json_one_and_several_runs(files):
     assert res.exit_code == 0, res.output
     # one.trec lacks q3: stdout stays JSON, the counts go to stderr
     assert res.stderr.strip() == ("retr: warning: one.trec: 2 queries in the run, 3 in the qrels, 2 in both; 1 judged "
-                                  "queries missing from the run are left out of the means (-c scores them 0)")
+                                  "queries missing from the run score 0 (--skip-empty leaves them out)")
     qrels, run = E.read_qrels(files / "qrels.txt"), E.read_run(files / "one.trec")
     one = json.loads(res.stdout)
     assert one["measures"] == MEASURES and [r["name"] for r in one["runs"]] == ["one.trec"]
     assert one["runs"][0]["means"] == pytest.approx(E.evaluate(qrels, run, MEASURES))
-    assert one["runs"][0]["queries"] == 2 and one["runs"][0]["path"] == str(files / "one.trec")
+    assert one["runs"][0]["queries"] == 3 and one["runs"][0]["path"] == str(files / "one.trec")
     res = invoke(args + [files / "one.trec", files / "two.trec", "--json", "-l", "2"])
     out = json.loads(res.stdout)
     assert set(out) == set(one) == {"measures", "runs"}               # the same shape for one run and for two
@@ -66,9 +66,8 @@ def test_measures_comma_separated_and_ir_measures_names(files):
     irm = E.evaluate(qrels, run, [ir_measures.nDCG@10, ir_measures.parse_measure("P@2"), ir_measures.AP(rel=2),
                                   ir_measures.RR])
     assert irm == pytest.approx(out["runs"][0]["means"])
-    # and the values are ir_measures' own (over the queries both hold: ir_measures scores a missing one 0)
-    both = {q: j for q, j in qrels.items() if q in run}
-    theirs = ir_measures.calc_aggregate([ir_measures.nDCG@10, ir_measures.parse_measure("P@2")], both, run)
+    # and the values are ir_measures' own (which scores a judged query missing from the run 0, as retr does)
+    theirs = ir_measures.calc_aggregate([ir_measures.nDCG@10, ir_measures.parse_measure("P@2")], qrels, run)
     assert irm["nDCG@10"] == pytest.approx(theirs[ir_measures.nDCG@10])
     assert irm["P@2"] == pytest.approx(theirs[ir_measures.parse_measure("P@2")])
 
@@ -78,13 +77,18 @@ def test_table_and_per_query(files):
     lines = res.stdout.splitlines()
     assert lines[0].split() == ["run", "AP", "P@2"]
     assert lines[1].split()[0] == "one.trec" and len({len(line) for line in lines}) == 1  # aligned
-    res = invoke(["--qrels", files / "qrels.txt", files / "one.trec", "-m", "AP", "--per-query", "--json"])
+    res = invoke(["--qrels", files / "qrels.txt", files / "one.trec", "-m", "AP", "--per-query", "--json", "--skip-empty"])
     rec = json.loads(res.stdout)["runs"][0]
     out = rec["per_query"]
     assert set(out) == {"q1", "q2"} and rec["means"]["AP"] == pytest.approx((out["q1"]["AP"] + out["q2"]["AP"]) / 2)
-    res = invoke(["--qrels", files / "qrels.txt", files / "one.trec", "-m", "AP", "-c", "--json"])
-    rec = json.loads(res.stdout)["runs"][0]
-    assert rec["means"]["AP"] == pytest.approx((out["q1"]["AP"] + out["q2"]["AP"]) / 3) and rec["queries"] == 3
+    assert rec["skipped"] == 1 and "1 judged queries missing from the run are left out (--skip-empty)" in res.stderr
+    for flags in ([], ["-c"]):  # -c, trec_eval's flag, is the default
+        res = invoke(["--qrels", files / "qrels.txt", files / "one.trec", "-m", "AP", "--json", *flags])
+        rec = json.loads(res.stdout)["runs"][0]
+        assert rec["means"]["AP"] == pytest.approx((out["q1"]["AP"] + out["q2"]["AP"]) / 3) and rec["queries"] == 3
+        assert rec["skipped"] == 0
+    res = invoke(["--qrels", files / "qrels.txt", files / "one.trec", "-c", "--skip-empty"])
+    assert res.exit_code == 2 and "give one" in res.output
 
 
 def test_bad_input_raises_eval_error_with_location(files):
@@ -144,7 +148,7 @@ def test_format_csv_tsv_json_table(files):
         assert [float(x) for x in rows[2][2:]] == list(want.values())  # full precision
         res = invoke(args + ["--format", fmt, "--per-query"])
         rows = list(csv.reader(io.StringIO(res.stdout), delimiter=delimiter))
-        assert [r[:2] for r in rows[1:]] == [["one.trec", "q1"], ["one.trec", "q2"], ["one.trec", "all"],
+        assert [r[:2] for r in rows[1:]] == [["one.trec", "q1"], ["one.trec", "q2"], ["one.trec", "q3"], ["one.trec", "all"],
                                              ["two.trec", "q1"], ["two.trec", "q2"], ["two.trec", "q3"],
                                              ["two.trec", "all"]]
     as_json = invoke(args + ["--format", "json"])
@@ -176,7 +180,7 @@ def test_partial_shows_the_full_judgments(files):
     assert lines[0] == "Under the full judgments (the reference):"
     assert lines[1].split() == ["system", "rank", "AP", "AP'"]
     qrels = E.read_qrels(files / "qrels.txt")
-    full = {n: E.evaluate(qrels, E.read_run(files / n), ["AP"], complete=True)["AP"] for n in ("one.trec", "two.trec")}
+    full = {n: E.evaluate(qrels, E.read_run(files / n), ["AP"])["AP"] for n in ("one.trec", "two.trec")}
     ranked_names = sorted(full, key=lambda n: -full[n])
     assert [line.split()[:3] for line in lines[2:4]] == [[n, str(i), f"{full[n]:.4f}"]
                                                         for i, n in enumerate(ranked_names, 1)]

@@ -54,16 +54,23 @@ def random_case(seed, n_q=25, n_docs=60, tie_rate=0.3):
 @pytest.mark.parametrize("judged_only", [False, True])
 def test_per_query_equals_pytrec_eval(seed, level, judged_only):
     qrels, run = random_case(seed)
-    ours = E.evaluate(qrels, run, list(TREC_NAMES), rel_threshold=level, judged_only=judged_only, per_query=True)
+    # trec_eval's per-query values are those of the queries the run holds: the others are left out here
+    ours = E.evaluate(qrels, run, list(TREC_NAMES), rel_threshold=level, judged_only=judged_only, per_query=True,
+                      empty="skip")
     ref = pytrec(qrels, run, list(TREC_NAMES.values()), level, judged_only)
     assert set(ours) == set(ref) and "only_in_run" not in ours
     for q in ref:
         for m, t in TREC_NAMES.items():
             assert ours[q][m] == pytest.approx(ref[q][t], abs=1e-12), (q, m)
+    skipped = E.evaluate(qrels, run, list(TREC_NAMES), rel_threshold=level, judged_only=judged_only, empty="skip")
     means = E.evaluate(qrels, run, list(TREC_NAMES), rel_threshold=level, judged_only=judged_only)
+    judged = [q for q in qrels if qrels[q]]
+    assert set(judged) > set(ref)  # the case has judged queries the run lacks: they score 0 by default
     for m, t in TREC_NAMES.items():
         agg = sum if t.startswith("num") else np.mean
-        assert means[m] == pytest.approx(agg([ref[q][t] for q in ref]), abs=1e-12)
+        assert skipped[m] == pytest.approx(agg([ref[q][t] for q in ref]), abs=1e-12)
+        if not t.startswith("num"):
+            assert means[m] == pytest.approx(sum(ref[q][t] for q in ref) / len(judged), abs=1e-12)
 
 
 def test_rel_param_and_prime_are_per_measure():
@@ -92,7 +99,7 @@ def test_ndcg_keeps_graded_gains_under_threshold():
 def test_rr_at_k_and_judged_at_k_against_hand_computation(seed):
     qrels, run = random_case(seed, tie_rate=0.8)
     ours = E.evaluate(qrels, run, ["RR@5", "RR(rel=2)@3", "Judged@10", "Judged@5", "Judged", "Judged'@10"],
-                      per_query=True)
+                      per_query=True, empty="skip")
     for q, row in ours.items():
         order = [d for d, _ in ranked(run[q])]  # trec_eval order: score desc, docid desc
         first = next((i + 1 for i, d in enumerate(order) if qrels[q].get(d, 0) >= 1), None)
@@ -127,13 +134,24 @@ def test_trec_eval_ordering_of_ties():
     assert ref["q"] == {"recip_rank": row["RR"], "P_1": row["P@1"]}
 
 
-def test_missing_queries_empty_run_and_complete():
+def test_queries_with_no_hits_score_0_by_default_and_skip_leaves_them_out():
     qrels = {"q1": {"a": 1}, "q2": {"b": 1}, "q3": {"c": 0}}
     run = {"q1": {"a": 2.0, "x": 1.0}, "q9": {"z": 1.0}}
-    assert E.evaluate(qrels, run, ["AP", "NumRel"]) == {"AP": 1.0, "NumRel": 1.0}
-    assert E.evaluate(qrels, run, ["AP", "NumRel"], complete=True) == {"AP": pytest.approx(1 / 3), "NumRel": 2.0}
+    assert E.evaluate(qrels, run, ["AP", "NumRel"]) == {"AP": pytest.approx(1 / 3), "NumRel": 2.0}  # trec_eval -c
+    with pytest.warns(E.SkippedQueries, match="2 judged queries with no hits left out") as w:
+        assert E.evaluate(qrels, run, ["AP", "NumRel"], empty="skip") == {"AP": 1.0, "NumRel": 1.0}
+    assert w[0].message.count == 2
     assert E.evaluate(qrels, {}, ["AP", "nDCG@10", "Judged@10"]) == {"AP": 0.0, "nDCG@10": 0.0, "Judged@10": 0.0}
-    assert E.evaluate(qrels, {"q1": {}}, ["AP"], per_query=True) == {}
+    assert E.evaluate(qrels, {"q1": {}}, ["AP"], per_query=True) == {"q1": {"AP": 0.0}, "q2": {"AP": 0.0},
+                                                                       "q3": {"AP": 0.0}}
+    with pytest.warns(E.SkippedQueries):
+        assert E.evaluate(qrels, {"q1": {}}, ["AP"], per_query=True, empty="skip") == {}
+    ev = E.Evaluator(qrels, ["AP"], empty="skip")
+    with pytest.warns(E.SkippedQueries):
+        ev.evaluate(run)
+    assert ev.skipped == ["q2", "q3"]
+    with pytest.raises(E.EvalError, match="empty must be one of 'zero', 'skip'"):
+        E.Evaluator(qrels, ["AP"], empty="drop")
 
 
 @pytest.mark.parametrize("name", ["foo", "nDCG@", "Success", "Bpref@10", "AP(gain=2)", "nDCG(rel=2)@10", "P@0"])
@@ -187,7 +205,7 @@ def test_trec_eval_fixture_complete_and_depth(fixtures, out, depth):
     """trec_eval -c [-M100] on results.trunc, which lacks query 302 and has trailing junk on its lines."""
     expected = trec_output(fixtures / out)
     qrels, run = E.read_qrels(fixtures / "qrels.test"), E.read_run(fixtures / "results.trunc", strict=False)
-    ours = E.evaluate(qrels, run, list(TREC_NAMES), complete=True, max_docs=depth, per_query=True)
+    ours = E.evaluate(qrels, run, list(TREC_NAMES), max_docs=depth, per_query=True)
     assert set(ours) == {"301", "302", "303"}
     ours["all"] = E.aggregate(ours)
     for q, row in ours.items():
@@ -299,7 +317,7 @@ def test_ir_measures_names_with_retr_conventions():
     P and R without a cut-off stay trec_eval's set_P and set_recall."""
     qrels, run = random_case(8)
     ours = E.evaluate(qrels, run, ["SetP", "P", "SetR", "R", "IPrec@0.3", "SetF(beta=1.0)", "NumRelRet", "NumQ",
-                                   "RR'@5", "Judged'@10"], rel_threshold=2, per_query=True)
+                                   "RR'@5", "Judged'@10"], rel_threshold=2, per_query=True, empty="skip")
     ref = pytrec(qrels, run, ["set_P", "set_recall", "iprec_at_recall_0.30", "set_F", "num_rel_ret"], level=2)
     condensed = {q: {d: s for d, s in docs.items() if d in qrels[q]} for q, docs in run.items() if q in qrels}
     rr = E.evaluate(qrels, condensed, ["RR@5"], rel_threshold=2, per_query=True)

@@ -41,7 +41,7 @@ def test_dl19_study(msmarco, tmp_path):
     runs = {n: E.read_run(msmarco / "runs" / f"{n}.dl19.top100.trec") for n in names}
     res = analyse_partial(qrels, runs, measures=["nDCG@10"], budgets=[Budget("count", 1), Budget("fraction", 1.0)],
                           seeds=3, rel_threshold=2)
-    full = {n: E.evaluate(qrels, runs[n], ["nDCG@10"], rel_threshold=2, complete=True)["nDCG@10"] for n in names}
+    full = {n: E.evaluate(qrels, runs[n], ["nDCG@10"], rel_threshold=2)["nDCG@10"] for n in names}
     assert res["full"]["nDCG@10"] == pytest.approx(full)
     keep_all = res["budgets"][1]["results"]["nDCG@10"]
     assert keep_all["tau_mean"] == 1.0 and keep_all["swapped_mean"] == 0 and keep_all["flipped_mean"] == 0
@@ -49,7 +49,7 @@ def test_dl19_study(msmarco, tmp_path):
     assert one["kept_per_query"] == 1.0
     # recompute seed 0 of "keep 1" by hand: tau against the full ranking
     sub = subsample_qrels({q: d for q, d in qrels.items() if any(g >= 2 for g in d.values())}, Budget("count", 1), 0, 2)
-    means = [E.evaluate(sub, runs[n], ["nDCG@10"], rel_threshold=2, complete=True)["nDCG@10"] for n in names]
+    means = [E.evaluate(sub, runs[n], ["nDCG@10"], rel_threshold=2)["nDCG@10"] for n in names]
     tau0 = stats.kendalltau([full[n] for n in names], means).statistic
     assert min(tau0, one["results"]["nDCG@10"]["tau_min"]) == one["results"]["nDCG@10"]["tau_min"]
     assert -1 <= one["results"]["nDCG'@10"]["tau_mean"] <= 1
@@ -88,7 +88,7 @@ def test_reference_row_is_the_full_judgments(msmarco):
     res = analyse_partial(qrels, runs, measures=["nDCG@10"], budgets=[Budget("count", 1)], seeds=2, rel_threshold=2)
     assert res["reference"]["nDCG@10"] == {"tau": 1.0, "swapped": 0, "flipped": 0.0}
     judged = {q: d for q, d in qrels.items() if any(g >= 2 for g in d.values())}
-    ev = E.Evaluator(judged, ["nDCG@10", "nDCG'@10"], rel_threshold=2, complete=True)
+    ev = E.Evaluator(judged, ["nDCG@10", "nDCG'@10"], rel_threshold=2)
     tables = [ev.evaluate(runs[n], per_query=True) for n in names]
     mats = {m: np.array([[t[q][m] for q in sorted(judged)] for t in tables]) for m in ("nDCG@10", "nDCG'@10")}
     std, cond = mats["nDCG@10"].mean(axis=1), mats["nDCG'@10"].mean(axis=1)

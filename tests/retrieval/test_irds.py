@@ -89,18 +89,23 @@ def python(code: str, home: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
-def test_the_prefixes_spelled_in_retrieval_are_the_evaluator_s():
-    from eval import dmerit, irds
-    from retrieval import irds as rirds
+def test_the_evaluator_refuses_a_collection_name_in_one_line():
+    """eval/ reads qrels files only; the prefixes it refuses are the library's."""
+    from eval.errors import EvalError
+    from eval.io import COLLECTION_PREFIXES, read_qrels
+    from retrieval import datasets
 
-    assert rirds.PREFIXES == (irds.PREFIX, dmerit.PREFIX)
+    assert COLLECTION_PREFIXES == datasets.PREFIXES
+    with pytest.raises(EvalError) as e:
+        read_qrels("irds:beir/scifact/test")
+    assert "\n" not in str(e.value) and "retrieval.datasets.qrels.read_qrels" in str(e.value)
 
 
 def test_documents_queries_and_qrels_equal_the_files(irds_home, small_corpus, offline_env):
     code = f"""
 import json
 from retrieval.collections import read_corpus, read_queries
-from eval.io import read_qrels
+from retrieval.datasets.qrels import read_qrels
 def docs(src): return [[d.docid, d.title, d.text, d.metadata] for d in read_corpus(src)]
 def qs(src): return [[q.qid, q.text] for q in read_queries(src)]
 print(json.dumps({{

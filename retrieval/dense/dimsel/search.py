@@ -77,7 +77,7 @@ class DimSel(RetrieverBase):
                 raise DimSelParameterError("oracle mode needs relevance labels ({qrels}); it is an upper-bound "
                                            "analysis, not a search method")
             if isinstance(qrels, (str, Path)):
-                from eval import read_qrels
+                from retrieval.datasets.qrels import read_qrels
                 qrels = read_qrels(qrels)
             self.qrels = qrels
         if mode in ("prf", "oracle") and self.alpha is None:

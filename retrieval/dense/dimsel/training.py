@@ -270,7 +270,7 @@ def train_selector(index, queries, qrels, output: Optional[Union[str, Path]] = N
     """Train a selector for ``index``'s dense sub-index from training ``queries`` (path or list of
     Query) and ``qrels`` (path or dict), save it (default: INDEX/<retriever>/dimsel/) and record it in
     the manifest entry of the sub-index under ``"dimsel"``."""
-    from eval import read_qrels
+    from retrieval.datasets.qrels import read_qrels
     from indexes import folder as owner
     from indexes import manifest as mf
     from retrieval.collections import read_queries

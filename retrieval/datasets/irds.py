@@ -1,6 +1,6 @@
 """Collections by name through ir_datasets: ``irds:beir/scifact/test`` names a dataset of the installed
-``ir_datasets`` package, whose queries and qrels this module reads (``retrieval.irds`` reads its documents
-through :func:`dataset` and :func:`guarded`).
+``ir_datasets`` package, whose documents, queries and qrels this module reads (:mod:`retrieval.datasets`
+hands them on: documents as raw records to :mod:`retrieval.collections`, qrels to the evaluator).
 
 Only ir_datasets' local cache is read (``IR_DATASETS_HOME``, default ``~/.ir_datasets``): nothing is
 downloaded. ir_datasets 0.6.3 has no offline switch, and a file missing from its cache starts a download
@@ -20,7 +20,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
 
-from .errors import EvalError
+from indexes.errors import InputError
 
 PREFIX = "irds:"
 _local = threading.local()
@@ -40,7 +40,7 @@ def _module():
     try:
         import ir_datasets
     except ImportError:  # pragma: no cover - the 'datasets' extra is not installed
-        raise EvalError("irds: sources need the ir_datasets package (pip install 'retr[datasets]')") from None
+        raise InputError("irds: sources need the ir_datasets package (pip install 'retr[datasets]')") from None
     _guard(ir_datasets)
     ir_datasets.log.easy().logger()  # made now: its first use sets INFO, which would undo offline()'s level
     return ir_datasets
@@ -52,7 +52,7 @@ def home() -> str:
 
 
 class _NotCached(Exception):
-    """Raised inside ir_datasets where it would download; turned into an EvalError by :func:`offline`."""
+    """Raised inside ir_datasets where it would download; turned into an InputError by :func:`offline`."""
 
     def __init__(self, what: str):
         super().__init__(what)
@@ -105,7 +105,7 @@ def _fetch_hint(name: str, part: str) -> str:
 @contextlib.contextmanager
 def offline(name: str, part: str):
     """Run ir_datasets calls for ``part`` (docs, queries, qrels) of ``name`` without downloading; a missing
-    file, or a cache ir_datasets cannot read, becomes one EvalError line."""
+    file, or a cache ir_datasets cannot read, becomes one InputError line."""
     _local.depth = getattr(_local, "depth", 0) + 1
     # ir_datasets logs its steps at INFO ("[error] opening zip file" before retr's own error line reads as a
     # second error); retr reports progress and errors itself, so only its warnings pass while retr reads
@@ -115,13 +115,13 @@ def offline(name: str, part: str):
     try:
         yield
     except _NotCached as e:
-        raise EvalError(f"{PREFIX}{name}: the {part} are not in ir_datasets' cache {home()} ({e.what} is missing; "
+        raise InputError(f"{PREFIX}{name}: the {part} are not in ir_datasets' cache {home()} ({e.what} is missing; "
                         f"retr downloads nothing); {_fetch_hint(name, part)}") from None
-    except EvalError:
+    except InputError:
         raise
     except Exception as e:  # a damaged cache file: zip, lz4, JSON, a short read
         detail = " ".join(str(e).split())[:300] or type(e).__name__
-        raise EvalError(f"{PREFIX}{name}: ir_datasets could not read the {part} from its cache {home()} "
+        raise InputError(f"{PREFIX}{name}: ir_datasets could not read the {part} from its cache {home()} "
                         f"({type(e).__name__}: {detail})") from None
     finally:
         _local.depth -= 1
@@ -147,7 +147,7 @@ def dataset(source, part: str):
     qrels). Unknown names get the closest registered ones as a hint."""
     name = name_of(source)
     if not name:
-        raise EvalError(f"{source}: give a dataset after '{PREFIX}', e.g. {PREFIX}beir/scifact/test")
+        raise InputError(f"{source}: give a dataset after '{PREFIX}', e.g. {PREFIX}beir/scifact/test")
     irds = _module()
     with offline(name, part):
         try:
@@ -155,9 +155,9 @@ def dataset(source, part: str):
         except KeyError:
             close = difflib.get_close_matches(name, list(irds.registry), n=3, cutoff=0.6)
             hint = f" (did you mean {', '.join(close)}?)" if close else " (`ir_datasets list` shows them)"
-            raise EvalError(f"{PREFIX}{name}: ir_datasets {irds.__version__} has no dataset of that name{hint}") from None
+            raise InputError(f"{PREFIX}{name}: ir_datasets {irds.__version__} has no dataset of that name{hint}") from None
         if not getattr(ds, f"has_{part}")():
-            raise EvalError(f"{PREFIX}{name}: this dataset has no {part}"
+            raise InputError(f"{PREFIX}{name}: this dataset has no {part}"
                             + (" (name a split, e.g. .../test)" if part != "docs" else ""))
     return ds
 
@@ -172,12 +172,12 @@ def read_qrels(source) -> dict[str, dict[str, int]]:
         qid, docid, rel = str(q.query_id), str(q.doc_id), q.relevance
         judged = out.setdefault(qid, {})
         if docid in judged:
-            raise EvalError(f"{PREFIX}{name}: judgment {n}: document {docid!r} judged twice for query {qid!r}")
+            raise InputError(f"{PREFIX}{name}: judgment {n}: document {docid!r} judged twice for query {qid!r}")
         if not isinstance(rel, int) or not -2**31 <= rel < 2**31:
-            raise EvalError(f"{PREFIX}{name}: judgment {n}: relevance {rel!r} is not an integer in range")
+            raise InputError(f"{PREFIX}{name}: judgment {n}: relevance {rel!r} is not an integer in range")
         judged[docid] = rel
     if not out:
-        raise EvalError(f"{PREFIX}{name}: the dataset's qrels are empty")
+        raise InputError(f"{PREFIX}{name}: the dataset's qrels are empty")
     return out
 
 

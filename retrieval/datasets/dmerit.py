@@ -1,7 +1,7 @@
 """D-MERIT, the fully annotated evaluation set of Rassin et al. 2024 ("Evaluating D-MERIT of Partial-annotation
 on Information Retrieval", arXiv:2406.16048; https://D-MERIT.github.io): Wikipedia passages, queries that each
 describe a group ("names of Indian Marathi romance films") and, per query, every passage found to be evidence
-that some entity (a *member*) belongs to the group. It is the kind of set ``eval.partial`` needs: judgments as
+that some entity (a *member*) belongs to the group. It is the kind of set the evaluator's ``eval.partial`` needs: judgments as
 complete as one can get, to subsample.
 
 ``dmerit:PATH`` names a copy on disk: a file (``.jsonl``, ``.json`` holding a list, ``.parquet``; JSON may be
@@ -21,7 +21,8 @@ the spellings below, and a record whose fields fit none is refused with the fiel
 Where the release gives no ids, they are derived from the text (``q`` + 12 hex digits of the query's SHA-1;
 ``dm`` + 16 of the article title and passage's): the same in the queries, the qrels and the corpus read from
 the same copy, so `retr index --corpus dmerit:PATH`, `retr search --queries dmerit:PATH` and
-`retr eval --qrels dmerit:PATH` agree. Hand-written: no library reads this set.
+`retr eval --qrels dmerit:PATH` agree (the CLI reads the qrels here and hands them to the evaluator).
+Hand-written: no library reads this set.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import EvalError
+from indexes.errors import InputError
 
 PREFIX = "dmerit:"
 _QUERY_TEXT = ("query", "query_text", "question")
@@ -72,7 +73,7 @@ def read(source) -> DMerit:
     """Read a ``dmerit:PATH`` copy (cached while its files are unchanged: a build reads it more than once)."""
     path = path_of(source)
     if path is None:
-        raise EvalError(f"{source}: not a D-MERIT source (dmerit:PATH)")
+        raise InputError(f"{source}: not a D-MERIT source (dmerit:PATH)")
     files = _files(path)
     return _read(tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files))
 
@@ -83,14 +84,14 @@ def read_qrels(source) -> dict[str, dict[str, int]]:
 
 def _files(path: Path) -> list[Path]:
     if not path.exists():
-        raise EvalError(f"{PREFIX}{path}: no such file or folder")
+        raise InputError(f"{PREFIX}{path}: no such file or folder")
     if path.is_dir():
         files = sorted(p for p in path.iterdir() if p.is_file() and p.name.lower().endswith(_SUFFIXES))
         if not files:
-            raise EvalError(f"{PREFIX}{path}: the folder holds no {', '.join(_SUFFIXES)} file")
+            raise InputError(f"{PREFIX}{path}: the folder holds no {', '.join(_SUFFIXES)} file")
         return files
     if not path.name.lower().endswith(_SUFFIXES):
-        raise EvalError(f"{PREFIX}{path}: expected a {', '.join(_SUFFIXES)} file or a folder of them")
+        raise InputError(f"{PREFIX}{path}: expected a {', '.join(_SUFFIXES)} file or a folder of them")
     return [path]
 
 
@@ -101,7 +102,7 @@ def _read(stamped: tuple) -> DMerit:
         for n, record in _records(Path(name)):
             _add(out, record, f"{name}:{n}")
     if not out.qrels:
-        raise EvalError(f"{PREFIX}{stamped[0][0]}: no D-MERIT records found")
+        raise InputError(f"{PREFIX}{stamped[0][0]}: no D-MERIT records found")
     return out
 
 
@@ -122,13 +123,13 @@ def _records(path: Path):
                         yield n, _json(line, path, n)
                 return
             data = _json(fh.read(), path, None)
-    except EvalError:
+    except InputError:
         raise
     except (OSError, EOFError, UnicodeDecodeError, ValueError) as e:  # gzip, parquet, UTF-8, pyarrow errors
-        raise EvalError(f"{path}: cannot read ({type(e).__name__}: {' '.join(str(e).split())[:200]})") from None
+        raise InputError(f"{path}: cannot read ({type(e).__name__}: {' '.join(str(e).split())[:200]})") from None
     rows = data.get("data") if isinstance(data, dict) else data
     if not isinstance(rows, list):
-        raise EvalError(f"{path}: expected a JSON list of records (or {{\"data\": [...]}})")
+        raise InputError(f"{path}: expected a JSON list of records (or {{\"data\": [...]}})")
     yield from enumerate(rows, 1)
 
 
@@ -137,7 +138,7 @@ def _json(text: str, path: Path, n):
         return json.loads(text)
     except (json.JSONDecodeError, RecursionError) as e:
         where = f"{path}:{n}" if n else str(path)
-        raise EvalError(f"{where}: malformed JSON ({getattr(e, 'msg', 'nested too deeply')})") from None
+        raise InputError(f"{where}: malformed JSON ({getattr(e, 'msg', 'nested too deeply')})") from None
 
 
 def _first(obj: dict, keys):
@@ -150,17 +151,17 @@ def _digest(*parts: str) -> str:
 
 def _add(out: DMerit, record, where: str) -> None:
     if not isinstance(record, dict):
-        raise EvalError(f"{where}: expected a JSON object, got {type(record).__name__}")
+        raise InputError(f"{where}: expected a JSON object, got {type(record).__name__}")
     qtext, qid = _first(record, _QUERY_TEXT), _first(record, _QUERY_ID)
     if not isinstance(qtext, str) or not qtext.strip():
-        raise EvalError(f"{where}: no query text ({' or '.join(_QUERY_TEXT)}); the record has "
+        raise InputError(f"{where}: no query text ({' or '.join(_QUERY_TEXT)}); the record has "
                         f"{', '.join(sorted(map(str, record))) or 'no fields'}")
     qtext = " ".join(qtext.split())
     qid = "q" + _digest(qtext)[:12] if qid is None else str(qid).strip()
     if any(c.isspace() for c in qid) or not qid:
-        raise EvalError(f"{where}: query id {qid!r} is empty or holds whitespace (TREC runs cannot hold it)")
+        raise InputError(f"{where}: query id {qid!r} is empty or holds whitespace (TREC runs cannot hold it)")
     if out.queries.setdefault(qid, qtext) != qtext:
-        raise EvalError(f"{where}: query {qid!r} has two texts ({out.queries[qid]!r} and {qtext!r})")
+        raise InputError(f"{where}: query {qid!r} has two texts ({out.queries[qid]!r} and {qtext!r})")
     listed = _first(record, _LIST)
     items = listed if isinstance(listed, list) else [record]
     judged = out.qrels.setdefault(qid, {})
@@ -175,16 +176,16 @@ def _passage(out: DMerit, item: dict, where: str, nested: bool) -> tuple[str, in
     text, title = _first(item, _TEXT), _first(item, _TITLE) or ""
     pid = _first(item, _PID + (("id", "_id") if nested else ()))
     if text is not None and not isinstance(text, str) or not isinstance(title, str):
-        raise EvalError(f"{where}: the passage and its article title must be strings")
+        raise InputError(f"{where}: the passage and its article title must be strings")
     if pid is None and not (text or "").strip():
-        raise EvalError(f"{where}: an evidence entry with neither a passage id ({', '.join(_PID)}) nor its text "
+        raise InputError(f"{where}: an evidence entry with neither a passage id ({', '.join(_PID)}) nor its text "
                         f"({', '.join(_TEXT)})")
     docid = "dm" + _digest(title, text)[:16] if pid is None else str(pid).strip()
     if not docid or any(c.isspace() for c in docid):
-        raise EvalError(f"{where}: passage id {docid!r} is empty or holds whitespace (TREC runs cannot hold it)")
+        raise InputError(f"{where}: passage id {docid!r} is empty or holds whitespace (TREC runs cannot hold it)")
     if text is not None:
         if out.texts.setdefault(docid, (title, text)) != (title, text):
-            raise EvalError(f"{where}: passage {docid!r} appears with two different texts")
+            raise InputError(f"{where}: passage {docid!r} appears with two different texts")
     grade = _first(item, _GRADE)
     if grade is None:
         return docid, 1
@@ -193,5 +194,5 @@ def _passage(out: DMerit, item: dict, where: str, nested: bool) -> tuple[str, in
     except (TypeError, ValueError):
         value = float("nan")
     if not value.is_integer() or not -2**31 <= value < 2**31:
-        raise EvalError(f"{where}: relevance {grade!r} is not an integer")
+        raise InputError(f"{where}: relevance {grade!r} is not an integer")
     return docid, int(value)

@@ -9,8 +9,8 @@ import random
 
 import pytest
 
-from eval import dmerit
-from eval.errors import EvalError
+from retrieval.datasets import dmerit
+from indexes.errors import InputError
 from tests.conftest import retr_in_process, run_retr
 
 WORDS = ("river valley town district lake mountain festival railway museum bridge harbour castle forest island "
@@ -134,7 +134,7 @@ def test_ids_are_derived_from_the_text_where_the_release_gives_none(tmp_path):
 ])
 def test_bad_records_are_one_error_naming_file_and_record(tmp_path, content, needle):
     (tmp_path / "dmerit.jsonl").write_text(content, encoding="utf-8")
-    with pytest.raises(EvalError) as e:
+    with pytest.raises(InputError) as e:
         dmerit.read(f"dmerit:{tmp_path / 'dmerit.jsonl'}")
     assert needle in str(e.value) and "\n" not in str(e.value)
 

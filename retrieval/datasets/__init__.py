@@ -1,24 +1,28 @@
-"""Corpora and queries named ``irds:NAME`` (an ir_datasets dataset, read from its local cache only; the
-evaluator's :mod:`eval.irds` holds the name, the offline guard and the qrels) and ``dmerit:PATH`` (D-MERIT's
-evaluation set, :mod:`eval.dmerit`), as raw records: :mod:`retrieval.collections` validates them exactly as
-it validates a file's lines, so the same document gives the same Document and the same errors either way.
-This module imports nothing of ``retrieval`` (collections imports it)."""
+"""Collections by name: ``irds:NAME`` (an ir_datasets dataset, read from its local cache only:
+:mod:`retrieval.datasets.irds` holds the offline guard) and ``dmerit:PATH`` (D-MERIT's evaluation set,
+:mod:`retrieval.datasets.dmerit`). Their documents go out as raw records that :mod:`retrieval.collections`
+validates exactly as it validates a file's lines, so the same document gives the same Document and the same
+errors either way; their queries as (qid, text) pairs; their judgments as ``{qid: {docid: grade}}``
+(:func:`qrels`), which the CLI hands to the evaluator: ``eval/`` reads runs and qrels files only.
+
+This package imports nothing of ``eval`` (the corpus of ``retr index`` never passes through the evaluator:
+tests/test_layout.py) and nothing of ``retrieval`` but its errors; ``qrels.read_qrels`` (a file or a name)
+is the one part that calls the evaluator's file reader."""
 from __future__ import annotations
 
 import math
 import os
 from collections.abc import Iterator
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 from indexes.errors import InputError
+
+from . import dmerit, irds
 
 # (position, docid, title, text, metadata): what collections.read_corpus checks, per document
 Record = Tuple[int, str, str, str, dict]
 
-
-# eval.irds.PREFIX and eval.dmerit.PREFIX, spelled here so that telling a name from a file path imports
-# no evaluator (numpy and pytrec_eval, ~0.3 s); tests/retrieval/test_irds.py checks they agree
-PREFIXES = ("irds:", "dmerit:")
+PREFIXES = (irds.PREFIX, dmerit.PREFIX)
 
 
 def is_named(source) -> bool:
@@ -29,26 +33,16 @@ def is_named(source) -> bool:
     return False
 
 
-def _input_error(e) -> InputError:
-    return InputError(str(e))
-
-
 def records(source) -> Iterator[Record]:
     """The documents of a named collection, in its order, as raw records."""
-    from eval import dmerit, irds
-    from eval.errors import EvalError
-
-    try:
-        if dmerit.path_of(source) is not None:
-            for n, (docid, title, text) in enumerate(dmerit.read(source).passages(), 1):
-                yield n, docid, title, text, {}
-            return
-        ds = irds.dataset(source, "docs")
-        name = irds.name_of(source)
-        for n, doc in enumerate(irds.guarded(name, "docs", ds.docs_iter), 1):
-            yield (n,) + _fields(doc)
-    except EvalError as e:
-        raise _input_error(e) from None
+    if dmerit.path_of(source) is not None:
+        for n, (docid, title, text) in enumerate(dmerit.read(source).passages(), 1):
+            yield n, docid, title, text, {}
+        return
+    ds = irds.dataset(source, "docs")
+    name = irds.name_of(source)
+    for n, doc in enumerate(irds.guarded(name, "docs", ds.docs_iter), 1):
+        yield (n,) + _fields(doc)
 
 
 def _fields(doc) -> Tuple[str, str, str, dict]:
@@ -79,9 +73,6 @@ def _plain(v) -> bool:
 def count(source) -> Optional[int]:
     """The collection's document count where ir_datasets knows it without reading the documents (its
     metadata: a progress bar's total, not a check); None otherwise. Errors are left to the read itself."""
-    from eval import irds
-    from eval.errors import EvalError
-
     name = irds.name_of(source)
     if name is None:
         return None
@@ -89,28 +80,27 @@ def count(source) -> Optional[int]:
         ds = irds.dataset(source, "docs")
         with irds.offline(name, "docs"):
             n = ds.docs_count()
-    except EvalError:
+    except InputError:
         return None
     return int(n) if isinstance(n, int) else None
 
 
 def queries(source) -> list:
     """``[(qid, text), ...]`` of a named collection."""
-    from eval import dmerit, irds
-    from eval.errors import EvalError
+    if dmerit.path_of(source) is not None:
+        return list(dmerit.read(source).queries.items())
+    return irds.read_queries(source)
 
-    try:
-        if dmerit.path_of(source) is not None:
-            return list(dmerit.read(source).queries.items())
-        return irds.read_queries(source)
-    except EvalError as e:
-        raise _input_error(e) from None
+
+def qrels(source) -> Dict[str, Dict[str, int]]:
+    """``{qid: {docid: grade}}`` of a named collection (its judgments, for the evaluator)."""
+    if dmerit.path_of(source) is not None:
+        return dmerit.read_qrels(source)
+    return irds.read_qrels(source)
 
 
 def split_qrels(source, split: str) -> str:
     """``--split test`` for ``irds:beir/scifact``: the dataset ``irds:beir/scifact/test``."""
-    from eval import dmerit
-
     if dmerit.path_of(source) is not None:
         raise InputError("D-MERIT has one set of queries and no splits; leave --split out", source)
     return f"{str(source).rstrip('/')}/{split}"
