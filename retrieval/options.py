@@ -51,7 +51,10 @@ class Option:
     ``minilm``). ``path_kind``: ``"file"`` or ``"dir"`` for a path that must be one (None: either).
     ``applies_to``: for a kind's option, the commands it is added to (``"index"``: `retr index`;
     ``"search"``: `retr search` and `retr explain`); ``section``: the heading it is listed under in
-    ``--help`` (a kind's options: the kind's title)."""
+    ``--help`` (a kind's options: the kind's title). A default is read from the spec or config dataclass
+    that has it (``default=BM25Spec.k1``) where that module is light; where importing it would slow every
+    command's start (numpy, the kinds' sub-index code), the option repeats the value and ``default_from``
+    names where it lives (``"retrieval.dense.subindex:DenseSpec.pooling"``), which a test compares."""
 
     flags: Union[str, Tuple[str, ...]]
     type: str = "str"
@@ -67,6 +70,7 @@ class Option:
     path_kind: Optional[str] = None
     applies_to: Union[str, Tuple[str, ...]] = ()
     section: Optional[str] = None
+    default_from: Optional[str] = None
 
     def __post_init__(self):
         flags = _tuple(self.flags)

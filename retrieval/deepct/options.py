@@ -6,13 +6,16 @@ from __future__ import annotations
 import sys
 import warnings
 
-from retrieval.deepct.subindex import DeepCTSpec
 from retrieval.deepct.train_config import TrainConfig
-from retrieval.deepct.weights import MODES, SCALES
 from retrieval.kinds import KindOptions
 from retrieval.options import DEVICES, POSITIVE, SHARE_CLOSED_OPEN, Command, Option, Range, UsageError, training_options
 
 _T = TrainConfig()  # the training defaults, read by `retr train deepct`'s options
+# the sub-index code is not imported to start a command: DeepCTSpec's defaults are repeated (default_from),
+# and so are retrieval.deepct.weights' MODES and SCALES
+_SPEC = "retrieval.deepct.subindex:DeepCTSpec."
+MODES = ("impact", "bm25")
+SCALES = ("linear", "sqrt")
 
 
 def train_deepct(corpus, queries, qrels, output, base, epochs, lr, batch_size, max_length, seed, warmup, min_rel,
@@ -101,11 +104,12 @@ class DeepCTOptions(KindOptions):
     options = (
         Option("--deepct", name="deepct_model", type="path", metavar="MODEL_DIR", applies_to="index",
                help="Add a DeepCT sub-index (and deepct-query) with a model from `retr train deepct`."),
-        Option("--deepct-mode", type="choice", choices=("auto", *MODES), default=DeepCTSpec.mode, applies_to="index",
+        Option("--deepct-mode", type="choice", choices=("auto", *MODES), default="auto",
+               default_from=_SPEC + "mode", applies_to="index",
                help="DeepCT default: impact scores, or BM25 over the weights as term frequencies (auto: the "
                     "better on the model's held-out training queries, else bm25)."),
-        Option("--deepct-scale", type="choice", choices=("auto", *SCALES), default=DeepCTSpec.scale,
-               applies_to="index",
+        Option("--deepct-scale", type="choice", choices=("auto", *SCALES), default="auto",
+               default_from=_SPEC + "scale", applies_to="index",
                help="DeepCT weight to integer: round(100 w) or round(100 sqrt w) (auto: chosen like the mode, "
                     "else linear). Every variant is built; this sets the default."),
         Option("--deepct-mode", type="choice", choices=MODES, applies_to="search",
@@ -119,6 +123,8 @@ class DeepCTOptions(KindOptions):
     def specs(self, values):
         if values["deepct_model"] is None:
             return {}
+        from retrieval.deepct.subindex import DeepCTSpec
+
         return {"deepct": DeepCTSpec(model=str(values["deepct_model"]), mode=values["deepct_mode"],
                                      scale=values["deepct_scale"], device=values["device"],
                                      batch_size=values["batch_size"])}

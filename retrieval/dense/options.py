@@ -7,15 +7,15 @@ import json
 import sys
 from pathlib import Path
 
-from retrieval.dense.dimsel.selector import SelectorConfig
-from retrieval.dense.subindex import DenseSpec
 from retrieval.dense.train_config import PRETRAIN, DenseTrainConfig
 from retrieval.kinds import KindOptions
 from retrieval.options import (DEVICES, POSITIVE, SHARE_CLOSED_OPEN, SHARE_OPEN, SHARE_OPEN_CLOSED, Command, Option,
                                Range, UsageError, training_options)
 
 _D = DenseTrainConfig()  # the training defaults, read by `retr train dense`'s options
-_S = SelectorConfig()    # ... and the selector's, by `retr train dimsel`'s
+# DenseSpec's and SelectorConfig's modules import numpy: their defaults are repeated (default_from), not imported
+_SPEC = "retrieval.dense.subindex:DenseSpec."
+_SEL = "retrieval.dense.dimsel.selector:SelectorConfig."
 
 
 def train_dimsel(index_dir, queries, qrels, retriever, output, epochs, lr, hidden, loss, arch, alpha, dev_share, seed,
@@ -23,6 +23,7 @@ def train_dimsel(index_dir, queries, qrels, retriever, output, epochs, lr, hidde
     """Train a query-aware dimension selector: an MLP from the query embedding to per-dimension
     importance, distilled from label-oracle importance (see retrieval/dense/dimsel/)."""
     from retrieval.dense.dimsel.masks import check_alpha
+    from retrieval.dense.dimsel.selector import SelectorConfig
     from retrieval.dense.dimsel.training import train_selector
     from retrieval.index import open_index
 
@@ -51,18 +52,19 @@ DIMSEL = Command("dimsel", train_dimsel, group="train", options=(
     Option("--retriever", default="dense", help="Dense sub-index to train for."),
     Option(("--output", "-o"), type="path", path_kind="file",
            help="Selector folder [default: INDEX/<retriever>/dimsel, recorded in the manifest]."),
-    Option("--epochs", type="int", range=Range(min=1), default=_S.epochs),
-    Option("--lr", type="float", range=POSITIVE, default=_S.lr),
-    Option("--hidden", type="int", range=Range(min=1), default=_S.hidden, help="MLP hidden size."),
-    Option("--loss", type="choice", choices=("kl", "rank", "kl+rank"), default=_S.loss,
+    Option("--epochs", type="int", range=Range(min=1), default=100, default_from=_SEL + "epochs"),
+    Option("--lr", type="float", range=POSITIVE, default=1e-3, default_from=_SEL + "lr"),
+    Option("--hidden", type="int", range=Range(min=1), default=256, default_from=_SEL + "hidden",
+           help="MLP hidden size."),
+    Option("--loss", type="choice", choices=("kl", "rank", "kl+rank"), default="kl+rank", default_from=_SEL + "loss",
            help="KL to the softmaxed oracle, contrastive ranking through a soft top-alpha mask, or both."),
-    Option("--arch", type="choice", choices=("qv", "free"), default=_S.arch,
+    Option("--arch", type="choice", choices=("qv", "free"), default="qv", default_from=_SEL + "arch",
            help="qv: importance = q * (q + MLP(q)) (residual around q*q); free: MLP(q)."),
     Option("--alpha", type="float", range=SHARE_OPEN_CLOSED,
            help="Fixed share of dimensions to keep [default: chosen on the held-out training queries]."),
-    Option("--dev-share", type="float", range=SHARE_CLOSED_OPEN, default=_S.dev_share,
+    Option("--dev-share", type="float", range=SHARE_CLOSED_OPEN, default=0.2, default_from=_SEL + "dev_share",
            help="Share of the training queries held out to pick the epoch and alpha."),
-    Option("--seed", type="int", default=_S.seed),
+    Option("--seed", type="int", default=0, default_from=_SEL + "seed"),
     Option(("--quiet", "-q"), type="bool", help="No progress output."),
 ))
 
@@ -168,11 +170,12 @@ class DenseOptions(KindOptions):
         Option("--dense", name="dense_model", bare_value="minilm", metavar="[MODEL]", applies_to="index",
                help="Add a dense sub-index: bundled all-MiniLM-L6-v2 by default, or 'splade-tiny', "
                     "or a local Hugging Face folder."),
-        Option("--pooling", default=DenseSpec.pooling, applies_to="index",
+        Option("--pooling", default="mean", default_from=_SPEC + "pooling", applies_to="index",
                help="Dense pooling: mean, cls, first-last or ditto."),
-        Option("--faiss", name="factory", default=DenseSpec.factory, applies_to="index",
+        Option("--faiss", name="factory", default="Flat", default_from=_SPEC + "factory", applies_to="index",
                help="faiss factory string for the dense index (Flat, HNSW32, IVF1024,PQ32, ...)."),
-        Option("--dtype", type="choice", choices=("float32", "float16"), default=DenseSpec.dtype, applies_to="index",
+        Option("--dtype", type="choice", choices=("float32", "float16"), default="float32",
+               default_from=_SPEC + "dtype", applies_to="index",
                help="Precision of the stored dense vectors."),
         Option("--sts-dir", type="path", path_kind="dir", applies_to="index",
                help="STS data folder, for --pooling ditto when no (layer, head) is stored for the model "

@@ -6,13 +6,14 @@ import json
 
 from retrieval.kinds import KindOptions
 from retrieval.options import DEVICES, POSITIVE, SHARE_CLOSED_OPEN, Command, Option, Range, UsageError, training_options
-from retrieval.splade.subindex import SpladeSpec
 from retrieval.splade.train import SpladeTrainConfig
 
 _D = SpladeTrainConfig()  # the training defaults, read by `retr train splade`'s options
 
 QUERY_HELP = "splade: the model weights the query's word-pieces; tokens: each word-piece counts once per occurrence"
 QUERY = ("splade", "tokens")  # the query weightings
+# the sub-index code (numpy) is not imported to start a command: SpladeSpec's defaults are repeated (default_from)
+_SPEC = "retrieval.splade.subindex:SpladeSpec."
 
 _TRAIN_FLAGS = {"queries": "--queries", "qrels": "--qrels", "epochs": "--epochs", "lr": "--lr",
                 "batch_size": "--batch-size", "hard_negatives": "--hard-negatives", "negative_pool": "--hard-negatives",
@@ -78,10 +79,11 @@ class SpladeOptions(KindOptions):
     title = "SPLADE"
     flag = "--splade"
     options = (
-        Option("--splade", name="splade_model", bare_value=SpladeSpec.model, metavar="[MODEL]", applies_to="index",
+        Option("--splade", name="splade_model", bare_value="splade-tiny", metavar="[MODEL]", applies_to="index",
                help="Add a SPLADE sub-index (learned sparse, with expansion): bundled SPLADE-tiny by default, "
                     "or a local masked-LM folder."),
-        Option("--splade-query", type="choice", choices=QUERY, default=SpladeSpec.query, applies_to="index",
+        Option("--splade-query", type="choice", choices=QUERY, default="splade", default_from=_SPEC + "query",
+               applies_to="index",
                help="Default SPLADE query weighting. " + QUERY_HELP + "."),
         Option("--splade-query", type="choice", choices=QUERY, applies_to="search",
                help="Override the SPLADE sub-index's query weighting for this search (" + QUERY_HELP + ")."),
@@ -92,6 +94,8 @@ class SpladeOptions(KindOptions):
     def specs(self, values):
         if values.get("splade_model") is None:
             return {}
+        from retrieval.splade.subindex import SpladeSpec
+
         return {"splade": SpladeSpec(model=str(values["splade_model"]), query=values["splade_query"],
                                      device=values["device"])}
 
