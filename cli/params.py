@@ -140,10 +140,12 @@ def click_type(o: options.Option):
 
 def click_option(o: options.Option) -> click.Option:
     """The click option of ``o``: the same flags, parameter name, help and default (shown in
-    ``--help`` when there is one); a ``bool`` option is a flag."""
+    ``--help`` when there is one; a required option has none); a ``bool`` option is a flag."""
     common = dict(help=o.help, required=o.required, multiple=o.multiple, metavar=o.metavar)
     if o.type == "bool":
-        return click.Option([*o.flags, o.name], is_flag=True, **common, **({"default": True} if o.default else {}))
+        if o.default:
+            common.update(default=True)
+        return click.Option([*o.flags, o.name], is_flag=True, **common)
     if o.bare_value is not None:
         common.update(is_flag=False, flag_value=o.bare_value)
     if o.default is not None:
