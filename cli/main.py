@@ -1,7 +1,7 @@
 """`retr`: the command-line face of the retrieval package. Thin by design:
 this module only wires the commands, which live one module per method beside
 it (index_cmds, search_cmds, explain_cmd, dense_cmds, quality_cmds, live_cmds, eval_cmd, train_cmd,
-serve_cmds) or in a sub-index kind's package (its cli.OPTIONS.commands()), and turns
+serve_cmds) or declared by a sub-index kind's package (its options.OPTIONS.commands), and turns
 every known error into one line."""
 from __future__ import annotations
 
@@ -59,13 +59,13 @@ def _register():
         group = retr if parent is None else retr.commands.get(parent)
         if group is not None and name not in getattr(group, "commands", {}):
             group.add_command(cmd, name=name)
-    from cli.params import each_kind
+    from cli.params import click_command, each_kind
 
     for options in each_kind():
-        for parent, cmd in options.commands():
-            group = retr if parent is None else retr.commands[parent]
-            if cmd.name not in group.commands:
-                group.add_command(cmd)
+        for command in options.commands:  # declared as data (retrieval.options.Command)
+            group = retr if command.group is None else retr.commands[command.group]
+            if command.name not in group.commands:
+                group.add_command(click_command(command))
 
 
 _register()

@@ -10,6 +10,7 @@ from typing import Iterator, Mapping
 import click
 
 from indexes.errors import ParameterError
+from retrieval import options
 
 FLOAT32_MAX = 3.4028234663852886e38  # Lucene takes BM25's k1 and b as Java floats
 
@@ -25,12 +26,16 @@ class FiniteFloatRange(click.FloatRange):
         return rv
 
 
-K1 = FiniteFloatRange(min=0)                           # Lucene's BM25Similarity: finite and >= 0
-B = FiniteFloatRange(0, 1)                             # ... and b in [0, 1]
-SHARE_OPEN_CLOSED = FiniteFloatRange(0, 1, min_open=True)   # a share kept, (0, 1]
-SHARE_CLOSED_OPEN = FiniteFloatRange(0, 1, max_open=True)   # a share dropped or held out, [0, 1)
-LEVEL = FiniteFloatRange(0, 1, min_open=True, max_open=True)  # a significance level, (0, 1)
-POSITIVE = FiniteFloatRange(min=0, min_open=True)      # a rate, ratio or margin, > 0
+def float_range(r: options.Range) -> FiniteFloatRange:
+    return FiniteFloatRange(r.min, r.max, min_open=r.min_open, max_open=r.max_open)
+
+
+K1 = float_range(options.K1)                                # Lucene's BM25Similarity: finite and >= 0
+B = float_range(options.B)                                  # ... and b in [0, 1]
+SHARE_OPEN_CLOSED = float_range(options.SHARE_OPEN_CLOSED)  # a share kept, (0, 1]
+SHARE_CLOSED_OPEN = float_range(options.SHARE_CLOSED_OPEN)  # a share dropped or held out, [0, 1)
+LEVEL = float_range(options.SHARE_OPEN)                     # a significance level, (0, 1)
+POSITIVE = float_range(options.POSITIVE)                    # a rate, ratio or margin, > 0
 
 
 class NamedOrPath(click.ParamType):
@@ -63,34 +68,15 @@ EXECUTOR_FLAGS = {"kind=ray": "--executor ray", "executor=ray": "--executor ray"
 @contextlib.contextmanager
 def flags(names: Mapping[str, str]) -> Iterator[None]:
     """Inside, a library error that names parameters (``ParameterError``) names the command's
-    flags instead (``names``: parameter -> flag); the library never speaks of flags itself."""
+    flags instead (``names``: parameter -> flag); the library never speaks of flags itself. Options
+    that do not go together (``retrieval.options.UsageError``, raised by a kind's options module)
+    are a usage error of the command."""
     try:
         yield
     except ParameterError as e:
         raise e.renamed(names) from None
-
-
-def training_options(f=None, *, base: str = "minilm"):
-    """The data and output options every `retr train` command shares: --corpus, --queries,
-    --qrels (training qrels; the library refuses a test split), --output and --base (``base``: the
-    one the command uses when none is given; ``@training_options(base="splade-tiny")``)."""
-    if f is None:
-        return lambda g: training_options(g, base=base)
-    opts = [
-        click.option("--corpus", required=True, type=click.Path(path_type=Path),
-                     help="The passages: BEIR folder or JSONL, TSV or TREC."),
-        click.option("--queries", type=click.Path(path_type=Path), default=None,
-                     help="Training queries (BEIR JSONL, TSV, TREC)."),
-        click.option("--qrels", type=click.Path(path_type=Path), default=None,
-                     help="Training qrels (a file named like a test split is refused)."),
-        click.option("--output", "-o", required=True, type=click.Path(path_type=Path, file_okay=False),
-                     help="Model folder to write."),
-        click.option("--base", default=None,
-                     help=f"Base encoder: 'minilm', 'splade-tiny' or a local HF folder [default: {base}]."),
-    ]
-    for opt in reversed(opts):
-        f = opt(f)
-    return f
+    except options.UsageError as e:
+        raise click.UsageError(str(e)) from None
 
 
 def executor_options(f):
@@ -136,27 +122,78 @@ def executor_options(f):
     return wrapper
 
 
+# ------------------------------------------------------------------ options and commands as data
+def click_type(o: options.Option):
+    """The click type of an option declared as data (``retrieval.options.Option``): bounded numbers
+    are click.IntRange or :class:`FiniteFloatRange`, paths pathlib Paths."""
+    r = o.range
+    if o.type == "int":
+        return click.IntRange(r.min, r.max, min_open=r.min_open, max_open=r.max_open) if r else click.INT
+    if o.type == "float":
+        return float_range(r) if r else click.FLOAT
+    if o.type == "choice":
+        return click.Choice(list(o.choices))
+    if o.type == "path":
+        return click.Path(path_type=Path, file_okay=o.path_kind != "dir", dir_okay=o.path_kind != "file")
+    return click.STRING
+
+
+def click_option(o: options.Option) -> click.Option:
+    """The click option of ``o``: the same flags, parameter name, help and default (shown in
+    ``--help`` when there is one; a required option has none); a ``bool`` option is a flag."""
+    common = dict(help=o.help, required=o.required, multiple=o.multiple, metavar=o.metavar)
+    if o.type == "bool":
+        if o.default:
+            common.update(default=True)
+        return click.Option([*o.flags, o.name], is_flag=True, **common)
+    if o.bare_value is not None:
+        common.update(is_flag=False, flag_value=o.bare_value)
+    if o.default is not None:
+        common.update(show_default=True)
+    if not o.required:
+        common.update(default=o.default)
+    return click.Option([*o.flags, o.name], type=click_type(o), **common)
+
+
+def click_command(c: options.Command) -> click.Command:
+    """The click command of ``c``: its options in their order (under their ``section`` headings,
+    if any), calling ``c.run`` with their values; errors naming its parameters name its flags."""
+    def callback(**values):
+        with flags(c.flags):
+            return c.run(**values)
+
+    callback.__retr_sections__ = _sections([(o.section, o.name) for o in c.options if o.section])
+    return SectionedCommand(c.name, callback=callback, params=[click_option(o) for o in c.options], help=c.help,
+                            context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+
+
+def _sections(pairs) -> list:
+    """[(heading, [parameter names])] in the order the headings first appear."""
+    out: dict = {}
+    for heading, name in pairs:
+        out.setdefault(heading, []).append(name)
+    return list(out.items())
+
+
 # ------------------------------------------------------------------ the kinds' options
 def kind_options(where: str):
     """Add the options every registered sub-index kind contributes to a command (``where``:
-    ``"index"`` or ``"search"``: ``KindOptions.index`` / ``.search``), each kind's under its
+    ``"index"`` or ``"search"``: each kind's options that apply to it), each kind's under its
     own heading in ``--help`` (with :class:`SectionedCommand`). The command receives their
     values among its keyword arguments and hands them to :func:`kind_values`' users."""
     from retrieval.kinds import known, options_of
 
     def deco(f):
-        sections = []
-        for kind in reversed(known()):  # decorators apply bottom-up: reversed keeps the registry's order
-            o = options_of(kind)
-            before = len(getattr(f, "__click_params__", []))
-            for d in reversed(tuple(getattr(o, where))):
-                f = d(f)
-            names = [p.name for p in f.__click_params__[before:]]
-            taken = {p.name for p in f.__click_params__[:before]}
-            if taken & set(names):  # a programming error of a kind: two kinds declare one option
-                raise RuntimeError(f"kind {kind!r} declares options another kind has: {sorted(taken & set(names))}")
-            sections.insert(0, (o.title, names))
-        f.__retr_sections__ = sections
+        declared = [o for kind in known() for o in options_of(kind).options_for(where)]
+        names = [o.name for o in declared]
+        taken = {p.name for p in getattr(f, "__click_params__", [])}
+        twice = sorted({n for n in names if names.count(n) > 1} | (taken & set(names)))
+        if twice:  # a programming error of a kind: two kinds declare one option
+            raise RuntimeError(f"kinds declare options twice, or options the command has: {twice}")
+        # decorators apply bottom-up: the options go last, in the registry's order
+        f.__dict__.setdefault("__click_params__", [])
+        f.__click_params__[:0] = [click_option(o) for o in reversed(declared)]
+        f.__retr_sections__ = _sections([(o.section, o.name) for o in declared])
         return f
 
     return deco

@@ -27,8 +27,8 @@ generation's folder that starts as a hard-link copy of the current one (see
 
 A kind is a package registered by one line of :data:`KINDS`: its ``subindex``
 module holds ``KIND`` (the :class:`SubIndexKind`) and its spec (a dataclass whose
-``kind`` names the kind), its ``cli`` module ``OPTIONS`` (:class:`KindOptions`: the
-options and commands it adds to the command line). Nothing outside the package
+``kind`` names the kind), its ``options`` module ``OPTIONS`` (:class:`KindOptions`: the
+options and commands it adds to the command line, as data). Nothing outside the package
 names the kind. Packages are imported only when a folder (or the command line)
 uses them, so opening a BM25-only folder loads neither torch nor the DeepCT code,
 and no module is imported just for the side effect of registering something.
@@ -36,12 +36,13 @@ and no module is imported just for the side effect of registering something.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Protocol, Sequence, Tuple,
                     runtime_checkable)
 
 from indexes.errors import IndexFormatError, InputError
+from retrieval.options import Command, Option
 from retrieval.types import Query, Scored, contents
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
 
 Confidence = Optional[Tuple[str, float]]  # (kind, value) of a list, for confidence-weighted fusion
 
-#: kind name -> its package (``<package>.subindex:KIND``, ``<package>.cli:OPTIONS``)
+#: kind name -> its package (``<package>.subindex:KIND``, ``<package>.options:OPTIONS``)
 KINDS: Dict[str, str] = {
     "bm25": "retrieval.bm25",
     "dense": "retrieval.dense",
@@ -330,16 +331,24 @@ class SubIndexKind:
 
 
 class KindOptions:
-    """What a kind adds to the command line (its package's ``cli.OPTIONS``). The options are
-    click decorators; the commands that show them hand every value they parsed to the
-    methods below, which take what is theirs (the shared ``device``, ``batch_size`` and
-    ``threads`` too). Errors name parameters; ``flags`` says which flag is which."""
+    """What a kind adds to the command line (its package's ``options.OPTIONS``), as data: its
+    :class:`retrieval.options.Option` values, each added to the commands it ``applies_to``
+    (``"index"``: `retr index`; ``"search"``: `retr search` and `retr explain`) and listed under the
+    kind's ``title`` in ``--help``, and its own :class:`retrieval.options.Command` values. The
+    commands that show the options hand every value they parsed to the methods below, which take
+    what is theirs (the shared ``device``, ``batch_size`` and ``threads`` too). Errors name
+    parameters; ``flags`` says which flag is which."""
 
     title = ""                      # heading of its options in --help
     flag = ""                       # the option of `retr index` that asks for its sub-index ("" : always built)
-    index: Sequence[Callable] = ()  # options of `retr index`
-    search: Sequence[Callable] = ()  # options of `retr search`
+    options: Sequence[Option] = ()  # options of `retr index` and `retr search`
+    commands: Sequence[Command] = ()  # commands it adds (`retr train dense`)
     flags: Dict[str, str] = {}      # parameter -> flag, for ParameterError messages (cli.params.flags)
+
+    def options_for(self, command: str) -> Tuple[Option, ...]:
+        """Its options of ``command`` (``"index"`` or ``"search"``), each with its heading."""
+        return tuple(o if o.section else replace(o, section=self.title)
+                     for o in self.options if command in o.applies_to)
 
     def specs(self, values: Dict[str, Any]) -> Dict[str, Any]:
         """The sub-indexes (name -> spec) that `retr index` was asked for."""
@@ -362,11 +371,6 @@ class KindOptions:
         """What these `retr search` values change in how the pipeline runs, as one word for a run's
         tag (``dimsel-learned``; :func:`retrieval.runs.run_tag`), or None when they change nothing."""
         return None
-
-    def commands(self) -> Sequence[Tuple[Optional[str], Any]]:
-        """Commands it adds: (group, click command), group None for a top-level one, else the
-        name of a group such as ``train``."""
-        return ()
 
 
 _loaded: Dict[str, SubIndexKind] = {}
@@ -392,7 +396,7 @@ def options_of(kind: str) -> KindOptions:
     """What the kind registered under ``kind`` adds to the command line."""
     o = _options.get(kind)
     if o is None:
-        o = _options[kind] = importlib.import_module(_package(kind) + ".cli").OPTIONS
+        o = _options[kind] = importlib.import_module(_package(kind) + ".options").OPTIONS
     return o
 
 

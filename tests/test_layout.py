@@ -20,14 +20,19 @@ def _module(path: Path, root: Path = ROOT) -> str:
     return ".".join(parts)
 
 
-def _imports(path: Path, root: Path = ROOT) -> set:
+def _imports(path: Path, text: str | None = None, root: Path = ROOT) -> set:
     """Every module named by an import anywhere in the file (``from a.b import c`` names
-    ``a.b`` and ``a.b.c``; relative imports are resolved)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    ``a.b`` and ``a.b.c``; relative imports are resolved; ``importlib.import_module("a")`` and
+    ``__import__("a")`` with a written name count too). ``text``: the file's code, if not read from it."""
+    tree = ast.parse(path.read_text(encoding="utf-8") if text is None else text)
     here = _module(path, root).split(".")
     pkg = here if path.name == "__init__.py" else here[:-1]
     out = set()
     for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str) \
+                and getattr(node.func, "attr", getattr(node.func, "id", None)) in ("import_module", "__import__"):
+            out.add(node.args[0].value)
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -100,7 +105,7 @@ def _evaluator_reached(root: Path, starts) -> list:
             if chain[-1] in seen:
                 continue
             seen.add(chain[-1])
-            for i in sorted(_imports(files[chain[-1]], root)):
+            for i in sorted(_imports(files[chain[-1]], root=root)):
                 if i.split(".")[0] == "eval":
                     chains.append(chain + [i])
                 elif i in files and (i == _DATASETS or i.startswith(_DATASETS + ".")):
@@ -196,14 +201,20 @@ def test_every_registered_kind_loads_and_follows_the_protocol():
 
 
 def test_a_kind_is_a_package_with_its_sub_index_and_its_command_line_options():
-    """One line of kinds.KINDS registers a kind: its package's subindex.KIND and cli.OPTIONS."""
+    """One line of kinds.KINDS registers a kind: its package's subindex.KIND and options.OPTIONS, whose
+    options and commands are data (retrieval.options), for the command line to render."""
     from retrieval.kinds import KINDS, KindOptions, get_kind, options_of
+    from retrieval.options import Command, Option
 
     for name, pkg in KINDS.items():
         assert (ROOT / pkg.replace(".", "/") / "__init__.py").is_file(), pkg
+        assert not (ROOT / pkg.replace(".", "/") / "cli.py").exists(), pkg  # the part of cli/, now options.py
         assert get_kind(name).name == name
         o = options_of(name)
         assert isinstance(o, KindOptions) and o.title, name
+        assert all(isinstance(x, Option) and set(x.applies_to) <= {"index", "search"} and x.applies_to
+                   for x in o.options), name
+        assert all(isinstance(c, Command) and all(isinstance(x, Option) for x in c.options) for c in o.commands)
 
 
 #: the modules that may name a kind: its package, and the registry
@@ -249,17 +260,30 @@ def _compared_constants(tree) -> set:
     return out
 
 
-def test_only_the_kinds_command_line_parts_import_the_cli():
-    """The library stands below the click app: of retrieval/ and indexes/, only a kind's cli.py (its part
-    of the command line) imports cli/ (the shared option types)."""
-    from retrieval.kinds import KINDS
+def _command_line_imports(path: Path, text: str | None = None) -> list:
+    """What a module imports of click or of the click app (``cli/``), inside functions too."""
+    return sorted(i for i in _imports(path, text) if i.split(".")[0] in ("click", "cli"))
 
-    allowed = {pkg.replace(".", "/") + "/cli.py" for pkg in KINDS.values()}
+
+def test_the_library_imports_neither_click_nor_the_cli():
+    """The library stands below the click app: a kind declares its options and commands as data
+    (``retrieval.options``) and ``cli/params.py`` renders them, so nothing of retrieval/ or indexes/
+    imports click or cli/."""
     for pkg in ("retrieval", "indexes"):
         for p in sorted((ROOT / pkg).rglob("*.py")):
-            rel = p.relative_to(ROOT).as_posix()
-            if rel not in allowed:
-                assert not [i for i in _imports(p) if i == "cli" or i.startswith("cli.")], rel
+            bad = _command_line_imports(p)
+            assert not bad, (p.relative_to(ROOT).as_posix(), bad)
+
+
+def test_the_command_line_import_scan_finds_each_form():
+    # the rule above must see each way a module can reach click or cli/, or it passes for nothing
+    where = ROOT / "retrieval" / "somekind" / "options.py"
+    code = ("import click\nfrom cli import params\nimport clickhouse, cli_tools\nfrom indexes import cli_names\n"
+            "def f():\n    from cli.params import K1\n    import click.testing\n"
+            "    importlib.import_module('cli.main')\n    __import__('click')\n")
+    assert _command_line_imports(where, code) == ["cli", "cli.main", "cli.params", "cli.params.K1", "click",
+                                                  "click.testing"]
+    assert not _command_line_imports(where, "import clickhouse\nfrom indexes import cli_names\n")
 
 
 def test_no_module_outside_a_kind_s_package_compares_anything_to_a_kind_name():

@@ -7,6 +7,8 @@ pooling, a faiss sub-index, and query-aware dimension selection.
 - ``sts.py``: STS benchmarks and Ditto's head selection on STS-B dev.
 - ``dimsel/``: PRF-DIME and the learned dimension selector (masks, selector, search, training).
 - ``subindex.py``: the ``dense`` sub-index kind (build, append, retriever).
+- ``options.py``: what it adds to the command line, as data (``--dense``, ``--dimsel``, `retr train dimsel`,
+  `retr train dense`).
 - ``training.py``: :func:`train` (``retrieval.dense.train(corpus, output, queries, qrels, pretrain="rom")``):
   MLM pre-training (``mlm.py``, ``masking.py``) and contrastive fine-tuning (``contrastive.py``, ``pairs.py``)
   of the encoder itself.

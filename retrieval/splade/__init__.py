@@ -3,5 +3,6 @@
 - ``model.py``: the SPLADE-max encoder over a masked language model (SPLADE-tiny bundled),
   its integer impacts (Pyserini's quantisation) and unweighted word-piece queries.
 - ``subindex.py``: the spec, the build and live changes, the retriever and the ``splade`` kind.
-- ``cli.py``: ``--splade [MODEL]`` of `retr index` and ``--splade-query`` of `retr search`.
+- ``options.py``: ``--splade [MODEL]`` of `retr index`, ``--splade-query`` of `retr search` and
+  `retr train splade`, declared as data (:mod:`retrieval.options`).
 """

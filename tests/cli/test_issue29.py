@@ -49,7 +49,7 @@ def test_info_lists_metadata_fields(meta_built):
 
 
 def test_dimsel_runs_are_tagged_by_what_ran(small_dense_index, small_corpus, tmp_path):
-    from retrieval.dense.cli import OPTIONS
+    from retrieval.dense.options import OPTIONS
 
     out = tmp_path / "ds.trec"
     r = run_retr("search", "--index", small_dense_index.path, "--queries", small_corpus / "queries.jsonl",

@@ -221,11 +221,11 @@ def test_the_command_line_defaults_are_the_apis():
     relies on it, and a default changed in one place only would split the two)."""
     from dataclasses import fields
 
-    from retrieval.dense.cli import dense_train
+    from cli.main import retr
     from retrieval.dense.train_config import DenseTrainConfig
 
     defaults = {f.name: f.default for f in fields(DenseTrainConfig)}
-    shared = [p for p in dense_train.params if p.name in defaults]
+    shared = [p for p in retr.commands["train"].commands["dense"].params if p.name in defaults]
     assert {p.name for p in shared} >= {"epochs", "lr", "batch_size", "hard_negatives", "max_length", "mask_rate",
                                         "pretrain_epochs", "dev_share", "pooling", "seed", "pretrain", "importance"}
     for p in shared:
