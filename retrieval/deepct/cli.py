@@ -91,7 +91,7 @@ def deepct(corpus, queries, qrels, output, base, epochs, lr, batch_size, max_len
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", QrelsWarning)
         with params.flags({"device": "--device", "queries": "--queries", "qrels": "--qrels", "title": "--title",
-                           "overwrite": "--overwrite"}):
+                           "overwrite": "--overwrite", "output": "--output"}):
             card = train_deepct(corpus, output, queries, qrels, cfg, overwrite=overwrite, quiet=quiet)
     for w in caught:
         if issubclass(w.category, QrelsWarning):

@@ -86,8 +86,9 @@ class DenseOptions(KindOptions):
 @click.option("--qrels", required=True, type=click.Path(path_type=Path),
               help="Training qrels (only training queries: never the test split).")
 @click.option("--retriever", default="dense", show_default=True, help="Dense sub-index to train for.")
-@click.option("--output", "-o", type=click.Path(path_type=Path, dir_okay=False), default=None,
-              help="Selector folder [default: INDEX/<retriever>/dimsel, recorded in the manifest].")
+@click.option("--output", "-o", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Selector folder (new, empty, or one this command wrote) [default: INDEX/<retriever>/dimsel, "
+                   "recorded in the manifest].")
 @click.option("--epochs", type=click.IntRange(min=1), default=100, show_default=True)
 @click.option("--lr", type=params.POSITIVE, default=1e-3, show_default=True)
 @click.option("--hidden", type=click.IntRange(min=1), default=256, show_default=True, help="MLP hidden size.")
@@ -115,7 +116,8 @@ def dimsel(index_dir, queries, qrels, retriever, output, epochs, lr, hidden, los
     cfg = SelectorConfig(epochs=epochs, lr=lr, hidden=hidden, loss=loss, arch=arch, alpha=alpha,
                          dev_share=dev_share, seed=seed)
     idx = open_index(index_dir)
-    sel = train_selector(idx, queries, qrels, output=output, retriever=retriever, cfg=cfg, quiet=quiet)
+    with params.flags({"output": "--output"}):
+        sel = train_selector(idx, queries, qrels, output=output, retriever=retriever, cfg=cfg, quiet=quiet)
     t = sel.config["training"]
     where = output or Path(index_dir) / retriever / "dimsel"
     if not quiet:
@@ -131,6 +133,7 @@ def dimsel(index_dir, queries, qrels, retriever, output, epochs, lr, hidden, los
 _TRAIN_FLAGS = {"queries": "--queries", "qrels": "--qrels", "pretrain": "--pretrain", "importance": "--importance",
                 "mask_rate": "--mask-rate", "epochs": "--epochs", "pretrain_epochs": "--pretrain-epochs",
                 "lr": "--lr", "batch_size": "--batch-size", "max_length": "--max-length", "overwrite": "--overwrite",
+                "output": "--output",
                 "resume": "--resume", "pretrain_passages": "--pretrain-passages", "hard_negatives": "--hard-negatives",
                 "negative_pool": "--hard-negatives", "positives_per_query": "--positives-per-query", "dev_share": "--dev-share", "pooling": "--pooling",
                 "device": "--device", "base": "--base", "threads": "--threads"}
