@@ -150,7 +150,7 @@ class TrainOutput:
         if not resume and not overwrite:
             raise ParameterError("{_path}: holds an unfinished run (.checkpoint); {resume} continues it, "
                                  "{overwrite} starts over", _path=str(path))
-        state = self._load(ck) if resume else None
+        state = self._load(ck, overwrite) if resume else None
         if state is not None and state.get("config_key") == key:
             self.state = state
             return
@@ -163,12 +163,14 @@ class TrainOutput:
         self.discard = True
 
     @staticmethod
-    def _load(ck: Path) -> Optional[dict]:
+    def _load(ck: Path, overwrite: bool) -> Optional[dict]:
         import torch
 
         try:
             state = torch.load(ck, weights_only=False)
         except Exception as e:  # a damaged checkpoint: resuming is not possible
+            if overwrite:
+                return None  # starting over: it is discarded
             why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise ParameterError("{_path}: cannot read the checkpoint ({_why}); {overwrite} starts over",
                                  _path=str(ck), _why=why) from None
