@@ -59,9 +59,12 @@ def train_cmd(corpora, qrels, body, feature_set, neg_ratio, seed, output, quiet)
     from retrieval.datasets.qrels import read_qrels
     from retrieval.collections import read_corpus
     from retrieval.quality.learned import train_head
+    from retrieval.trainrun import check_output_file
 
     if len(corpora) != len(qrels):
         raise click.UsageError("give one --qrels per --corpus")
+    with params.flags({"output": "--output"}):
+        check_output_file(output)  # before the inputs are read: a file it did not write is never replaced
     sources = [(list(read_corpus(c, empty="skip")), read_qrels(q)) for c, q in zip(corpora, qrels)]
     head = train_head(sources, body=body, neg_ratio=neg_ratio, seed=seed, output=output, quiet=quiet,
                       feature_set=feature_set,

@@ -301,13 +301,22 @@ def _swap_in(tmp: Path, final: Path) -> None:
         raise _not_ours(kind, final)
     lock = gens.writer_lock(final) if kind == "index" else contextlib.nullcontext()
     with lock:  # no change of the old folder is cut off half-way
-        if gens.exchange(tmp, final):
-            shutil.rmtree(tmp, ignore_errors=True)  # tmp is now the old folder
-            return
-        old = final.with_name(f".{final.name}.old-{os.getpid()}")
-        os.replace(final, old)
-        os.replace(tmp, final)
-        shutil.rmtree(old, ignore_errors=True)
+        exchange_in(tmp, final)
+
+
+def exchange_in(tmp: Path, final: Path) -> None:
+    """Put the folder ``tmp`` at the existing path ``final`` and remove the folder that was there:
+    one atomic exchange where the system has one (a kill leaves the old folder or the new one at
+    ``final``, and the other under ``tmp``'s name, which :func:`sibling_leftovers` finds when ``tmp``
+    is ``FINAL.tmp-PID``), else two renames by way of ``.FINAL.old-PID``. The caller holds whatever
+    lock ``final`` needs."""
+    if gens.exchange(tmp, final):
+        shutil.rmtree(tmp, ignore_errors=True)  # tmp is now the old folder
+        return
+    old = final.with_name(f".{final.name}.old-{os.getpid()}")
+    os.replace(final, old)
+    os.replace(tmp, final)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def _not_ours(kind: str, path: Path) -> ParameterError:

@@ -63,7 +63,36 @@ def resolve_model_path(model: str | os.PathLike | None) -> Path:
         raise ModelDirError(f"model folder has no weights ({' or '.join(_WEIGHT_FILES[:2])}): {path}")
     if not any((path / f).is_file() for f in _TOKENIZER_FILES):
         raise ModelDirError(f"model folder has no tokenizer (tokenizer.json or vocab.txt): {path}")
-    return path.resolve()
+    path = path.resolve()
+    check_safetensors(path, weight_files(path))
+    return path
+
+
+_CHECKED: set[tuple] = set()
+
+
+def check_safetensors(folder: Path, files) -> None:
+    """Each ``.safetensors`` file among ``files`` has a whole header that covers the whole file
+    (safetensors' own reader checks it; no tensor is read), else one :class:`ModelDirError`
+    naming the folder: a file cut short (an interrupted copy or download) is refused here instead
+    of failing deep inside a loader."""
+    from safetensors import safe_open
+
+    for f in files:
+        f = Path(f)
+        if f.suffix != ".safetensors":
+            continue
+        try:
+            st = f.stat()
+            key = (str(f), st.st_size, st.st_mtime_ns)
+            if key in _CHECKED:
+                continue
+            with safe_open(str(f), framework="numpy"):
+                pass
+        except Exception as e:  # SafetensorError (a damaged header or a short file), OSError
+            why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise ModelDirError(f"{folder}: cannot read its weights {f.name} (damaged or cut short? {why})") from None
+        _CHECKED.add(key)
 
 
 def weight_files(path: Path) -> list[Path]:

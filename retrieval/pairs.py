@@ -59,13 +59,19 @@ def _check_parameters(negatives: int, depth: int, min_rel: int) -> None:
         raise ParameterError("{min_rel} must be at least 1, got {got}", got=min_rel)
 
 
+def judged_queries(queries: Sequence[Query], qrels: Mapping[str, Mapping[str, int]]) -> List[Query]:
+    """The queries the qrels judge; none is an error (a trainer checks this before it writes anything)."""
+    judged = [q for q in queries if q.qid in qrels]
+    if not judged:
+        raise InputError("none of the queries has judgments in the training qrels (do the query ids match?)")
+    return judged
+
+
 def _positives(view, queries: Sequence[Query], qrels: Mapping[str, Mapping[str, int]], min_rel: int
                ) -> Tuple[List[Tuple[Query, List[str]]], int]:
     """The judged queries with their relevant documents present in the folder (sorted), and how
     many judged queries had none."""
-    judged = [q for q in queries if q.qid in qrels]
-    if not judged:
-        raise InputError("none of the queries has judgments in the training qrels (do the query ids match?)")
+    judged = judged_queries(queries, qrels)
     used, skipped = [], 0
     for q in judged:
         rel = sorted(d for d, r in qrels[q.qid].items() if r >= min_rel and view.get(d) is not None)

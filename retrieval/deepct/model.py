@@ -28,8 +28,8 @@ import torch
 from torch import nn
 
 from indexes.atomic import atomic_path, follow_umask
-from retrieval.models import (ModelDirError, _quiet_transformers, pick_device, resolve_model_path, torch_threads,
-                              weight_files)
+from retrieval.models import (ModelDirError, _quiet_transformers, check_safetensors, pick_device, resolve_model_path,
+                              torch_threads, weight_files)
 from retrieval.progress import progress
 
 HEAD_FILE = "deepct_head.safetensors"
@@ -99,9 +99,15 @@ def load_model(path: str | os.PathLike):
     p = resolve_model_path(p)
     if not is_deepct_dir(p):
         raise ModelDirError(f"{p}: not a DeepCT model (no {HEAD_FILE}); train one with `retr train deepct`")
+    check_safetensors(p, [p / HEAD_FILE])
     card = {}
     if (p / CARD_FILE).is_file():
-        card = json.loads((p / CARD_FILE).read_text())
+        try:
+            card = json.loads((p / CARD_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError, UnicodeDecodeError) as e:
+            raise ModelDirError(f"{p}: cannot read its card {CARD_FILE} ({str(e).splitlines()[0]})") from None
+        if not isinstance(card, dict):
+            raise ModelDirError(f"{p}: its card {CARD_FILE} is not a JSON object")
     tok = _load_tokenizer(p)
     try:
         body = AutoModel.from_pretrained(p)

@@ -68,7 +68,7 @@ TRAIN = Command("deepct", train_deepct, group="train", options=training_options(
     Option("--overwrite", type="bool", help="Replace a model already in --output."),
     Option(("--quiet", "-q"), type="bool", help="No progress output."),
 ), flags={"device": "--device", "queries": "--queries", "qrels": "--qrels", "title": "--title",
-          "overwrite": "--overwrite"})
+          "overwrite": "--overwrite", "output": "--output"})
 
 
 def deepct_tune(index_dir, name, mode, scale, quiet):

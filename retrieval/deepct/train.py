@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -34,8 +33,10 @@ from retrieval.deepct import model as dc
 from retrieval.deepct.train_config import TrainConfig
 from retrieval.models import model_hash, restores_torch_settings
 from retrieval.progress import progress
+from retrieval.trainrun import CHECKPOINT, Trainer, TrainOutput
 
-CHECKPOINT = ".checkpoint"
+#: what its output folders are known by (the head and deepct.json; .checkpoint)
+TRAINER = Trainer("retr train deepct", dc.HEAD_FILE)
 
 
 @dataclass
@@ -140,9 +141,9 @@ def train_deepct(corpus, output, queries=None, qrels=None, cfg: Optional[TrainCo
     if qrels is not None and looks_like_test(qrels) and not allow_test:
         raise InputError("refusing to train on what looks like test qrels; train on a train/dev split", qrels)
     cfg = resolve_title(cfg, queries)   # the card and the checkpoint key record what was resolved
-    out = Path(output)
-    ck_dir = out / CHECKPOINT
-    state = _resume_state(out, ck_dir, cfg, overwrite)
+    # a checkpoint there is resumed whenever its settings are these (no --resume needed)
+    dest = TrainOutput(output, TRAINER, cfg.key(), resume=True, overwrite=overwrite)
+    out, ck_dir, state = dest.path, dest.checkpoint, dest.state
     _seed(cfg)
 
     t_start = time.perf_counter()
@@ -151,35 +152,25 @@ def train_deepct(corpus, output, queries=None, qrels=None, cfg: Optional[TrainCo
     device = pick_device(cfg.device)
     model.to(device)
     windows = _training_windows(tok, data, cfg)
-    run = _start(model, len(windows), cfg, state)
-    pad = tok.pad_token_id or 0
-    run.t_train = time.perf_counter()
-    model.train()
-    run.running = list(state["running"]) if state is not None else []
-    stopped = _train_epochs(run, windows, pad, device, cfg, ck_dir, stop_after_steps, quiet)
+    dest.begin()  # the inputs are read and checked: now the folder may change
+    try:
+        run = _start(model, len(windows), cfg, state)
+        pad = tok.pad_token_id or 0
+        run.t_train = time.perf_counter()
+        model.train()
+        run.running = list(state["running"]) if state is not None else []
+        stopped = _train_epochs(run, windows, pad, device, cfg, ck_dir, stop_after_steps, quiet)
+    except Exception:
+        dest.failed()  # nothing saved: leave no half-made folder
+        raise
     train_s = run.elapsed_before + time.perf_counter() - run.t_train
     if stopped:
         return {"stopped_at_step": run.step, "total_steps": run.total, "checkpoint": str(ck_dir)}
     model.eval()
     card = _card(cfg, data, queries, base_path, run, len(windows), train_s, run.t_train - t_start, device)
-    dc.save_model(model, tok, out, card)
-    shutil.rmtree(ck_dir, ignore_errors=True)
+    with dest.finishing() as stage:
+        dc.save_model(model, tok, stage, card)
     return json.loads((out / dc.CARD_FILE).read_text())
-
-
-def _resume_state(out: Path, ck_dir: Path, cfg: TrainConfig, overwrite: bool) -> Optional[dict]:
-    """Check the output folder; the checkpoint's state to resume from, or None."""
-    if dc.is_deepct_dir(out) and not overwrite:
-        raise ParameterError("{_path}: already holds a trained DeepCT model ({overwrite} replaces it)", _path=out)
-    if out.exists() and not out.is_dir():
-        raise InputError("exists and is not a folder", out)
-    if not (ck_dir / "state.pt").is_file():
-        return None
-    state = torch.load(ck_dir / "state.pt", weights_only=False)
-    if state.get("config_key") != cfg.key():
-        raise InputError(f"holds a checkpoint made with other settings ({ck_dir}); train with the same "
-                         "settings to resume, or remove it", out)
-    return state
 
 
 def _seed(cfg: TrainConfig) -> None:

@@ -34,7 +34,10 @@ POOLINGS = ("mean", "cls")
 def load_body(path):
     from transformers import AutoModel, AutoTokenizer
 
-    return AutoModel.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+    try:
+        return AutoModel.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as e:
+        raise InputError(f"cannot load {path} as an encoder: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}") from None
 
 
 def make_loss(body, scale: float = 20.0):

@@ -45,13 +45,14 @@ def train_dimsel(index_dir, queries, qrels, retriever, output, epochs, lr, hidde
         print(f"saved to {where}", file=sys.stderr)
 
 
-DIMSEL = Command("dimsel", train_dimsel, group="train", options=(
+DIMSEL = Command("dimsel", train_dimsel, group="train", flags={"output": "--output"}, options=(
     Option("--index", name="index_dir", type="path", required=True, help="Index folder."),
     Option("--queries", type="path", required=True, help="Training queries: BEIR JSONL, TSV or TREC topics."),
     Option("--qrels", type="path", required=True, help="Training qrels (only training queries: never the test split)."),
     Option("--retriever", default="dense", help="Dense sub-index to train for."),
-    Option(("--output", "-o"), type="path", path_kind="file",
-           help="Selector folder [default: INDEX/<retriever>/dimsel, recorded in the manifest]."),
+    Option(("--output", "-o"), type="path", path_kind="dir",
+           help="Selector folder (new, empty, or one this command wrote) [default: INDEX/<retriever>/dimsel, "
+                "recorded in the manifest]."),
     Option("--epochs", type="int", range=Range(min=1), default=100, default_from=_SEL + "epochs"),
     Option("--lr", type="float", range=POSITIVE, default=1e-3, default_from=_SEL + "lr"),
     Option("--hidden", type="int", range=Range(min=1), default=256, default_from=_SEL + "hidden",
@@ -72,6 +73,7 @@ DIMSEL = Command("dimsel", train_dimsel, group="train", options=(
 _TRAIN_FLAGS = {"queries": "--queries", "qrels": "--qrels", "pretrain": "--pretrain", "importance": "--importance",
                 "mask_rate": "--mask-rate", "epochs": "--epochs", "pretrain_epochs": "--pretrain-epochs",
                 "lr": "--lr", "batch_size": "--batch-size", "max_length": "--max-length", "overwrite": "--overwrite",
+                "output": "--output",
                 "resume": "--resume", "pretrain_passages": "--pretrain-passages", "hard_negatives": "--hard-negatives",
                 "negative_pool": "--hard-negatives", "positives_per_query": "--positives-per-query", "dev_share": "--dev-share", "pooling": "--pooling",
                 "device": "--device", "base": "--base", "threads": "--threads"}

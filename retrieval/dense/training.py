@@ -38,8 +38,12 @@ from retrieval.dense.train_config import DenseTrainConfig  # noqa: F401 (also im
 from retrieval.models import restores_torch_settings
 from retrieval.optim import adamw_with_warmup
 from retrieval.progress import progress
-from retrieval.trainrun import CARD, CHECKPOINT, TrainingStopped, prepare_output
+from retrieval.trainrun import CARD, CHECKPOINT, Trainer, TrainingStopped, prepare_output
 from retrieval.trainrun import file_hash as _file_hash
+
+
+#: what its output folders are known by (the card, whose kind is "dense"; .checkpoint)
+TRAINER = Trainer("retr train dense", CARD)
 
 
 @restores_torch_settings
@@ -63,12 +67,12 @@ def train(corpus, output, queries=None, qrels=None, cfg: Optional[DenseTrainConf
         from retrieval.tune import looks_like_test
         if looks_like_test(qrels) and not allow_test:
             raise InputError("refusing to train on what looks like test qrels; train on a train/dev split", qrels)
-    out = Path(output)
-    existed = out.exists()
-    state = prepare_output(out, cfg.key(), resume, overwrite, quiet)
-    run = _Run(cfg, out, quiet, state)
+    dest = prepare_output(Path(output), TRAINER, cfg.key(), resume, overwrite, quiet)
+    state = dest.state
+    run = _Run(cfg, dest.path, quiet, state)
     try:
         run.setup(corpus, queries, qrels, index)
+        dest.begin()  # the inputs are read and checked: now the folder may change
         if cfg.pretrain != "none":
             run.pretrain()
         if qrels is not None:
@@ -77,12 +81,9 @@ def train(corpus, output, queries=None, qrels=None, cfg: Optional[DenseTrainConf
         run.stopped()
         raise TrainingStopped() from None
     except Exception:
-        if run.last_saved is None and state is None:  # nothing finished: leave no half-made folder
-            shutil.rmtree(out / CHECKPOINT, ignore_errors=True)
-            if not existed:
-                shutil.rmtree(out, ignore_errors=True)
+        dest.failed()  # nothing finished: leave no half-made folder
         raise
-    return run.finish()
+    return run.finish(dest)
 
 
 def _known(settings: dict) -> dict:
@@ -112,8 +113,12 @@ class _Run:
 
     # -- setup -------------------------------------------------------------------------------
     def setup(self, corpus, queries, qrels, index) -> None:
-        from retrieval.collections import read_corpus
+        """Read and check every input (nothing is written yet)."""
+        from retrieval.collections import read_corpus, read_queries
+        from retrieval.datasets.qrels import read_qrels
+        from retrieval.index import open_index
         from retrieval.models import _quiet_transformers, pick_device, resolve_model_path
+        from retrieval.pairs import judged_queries
 
         _quiet_transformers()
         self.device = pick_device(self.cfg.device)
@@ -129,14 +134,17 @@ class _Run:
         self.info.update({"corpus": str(Path(corpus).resolve()), "corpus_sha256": _file_hash(corpus),
                           "passages": len(self.docs)})
         if qrels is not None:
+            self.qrel_map = read_qrels(qrels)
+            self.query_list = list(read_queries(queries))
+            judged_queries(self.query_list, self.qrel_map)
             self.info.update({"queries": str(Path(queries).resolve()), "queries_sha256": _file_hash(queries),
                               "qrels": str(Path(qrels).resolve()), "qrels_sha256": _file_hash(qrels)})
+        self.opened_index = open_index(index) if index is not None else None
         self.seconds["read"] = time.perf_counter() - t0
         if self.state is not None:
             self.history = self.state["history"]
             self.seconds.update(self.state["seconds"])
             self.info.update(self.state["info"])
-        (self.out / CHECKPOINT).mkdir(parents=True, exist_ok=True)
 
     def _done(self, stage: str) -> int:
         """Epochs of ``stage`` finished (by the checkpoint)."""
@@ -226,14 +234,10 @@ class _Run:
 
     # -- stage 2: contrastive ------------------------------------------------------------------
     def _examples(self):
-        from retrieval.collections import read_queries
-        from retrieval.datasets.qrels import read_qrels
         from retrieval.pairs import split_dev, training_examples
-        from retrieval.index import open_index
 
-        qrels = read_qrels(self.qrels)
-        queries = list(read_queries(self.queries))
-        idx = open_index(self.index) if self.index is not None else self._bm25_folder()
+        qrels, queries = self.qrel_map, self.query_list
+        idx = self.opened_index if self.opened_index is not None else self._bm25_folder()
         examples, report = training_examples(idx, queries, qrels, negatives=self.cfg.negative_pool,
                                              depth=self.cfg.negative_depth, min_rel=self.cfg.min_rel,
                                              seed=self.cfg.seed, qrels_path=str(self.qrels), allow_test=True)
@@ -306,7 +310,8 @@ class _Run:
         return next(e["epoch"] for e in h if e["dev_ndcg10"] == best)
 
     # -- output ------------------------------------------------------------------------------
-    def finish(self) -> Path:
+    def finish(self, dest) -> Path:
+        """Write the model beside the output folder and swap it in (``dest``: its TrainOutput)."""
         ck = self.out / CHECKPOINT
         if self.qrels is not None:
             self.body.load_state_dict(torch.load(ck / "best.pt", weights_only=True))
@@ -314,10 +319,10 @@ class _Run:
         else:
             from retrieval.dense.contrastive import load_body
             body, tok = load_body(ck / "pretrained")
-        _save_model(body.cpu(), tok, self.out, self.cfg, self.base)
-        write_text(self.out / "README.md", card_markdown(self._card()))
-        write_text(self.out / CARD, json.dumps(self._card(), indent=2) + "\n")
-        shutil.rmtree(ck, ignore_errors=True)
+        with dest.finishing() as stage:
+            _save_model(body.cpu(), tok, stage, self.cfg, self.base, ck / "final")
+            write_text(stage / "README.md", card_markdown(self._card()))
+            write_text(stage / CARD, json.dumps(self._card(), indent=2) + "\n")
         return self.out
 
     def _card(self) -> dict:
@@ -326,7 +331,7 @@ class _Run:
         import sentence_transformers
         import transformers
 
-        return {"base_model": str(self.base), "base_sha256": model_hash(self.base), "data": self.info,
+        return {"kind": "dense", "base_model": str(self.base), "base_sha256": model_hash(self.base), "data": self.info,
                 "settings": asdict(self.cfg), "pooling": self.cfg.pooling,
                 "best_epoch": self._best_epoch() if self.qrels is not None else None,
                 "history": self.history, "seconds": {k: round(v, 1) for k, v in self.seconds.items()},
@@ -344,13 +349,13 @@ def _step(loss: torch.Tensor, model, opt, sched) -> float:
     return float(loss.detach())
 
 
-def _save_model(body, tok, out: Path, cfg: DenseTrainConfig, base: Path) -> None:
+def _save_model(body, tok, out: Path, cfg: DenseTrainConfig, base: Path, staged: Path) -> None:
     """The body as a Hugging Face folder plus sentence-transformers' module files (Transformer,
-    Pooling, Normalize), so that both retr and sentence-transformers load it."""
+    Pooling, Normalize), so that both retr and sentence-transformers load it (``staged``: a scratch
+    folder for the body on its way there)."""
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer import modules as models
 
-    staged = out / CHECKPOINT / "final"
     shutil.rmtree(staged, ignore_errors=True)
     body.save_pretrained(staged)
     tok.save_pretrained(staged)

@@ -25,6 +25,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from indexes.atomic import write_text
 from retrieval.quality.estimators import Estimator, QualityError, _bar
 
 
@@ -238,6 +239,10 @@ def train_head(sources: Sequence[Tuple[Iterable, Dict[str, Dict[str, int]]]], bo
     ``features`` may supply precomputed body features (texts -> matrix) identical to the body's."""
     if feature_set not in FEATURES:
         raise QualityError(f"unknown quality feature set {feature_set!r} (choose from: {', '.join(FEATURES)})")
+    if output is not None:
+        from retrieval.trainrun import check_output_file
+
+        check_output_file(output)  # only a head of its own is replaced
     t0 = time.perf_counter()
     texts, y, stats = training_pairs(sources, neg_ratio=neg_ratio, seed=seed)
     feat = _Features(body, device, max_length, normalize)
@@ -280,5 +285,5 @@ def train_head(sources: Sequence[Tuple[Iterable, Dict[str, Dict[str, int]]]], bo
         },
     })
     if output is not None:
-        Path(output).write_text(json.dumps(head, indent=1) + "\n")
+        write_text(output, json.dumps(head, indent=1) + "\n")  # a kill leaves the old head or the new one
     return head

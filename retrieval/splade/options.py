@@ -19,7 +19,8 @@ _TRAIN_FLAGS = {"queries": "--queries", "qrels": "--qrels", "epochs": "--epochs"
                 "batch_size": "--batch-size", "hard_negatives": "--hard-negatives", "negative_pool": "--hard-negatives",
                 "positives_per_query": "--positives-per-query", "max_length": "--max-length",
                 "lambda_q": "--lambda-q", "lambda_d": "--lambda-d", "dev_share": "--dev-share", "device": "--device",
-                "base": "--base", "threads": "--threads", "overwrite": "--overwrite", "resume": "--resume"}
+                "base": "--base", "threads": "--threads", "overwrite": "--overwrite", "resume": "--resume",
+                "output": "--output"}
 
 
 def train_splade(corpus, queries, qrels, output, base, epochs, lr, batch_size, hard_negatives, positives_per_query,

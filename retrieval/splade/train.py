@@ -29,7 +29,7 @@ from typing import Dict, List, Optional, Sequence
 from indexes.atomic import atomic_path, write_text
 from indexes.errors import InputError, ParameterError
 from retrieval.models import restores_torch_settings
-from retrieval.trainrun import CARD, CHECKPOINT, TrainingStopped, file_hash, prepare_output
+from retrieval.trainrun import CARD, CHECKPOINT, Trainer, TrainingStopped, file_hash, prepare_output
 
 
 @dataclass
@@ -88,6 +88,10 @@ class SpladeTrainConfig:
         return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+#: what its output folders are known by (the card, whose kind is "splade"; .checkpoint)
+TRAINER = Trainer("retr train splade", CARD)
+
+
 @restores_torch_settings
 def train(corpus, output, queries, qrels, cfg: Optional[SpladeTrainConfig] = None, *, index=None,
           resume: bool = False, overwrite: bool = False, quiet: bool = False, allow_test: bool = False,
@@ -103,23 +107,18 @@ def train(corpus, output, queries, qrels, cfg: Optional[SpladeTrainConfig] = Non
 
     if looks_like_test(qrels) and not allow_test:
         raise InputError("refusing to train on what looks like test qrels; train on a train/dev split", qrels)
-    out = Path(output)
-    existed = out.exists()
-    state = prepare_output(out, cfg.key(), resume, overwrite, quiet)
-    run = _Run(cfg, out, quiet, state)
+    dest = prepare_output(Path(output), TRAINER, cfg.key(), resume, overwrite, quiet)
+    run = _Run(cfg, dest.path, quiet, dest.state)
     try:
-        run.setup(corpus, queries, qrels, index)
+        run.setup(corpus, queries, qrels, index, dest)
         run.fit()
     except KeyboardInterrupt:
         run.stopped()
         raise TrainingStopped() from None
     except Exception:
-        if run.last_saved is None and state is None:  # nothing finished: leave no half-made folder
-            shutil.rmtree(out / CHECKPOINT, ignore_errors=True)
-            if not existed:
-                shutil.rmtree(out, ignore_errors=True)
+        dest.failed()  # nothing finished: leave no half-made folder
         raise
-    return run.finish()
+    return run.finish(dest)
 
 
 def represent(model, tokenizer, texts: Sequence[str], length: int, device: str):
@@ -141,14 +140,17 @@ class _Run:
         self.info: Dict[str, object] = dict(state["info"]) if state else {}
         self.last_saved: Optional[str] = None
 
-    def setup(self, corpus, queries, qrels, index) -> None:
+    def setup(self, corpus, queries, qrels, index, dest) -> None:
+        """Read and check the inputs and the base, then start writing (``dest.begin()``): the mined
+        examples come from a BM25 folder built in the checkpoint when no ``index`` is given."""
         import torch
         from transformers import AutoTokenizer
 
         from retrieval.collections import read_queries
         from retrieval.datasets.qrels import read_qrels
         from retrieval.models import _quiet_transformers, pick_device, resolve_model_path
-        from retrieval.pairs import split_dev, training_examples
+        from retrieval.index import open_index
+        from retrieval.pairs import judged_queries, split_dev, training_examples
         from retrieval.splade.model import load_mlm
 
         _quiet_transformers()
@@ -160,8 +162,15 @@ class _Run:
         self.base = resolve_model_path(cfg.base)
         t0 = time.perf_counter()
         self.qrels = read_qrels(qrels)
-        idx = self._bm25(corpus, index)
-        examples, report = training_examples(idx, list(read_queries(queries)), self.qrels,
+        query_list = list(read_queries(queries))
+        judged_queries(query_list, self.qrels)
+        opened = open_index(index) if index is not None else None
+        torch.manual_seed(cfg.seed)
+        self.model = load_mlm(self.base).to(self.device)
+        self.tok = AutoTokenizer.from_pretrained(self.base)
+        dest.begin()  # the inputs are read and checked: now the folder may change
+        idx = opened if opened is not None else self._bm25(corpus)
+        examples, report = training_examples(idx, query_list, self.qrels,
                                              negatives=cfg.negative_pool, depth=cfg.negative_depth,
                                              min_rel=cfg.min_rel, seed=cfg.seed, qrels_path=str(qrels),
                                              allow_test=True)
@@ -172,18 +181,12 @@ class _Run:
                           "qrels_sha256": file_hash(qrels),
                           "examples": dict(report, train_examples=len(self.train), dev_examples=len(self.dev),
                                            dev_queries=len({e.qid for e in self.dev}))})
-        torch.manual_seed(cfg.seed)
-        self.model = load_mlm(self.base).to(self.device)
-        self.tok = AutoTokenizer.from_pretrained(self.base)
         self.seconds["prepare"] = self.seconds.get("prepare", 0.0) + time.perf_counter() - t0
-        (self.out / CHECKPOINT).mkdir(parents=True, exist_ok=True)
 
-    def _bm25(self, corpus, index):
+    def _bm25(self, corpus):
         from retrieval.index import open_index
         from retrieval.writer import build_index
 
-        if index is not None:
-            return open_index(index)
         path = self.out / CHECKPOINT / "bm25"
         try:
             return open_index(path)
@@ -292,15 +295,14 @@ class _Run:
         print(f"retr: stopped; the last finished epoch ({what}) is saved in {self.out / CHECKPOINT}: "
               "run the same command with --resume to continue from it", file=sys.stderr)
 
-    def finish(self) -> Path:
+    def finish(self, dest) -> Path:
+        """Write the model beside the output folder and swap it in (``dest``: its TrainOutput)."""
         import torch
 
         from retrieval.models import model_hash
 
         ck = self.out / CHECKPOINT
         self.model.load_state_dict(torch.load(ck / "best.pt", weights_only=True))
-        self.model.cpu().save_pretrained(self.out)
-        self.tok.save_pretrained(self.out)
         import sentence_transformers
         import transformers
 
@@ -310,9 +312,11 @@ class _Run:
                 "device": self.device, "threads": torch.get_num_threads(),
                 "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                              "sentence_transformers": sentence_transformers.__version__}}
-        write_text(self.out / "README.md", card_markdown(card))
-        write_text(self.out / CARD, json.dumps(card, indent=2) + "\n")
-        shutil.rmtree(ck, ignore_errors=True)
+        with dest.finishing() as stage:
+            self.model.cpu().save_pretrained(stage)
+            self.tok.save_pretrained(stage)
+            write_text(stage / "README.md", card_markdown(card))
+            write_text(stage / CARD, json.dumps(card, indent=2) + "\n")
         return self.out
 
 

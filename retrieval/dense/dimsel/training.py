@@ -27,6 +27,7 @@ from retrieval.dense.dimsel.masks import (DimSelError, adaptive_mask, apply_mask
                                           oracle_importance, top_mask)
 from retrieval.dense.dimsel.search import dense_of
 from retrieval.dense.dimsel.selector import SELECTOR_DIR, Selector, SelectorConfig, _make_net, _torch, selector_folder
+from retrieval.trainrun import Trainer, TrainOutput
 from retrieval.types import Query
 
 
@@ -265,6 +266,10 @@ def _rank_loss(z, q, C, lab, m_keep: int, temp: float):
     return -(torch.logsumexp(logp.masked_fill(lab <= 0, -1e9), dim=1)).mean()
 
 
+#: what a selector folder of its own (``--output``) is known by; it keeps no checkpoint
+TRAINER = Trainer("retr train dimsel", "selector.json", checkpoints=False)
+
+
 def train_selector(index, queries, qrels, output: Optional[Union[str, Path]] = None, retriever: str = "dense",
                    cfg: Optional[SelectorConfig] = None, quiet: bool = True, record: bool = True) -> Selector:
     """Train a selector for ``index``'s dense sub-index from training ``queries`` (path or list of
@@ -277,6 +282,9 @@ def train_selector(index, queries, qrels, output: Optional[Union[str, Path]] = N
 
     cfg = (cfg or SelectorConfig()).validate()
     dense = dense_of(index, retriever)
+    # a folder of its own replaces the selector there as before, and nothing else (an index, another
+    # trainer's model, a folder of the user's) is written into
+    dest = TrainOutput(output, TRAINER, overwrite=True) if output is not None else None
     qsrc = str(queries) if isinstance(queries, (str, Path)) else "<python list>"
     rsrc = str(qrels) if isinstance(qrels, (str, Path)) else "<python dict>"
     if isinstance(queries, (str, Path)):
@@ -291,8 +299,13 @@ def train_selector(index, queries, qrels, output: Optional[Union[str, Path]] = N
     sel.config["training"]["seconds"] = round(time.perf_counter() - t0, 2)
     sel.config["retriever"] = retriever
     sel.config["index_model_sha256"] = (dense.entry.get("model") or {}).get("sha256")
-    if not (record and hasattr(index, "path") and output is None):
-        sel.save(Path(output) if output else selector_folder(dense))
+    if dest is not None:
+        dest.begin()
+        with dest.finishing() as stage:
+            sel.save(stage)
+        return sel
+    if not (record and hasattr(index, "path")):
+        sel.save(selector_folder(dense))
         return sel
 
     def record_it(ch):
