@@ -84,7 +84,8 @@ def _split(docs: Iterable[Document], n: int) -> List[List[Document]]:
 
 def build_sharded(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[str, Path], shards: int, *,
                   subindexes: Optional[Mapping[str, Any]] = None, threads: int = 2, overwrite: bool = False,
-                  empty: str = "error", quiet: bool = False, executor=None, precomputed: Optional[dict] = None):
+                  empty: str = "error", quiet: bool = False, executor=None, precomputed: Optional[dict] = None,
+                  report: Optional[dict] = None):
     """Build a sharded index: ``shards`` ordinary folders (each :func:`retrieval.writer.build_index`
     of the documents routed to it, with the same ``subindexes``) and the sharded manifest, staged
     beside ``index_dir`` and moved into place when every shard is built. Returns the opened
@@ -92,7 +93,12 @@ def build_sharded(corpus: Union[str, Path, Iterable[Document]], index_dir: Union
     documents once for every shard (:func:`_vectors`); ``precomputed``: vectors already made for the
     documents (``BuildContext.precomputed``), which the kind whose form they are takes instead.
     What a kind chooses on the documents (DeepCT's tuning) is chosen once for the whole index, as one
-    folder of these documents would choose, and recorded in every shard (:func:`tune_shards`)."""
+    folder of these documents would choose, and recorded in every shard (:func:`tune_shards`).
+
+    Replacing a sharded index (``overwrite``) holds its writer lock from the start of the build to the
+    switch, one atomic exchange of the folders (:func:`_swap`); its shards' generations start after
+    the old ones'. ``report`` gets ``record``: the sharded manifest this build committed (later writers
+    may have committed after it by the time this returns)."""
     from retrieval.sharded.index import ShardedIndex
 
     index_dir = Path(index_dir)
@@ -130,10 +136,13 @@ def build_sharded(corpus: Union[str, Path, Iterable[Document]], index_dir: Union
             sh.write(stage, record)
             if isinstance(subindexes, Mapping):
                 tune_shards(stage, subindexes, quiet=quiet)
+            committed = sh.read(stage)
             _swap(stage, index_dir, replacing)
         except BaseException:
             shutil.rmtree(stage, ignore_errors=True)  # (after the switch: the old index)
             raise
+    if report is not None:
+        report["record"] = committed
     return ShardedIndex.open(index_dir)
 
 
