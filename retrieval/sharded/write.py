@@ -35,6 +35,14 @@ the prepared manifests as the shards' generations). Pause points for crash tests
 ``sharded:prepared:<shard folder>`` (after that shard's step 3), ``sharded:before-switch``,
 ``sharded:after-switch``, ``sharded:rolled:<shard folder>`` (after that shard's step 5).
 
+A rebuild in place (``retr index --shards N --overwrite``, :func:`build_sharded`) is a writer too: it
+holds ``SHARDED/.lock`` from the start of its build to its switch, which is one atomic exchange of
+the built folder with the old one (under every old shard's lock as well), so the path holds one
+whole index at every instant and a change waiting for the lock goes on in the new index (its
+documents re-routed to the new shards); a change never commits into an index that replaced the
+one it prepared in (:func:`_switch`). Pause points ``sharded:before-swap``, ``sharded:after-swap``;
+the copies a killed build leaves beside the path are removed by its next build or write.
+
 A reader that opens one shard folder on its own (``retr search --index SHARDED/shard-001``) sees that
 folder's ``manifest.json``: one shard's part of a write appears there at step 5, shard by shard, and a
 shard whose step 5 a kill cut off shows its previous generation until the next write of the sharded
@@ -504,6 +512,11 @@ def check_sharded(path: Union[str, Path], full: bool = False, sample: int = 1000
         rep.problems.append(str(e))
         return rep
     n = record["shards"]
+    for p, pid in leftovers(path):
+        (rep.problems if strict else rep.notes).append(
+            f"leftover of dead process {pid}: {p} ({(0 if p.is_symlink() else gens.size_of(p)) / 1e6:.1f} MB); "
+            f"the next write or build of "
+            f"{Path(path).name} removes it")
     for i, p in enumerate(sh.shard_paths(path, record)):
         if not p.is_dir():
             rep.problems.append(f"{p.name}: shard {i} of {n} is missing")

@@ -172,6 +172,8 @@ def test_a_rebuild_killed_anywhere_leaves_the_old_or_the_new_index_and_its_copie
     live = tmp / f".S.sharding-{os.getpid()}"
     live.mkdir()
     (live / "busy").write_text("a build in progress")
+    r = run_retr("check", "--index", tmp / "S", "--strict")  # (a note without --strict: _state passed)
+    assert r.returncode != 0 and f"leftover of dead process {killed[-1]}" in r.stdout + r.stderr, r.stdout
     leftovers = sorted(x.name for x in tmp.iterdir() if x.name.startswith(".S.") and x != live)
     # (each build after a kill removed the copy the kill before had left)
     assert leftovers == sorted([f".S.sharding-{killed[-1]}", f".S.sharding-{dead}"]), leftovers
