@@ -413,6 +413,7 @@ def write_documents(path: Union[str, Path], corpus, op: str = "add", threads: in
                     quiet: bool = False, report: Optional[dict] = None, executor=None) -> None:
     """:func:`retrieval.writer.add_documents` (``op="add"``) or ``update_documents`` (``"update"``),
     each document in its own shard."""
+    record_id = sh.read(path)["id"]  # (read first: a rebuild after it is seen under the lock)
     paths = _shards(path)
     docs = _read(corpus, empty)
     parts = _split(docs, len(paths))
@@ -421,9 +422,8 @@ def write_documents(path: Union[str, Path], corpus, op: str = "add", threads: in
     shared = _vectors(docs, [(n, kind_of(e), None, e) for n, e in entries.items()], quiet, executor,
                       threads)  # before the locks
     reports = []
-    record_id = sh.read(path)["id"]
     with _transaction(path, quiet) as paths:
-        if sh.read(path)["id"] != record_id:  # rebuilt while this waited: its shards and sub-indexes now
+        if sh.read(path)["id"] != record_id or len(paths) != len(parts):  # rebuilt meanwhile: its shards now
             parts = _split(docs, len(paths))
             entries = {n: e for n, e in mf.read_manifest(paths[0]).get("subindexes", {}).items()
                        if not e.get("alias_of")}
