@@ -139,16 +139,25 @@ class Pins:
         for _ in range(100):
             before = self.shards[0].state()[0]
             record = sh.read(self.path)
+            rebuilt = record["id"] != (self.shards[0].record or {}).get("id")
+            if rebuilt and record["shards"] != len(self.shards):
+                raise IndexFormatError(f"{self.path}: was rebuilt with {record['shards']} shards while open with "
+                                       f"{len(self.shards)}; open it again")
             at = [committed_at(record, i) for i in range(len(self.shards))]
             held: List[Any] = []
             try:
                 for s, g in zip(self.shards, at):
                     held.append(s.index.hold(g))
+                    if rebuilt:  # a new index at the path (retr index --overwrite): its shards, checked
+                        sh.check_member(held[-1].manifest, record, s.position or 0, s.path)
             except BaseException:
                 for h in held:
                     h.release()
                 raise
             if self.shards[0].state()[0] == before:
+                if rebuilt:
+                    for s in self.shards:
+                        s.record = record
                 return at, held
             for h in held:  # a writer committed meanwhile: read its commit instead
                 h.release()

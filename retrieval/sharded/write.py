@@ -35,6 +35,14 @@ the prepared manifests as the shards' generations). Pause points for crash tests
 ``sharded:prepared:<shard folder>`` (after that shard's step 3), ``sharded:before-switch``,
 ``sharded:after-switch``, ``sharded:rolled:<shard folder>`` (after that shard's step 5).
 
+A rebuild in place (``retr index --shards N --overwrite``, :func:`build_sharded`) is a writer too: it
+holds ``SHARDED/.lock`` from the start of its build to its switch, which is one atomic exchange of
+the built folder with the old one (under every old shard's lock as well), so the path holds one
+whole index at every instant and a change waiting for the lock goes on in the new index (its
+documents re-routed to the new shards); a change never commits into an index that replaced the
+one it prepared in (:func:`_switch`). Pause points ``sharded:before-swap``, ``sharded:after-swap``;
+the copies a killed build leaves beside the path are removed by its next build or write.
+
 A reader that opens one shard folder on its own (``retr search --index SHARDED/shard-001``) sees that
 folder's ``manifest.json``: one shard's part of a write appears there at step 5, shard by shard, and a
 shard whose step 5 a kill cut off shows its previous generation until the next write of the sharded
@@ -49,9 +57,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from indexes import folder
 from indexes import generations as gens
@@ -83,7 +92,8 @@ def _split(docs: Iterable[Document], n: int) -> List[List[Document]]:
 
 def build_sharded(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[str, Path], shards: int, *,
                   subindexes: Optional[Mapping[str, Any]] = None, threads: int = 2, overwrite: bool = False,
-                  empty: str = "error", quiet: bool = False, executor=None, precomputed: Optional[dict] = None):
+                  empty: str = "error", quiet: bool = False, executor=None, precomputed: Optional[dict] = None,
+                  report: Optional[dict] = None):
     """Build a sharded index: ``shards`` ordinary folders (each :func:`retrieval.writer.build_index`
     of the documents routed to it, with the same ``subindexes``) and the sharded manifest, staged
     beside ``index_dir`` and moved into place when every shard is built. Returns the opened
@@ -91,7 +101,12 @@ def build_sharded(corpus: Union[str, Path, Iterable[Document]], index_dir: Union
     documents once for every shard (:func:`_vectors`); ``precomputed``: vectors already made for the
     documents (``BuildContext.precomputed``), which the kind whose form they are takes instead.
     What a kind chooses on the documents (DeepCT's tuning) is chosen once for the whole index, as one
-    folder of these documents would choose, and recorded in every shard (:func:`tune_shards`)."""
+    folder of these documents would choose, and recorded in every shard (:func:`tune_shards`).
+
+    Replacing a sharded index (``overwrite``) holds its writer lock from the start of the build to the
+    switch, one atomic exchange of the folders (:func:`_swap`); its shards' generations start after
+    the old ones'. ``report`` gets ``record``: the sharded manifest this build committed (later writers
+    may have committed after it by the time this returns)."""
     from retrieval.sharded.index import ShardedIndex
 
     index_dir = Path(index_dir)
@@ -103,29 +118,39 @@ def build_sharded(corpus: Union[str, Path, Iterable[Document]], index_dir: Union
         if not part:
             raise ParameterError("{shards}: shard %d of %d would hold no document (the corpus has %d); use fewer"
                                  % (i, shards, sum(map(len, parts))))
-    stage = index_dir.parent / f".{index_dir.name}.sharding-{os.getpid()}"
-    shutil.rmtree(stage, ignore_errors=True)
-    stage.mkdir(parents=True)
-    try:
-        shared = _vectors(docs, [(n, kind_of_spec(s), s, None) for n, s in (subindexes or {}).items()],
-                          quiet, executor, threads, given=precomputed)
-        # each kind's spec for one shard: what a kind chooses on the documents is chosen once, below
-        each = {n: kind_of_spec(s).shard_spec(s) for n, s in subindexes.items()} \
-            if isinstance(subindexes, Mapping) else subindexes
-        for i, part in enumerate(parts):
-            where = stage / record["folders"][i]
-            writer.build_index(part, where, subindexes=each, threads=threads, empty=empty, quiet=quiet,
-                               executor=executor, precomputed=precomputed, shared=shared).close()
-            member = sh.member(record, i)
-            folder.commit_manifest(where, lambda ch, m=member: ch.new.__setitem__("sharded", m))
-        record["generations"] = [int(mf.read_manifest(stage / f)["generation"]) for f in record["folders"]]
-        sh.write(stage, record)
-        if isinstance(subindexes, Mapping):
-            tune_shards(stage, subindexes, quiet=quiet)
-        _swap(stage, index_dir)
-    except BaseException:
+    remove_leftovers(index_dir)
+    replacing = sh.is_sharded(index_dir)
+    # a sharded index being replaced is held by its writer lock from here to the switch: its writers
+    # wait and then change the new index (or went first, and the new index replaces what they made)
+    with gens.writer_lock(index_dir, _notice(index_dir, quiet)) if replacing else contextlib.nullcontext():
+        first = _first_generation(index_dir) if replacing else 0
+        stage = index_dir.parent / f".{index_dir.name}.sharding-{os.getpid()}"
         shutil.rmtree(stage, ignore_errors=True)
-        raise
+        stage.mkdir(parents=True)
+        try:
+            shared = _vectors(docs, [(n, kind_of_spec(s), s, None) for n, s in (subindexes or {}).items()],
+                              quiet, executor, threads, given=precomputed)
+            # each kind's spec for one shard: what a kind chooses on the documents is chosen once, below
+            each = {n: kind_of_spec(s).shard_spec(s) for n, s in subindexes.items()} \
+                if isinstance(subindexes, Mapping) else subindexes
+            for i, part in enumerate(parts):
+                where = stage / record["folders"][i]
+                writer.build_index(part, where, subindexes=each, threads=threads, empty=empty, quiet=quiet,
+                                   executor=executor, precomputed=precomputed, shared=shared,
+                                   generation=first).close()
+                member = sh.member(record, i)
+                folder.commit_manifest(where, lambda ch, m=member: ch.new.__setitem__("sharded", m))
+            record["generations"] = [int(mf.read_manifest(stage / f)["generation"]) for f in record["folders"]]
+            sh.write(stage, record)
+            if isinstance(subindexes, Mapping):
+                tune_shards(stage, subindexes, quiet=quiet)
+            committed = sh.read(stage)
+            _swap(stage, index_dir, replacing)
+        except BaseException:
+            shutil.rmtree(stage, ignore_errors=True)  # (after the switch: the old index)
+            raise
+    if report is not None:
+        report["record"] = committed
     return ShardedIndex.open(index_dir)
 
 
@@ -181,6 +206,9 @@ def _vectors(docs: Sequence[Document], makers, quiet: bool, executor, threads: i
 
 
 def _may_write(index_dir: Path, overwrite: bool) -> None:
+    if index_dir.is_symlink():
+        raise ParameterError("{_path}: is a symbolic link; refusing to replace it (choose the folder itself)",
+                             _path=str(index_dir))
     if not index_dir.exists() or (index_dir.is_dir() and not any(index_dir.iterdir())):
         return
     if not overwrite:
@@ -191,16 +219,88 @@ def _may_write(index_dir: Path, overwrite: bool) -> None:
                              _path=str(index_dir))
 
 
-def _swap(stage: Path, index_dir: Path) -> None:
-    if index_dir.is_dir() and not any(index_dir.iterdir()):
-        index_dir.rmdir()
-    if not index_dir.exists():
-        os.rename(stage, index_dir)
+def _first_generation(index_dir: Path) -> int:
+    """The first generation of the shards of a build that replaces the sharded index ``index_dir``: after
+    every generation of its shards (committed, or in a shard's own manifest), so that a reader of the old
+    index sees each shard move to the new one and takes nothing of the old generation for the new one's
+    (as :func:`indexes.folder.next_build_generation` for one folder). Call with its writer lock held."""
+    from indexes.errors import RetrError
+
+    try:
+        record = sh.read(index_dir)
+    except RetrError:
+        return 0
+    after = [int(g) + 1 for g in record.get("generations") or []]
+    after += [folder.next_build_generation(p) for p in sh.shard_paths(index_dir, record)]
+    return max(after, default=0)
+
+
+def _old_shards(index_dir: Path) -> List[Path]:
+    """The shard folders of the sharded index being replaced, as far as its record can be read."""
+    from indexes.errors import RetrError
+
+    try:
+        paths = sh.shard_paths(index_dir, sh.read(index_dir))
+    except RetrError:
+        return []
+    return [p for p in paths if p.is_dir() and not p.is_symlink()]
+
+
+def _swap(stage: Path, index_dir: Path, replacing: bool) -> None:
+    """Put the built sharded index ``stage`` at ``index_dir`` in one step. Replacing a sharded index (its
+    writer lock held by the caller since the build began): under every shard's writer lock too (no
+    change of one shard folder is cut off half-way), one atomic exchange of the two folders
+    (``renameat2(RENAME_EXCHANGE)``, as :func:`indexes.folder.atomic_folder` swaps one folder), so the
+    path holds the old index or the new one at every instant; the old one, now at ``stage``, is then
+    removed. Otherwise ``index_dir`` is missing or an empty folder, which one rename replaces."""
+    gens.pause("sharded:before-swap")
+    if not replacing:
+        try:
+            os.rename(stage, index_dir)  # (over an empty folder too)
+        except OSError as e:  # another build put an index there meanwhile
+            raise InputError(f"appeared while this build ran ({e.strerror}); nothing was replaced",
+                             index_dir) from None
         return
-    old = index_dir.parent / f".{index_dir.name}.replaced-{os.getpid()}"
-    os.rename(index_dir, old)
-    os.rename(stage, index_dir)
-    shutil.rmtree(old, ignore_errors=True)
+    with contextlib.ExitStack() as locks:
+        for p in _old_shards(index_dir):
+            locks.enter_context(gens.writer_lock(p))
+        if gens.exchange(stage, index_dir):
+            gens.pause("sharded:after-swap")
+            shutil.rmtree(stage, ignore_errors=True)  # the old index now
+            return
+        # no atomic exchange on this system: two renames (a kill between them leaves no index at the path)
+        old = index_dir.parent / f".{index_dir.name}.replaced-{os.getpid()}"
+        os.rename(index_dir, old)
+        os.rename(stage, index_dir)
+        shutil.rmtree(old, ignore_errors=True)
+
+
+_LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?:sharding|replaced)-(?P<pid>\d+)$")
+
+
+def leftovers(index_dir: Union[str, Path]) -> List[Tuple[Path, int]]:
+    """Whole-index copies that killed sharded builds of ``index_dir`` left beside it (``.NAME.sharding-PID``:
+    a build's stage, or after its switch the index it replaced; ``.NAME.replaced-PID``), as ``(path, pid)``:
+    only those of processes no longer alive."""
+    index_dir = Path(index_dir)
+    parent = index_dir.parent
+    if not parent.is_dir():
+        return []
+    out = []
+    for p in parent.iterdir():
+        m = _LEFTOVER.match(p.name)
+        if m and m.group("name") == index_dir.name and not gens.pid_alive(int(m.group("pid"))):
+            out.append((p, int(m.group("pid"))))
+    return out
+
+
+def remove_leftovers(index_dir: Union[str, Path]) -> List[str]:
+    """Remove :func:`leftovers` (a symbolic link by that name is removed itself, never followed)."""
+    done = []
+    for p, _pid in leftovers(index_dir):
+        gens.remove(p)
+        done.append(str(p))
+    return done
 
 
 def _shards(path: Union[str, Path]) -> List[Path]:
@@ -224,6 +324,13 @@ def _notice(path: Path, quiet: bool):
     return lambda pid: say(f"retr: waiting for another writer of {path}" + (f" (pid {pid})" if pid and pid > 0 else ""))
 
 
+def _identity(path: Path) -> tuple:
+    """What tells this sharded index from one that replaced it at the same path: the folder's inode and
+    its record's id."""
+    st = os.stat(path)
+    return st.st_dev, st.st_ino, sh.read(path)["id"]
+
+
 @contextlib.contextmanager
 def _transaction(path: Union[str, Path], quiet: bool = True):
     """Steps 1-5 of the module's docstring around the block, which makes its shard changes through
@@ -231,6 +338,8 @@ def _transaction(path: Union[str, Path], quiet: bool = True):
     path = Path(path)
     sh.read(path)  # one error line for a folder that is not a sharded index, before any lock file is made
     with gens.writer_lock(path, _notice(path, quiet)):
+        ident = _identity(path)  # (a rebuild switched in while this waited is the index read from here on)
+        remove_leftovers(path)  # whole-index copies of killed builds of this path
         paths = _shards(path)
         with contextlib.ExitStack() as locks:
             for p in paths:
@@ -241,18 +350,33 @@ def _transaction(path: Union[str, Path], quiet: bool = True):
                 with folder.deferred(paths) as prepared:
                     yield paths
             except BaseException:
-                for p in paths:  # this change's prepared generations: leftovers now, removed at once
-                    if os.path.realpath(p) in prepared:
-                        folder.clean_leftovers(p, mf.read_manifest(p))
+                if _same(path, ident):  # (else these paths are another index's, whose locks this does not hold)
+                    for p in paths:  # this change's prepared generations: leftovers now, removed at once
+                        if os.path.realpath(p) in prepared:
+                            folder.clean_leftovers(p, mf.read_manifest(p))
                 raise
             if prepared:
-                _switch(path, paths, prepared)
+                _switch(path, paths, prepared, ident)
 
 
-def _switch(path: Path, paths: Sequence[Path], prepared: Dict[str, int]) -> None:
+def _same(path: Path, ident: tuple) -> bool:
+    from indexes.errors import RetrError
+
+    try:
+        return _identity(path) == ident
+    except (OSError, RetrError):
+        return False
+
+
+def _switch(path: Path, paths: Sequence[Path], prepared: Dict[str, int], ident: Optional[tuple] = None) -> None:
     """Steps 4 and 5: one replace of ``shards.json`` naming every shard's generation, then each
-    prepared manifest moved onto its shard's own and what no reader holds collected."""
+    prepared manifest moved onto its shard's own and what no reader holds collected. ``ident``: the
+    index the change was made in (:func:`_identity`); if another has taken its place meanwhile (a
+    replacement that did not take the writer lock, which a rebuild takes), nothing is committed."""
     gens.pause("sharded:before-switch")
+    if ident is not None and not _same(path, ident):
+        raise InputError("was replaced by another index while this change was made; nothing was changed (run it "
+                         "again)", path)
     record = sh.read(path)
     record["generations"] = [prepared.get(os.path.realpath(p), int(mf.read_manifest(p).get("generation", 0)))
                              for p in paths]
@@ -289,6 +413,7 @@ def write_documents(path: Union[str, Path], corpus, op: str = "add", threads: in
                     quiet: bool = False, report: Optional[dict] = None, executor=None) -> None:
     """:func:`retrieval.writer.add_documents` (``op="add"``) or ``update_documents`` (``"update"``),
     each document in its own shard."""
+    record_id = sh.read(path)["id"]  # (read first: a rebuild after it is seen under the lock)
     paths = _shards(path)
     docs = _read(corpus, empty)
     parts = _split(docs, len(paths))
@@ -298,6 +423,12 @@ def write_documents(path: Union[str, Path], corpus, op: str = "add", threads: in
                       threads)  # before the locks
     reports = []
     with _transaction(path, quiet) as paths:
+        if sh.read(path)["id"] != record_id or len(paths) != len(parts):  # rebuilt meanwhile: its shards now
+            parts = _split(docs, len(paths))
+            entries = {n: e for n, e in mf.read_manifest(paths[0]).get("subindexes", {}).items()
+                       if not e.get("alias_of")}
+            shared = _vectors(docs, [(n, kind_of(e), None, e) for n, e in entries.items()], quiet, executor,
+                              threads)
         if op == "add":
             there = _present(paths, [[d.docid for d in part] for part in parts])
             if there:
@@ -331,11 +462,11 @@ def delete_documents(path: Union[str, Path], docids: Iterable[str], quiet: bool 
     ids = list(dict.fromkeys(str(d) for d in docids))
     if not ids:
         raise InputError("no document ids to delete")
-    groups: List[List[str]] = [[] for _ in paths]
-    for d in ids:
-        groups[sh.shard_of(d, len(paths))].append(d)
     reports = []
     with _transaction(path, quiet) as paths:
+        groups: List[List[str]] = [[] for _ in paths]  # (the shards now: a rebuild may have switched in)
+        for d in ids:
+            groups[sh.shard_of(d, len(paths))].append(d)
         have = set(_present(paths, groups))
         missing = [d for d in ids if d not in have]
         if missing and not missing_ok:
@@ -381,6 +512,11 @@ def check_sharded(path: Union[str, Path], full: bool = False, sample: int = 1000
         rep.problems.append(str(e))
         return rep
     n = record["shards"]
+    for p, pid in leftovers(path):
+        (rep.problems if strict else rep.notes).append(
+            f"leftover of dead process {pid}: {p} ({(0 if p.is_symlink() else gens.size_of(p)) / 1e6:.1f} MB); "
+            f"the next write or build of "
+            f"{Path(path).name} removes it")
     for i, p in enumerate(sh.shard_paths(path, record)):
         if not p.is_dir():
             rep.problems.append(f"{p.name}: shard {i} of {n} is missing")

@@ -192,5 +192,42 @@ def test_a_sharded_reader_follows_commits_of_other_processes(tmp_path):
     assert time.monotonic() - t_start < 240
 
 
+def test_a_sharded_reader_stays_right_across_writers_and_rebuilds_in_place(tmp_path):
+    """The soak's sharded variant (tests/soak.py, issue #43): two writer processes add, update and delete
+    through the sharded index while the first also rebuilds it in place (`--overwrite`) every few changes,
+    under a reader process that keeps it open from two threads; every count and text the reader saw is
+    the one the writers committed in that commit, the reader never moves back, and it ends on the last."""
+    from indexes import sharded as sh
+    from retrieval.sharded.write import build_sharded
+    from tests import soak
+
+    t0 = time.monotonic()
+    seed = soak.seed_corpus(tmp_path / "seed.jsonl", 40)
+    path = tmp_path / "SHARDED"
+    build_sharded(seed, path, 2, quiet=True).close()
+    start = sh.read(path)["generations"]
+    stop, out = tmp_path / "stop", tmp_path / "reader.json"
+    rd = soak.start_sharded_reader(path, stop, out, threads=2)
+    logs = [tmp_path / f"writer{i}.jsonl" for i in range(2)]
+    try:
+        soak.finish(soak.start_sharded_writers(path, logs, 8, seed, rebuild_every=3, min_ops=6), timeout=240)
+    finally:
+        stop.write_text("")
+    soak.finish([rd], timeout=120)
+    logs, seen = soak.read_sharded_log(logs), json.loads(out.read_text())
+    problems = soak.verify_sharded(40, start, logs, seen)
+    assert not problems, "\n".join(problems[:20])
+    ops = {r["op"] for r in logs}
+    assert {"add", "update", "delete", "rebuild"} <= ops, ops
+    assert seen["searches"] > 30, seen["searches"]
+    # it read commits before and after a rebuild (two index ids' generations), not only the last
+    rebuilds = [sum(r["generations"]) for r in logs if r["op"] == "rebuild"]
+    sums = {sum(map(int, g.split())) for g in seen["generations_seen"]}
+    assert min(sums) < rebuilds[0] and max(sums) > rebuilds[0], (sorted(sums), rebuilds)
+    r = run_retr("check", "--index", path, "--full")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert time.monotonic() - t0 < 200  # (about 50 s on an idle machine; a guard against a hang)
+
+
 if __name__ == "__main__":
     reader(sys.argv[1])
