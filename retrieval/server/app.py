@@ -59,7 +59,8 @@ def create_app(registry: Registry, token: Optional[str] = None, writable: bool =
     if mcp:
         from retrieval.server.mcp_tools import build_mcp
 
-        mcp_app = build_mcp(registry, admission=admission, max_response_chars=max_response_chars).http_app(path="/")
+        mcp_app = build_mcp(registry, admission=admission, max_response_chars=max_response_chars,
+                            writable=writable).http_app(path="/")
 
     app = FastAPI(title="retr", version="1", lifespan=_lifespan(registry, max_inflight, warm, mcp_app),
                   description="Search retr index folders: BM25, dense, DeepCT and fused pipelines, with metadata "

@@ -2,7 +2,7 @@
 
 :class:`Gate` answers before any routing: 401 (a missing or wrong bearer token, compared in
 constant time; /healthz needs none), 413/400 (a Content-Length over the limit or unreadable,
-and a body that turns out longer than it said), 429 with ``Retry-After`` once
+a chunked body over the limit, and a body that turns out longer than it said), 429 with ``Retry-After`` once
 ``--max-inflight`` requests are running (one count with the MCP tools': see
 :mod:`retrieval.server.guard`), and records every request in the metrics. Its errors have the
 app's one shape, ``{"error": {"status", "message"}}``; a 401 on ``/mcp`` is also a JSON-RPC error
@@ -83,6 +83,47 @@ class Gate:
             return "invalid bearer token: it does not match the server's --token-file"
         return None
 
+    @staticmethod
+    def _counted(receive, limit: int):
+        """``receive``, refusing a body longer than its Content-Length said (the server's HTTP parser
+        already holds a body to its stated length: a safeguard)."""
+        seen = [0]
+
+        async def receiving():
+            msg = await receive()
+            if msg["type"] == "http.request":
+                seen[0] += len(msg.get("body", b""))
+                if seen[0] > limit:
+                    raise ApiError(413, f"request body over {limit:,} bytes")
+            return msg
+        return receiving
+
+    @staticmethod
+    async def _read_unsized(receive, limit: int):
+        """A body without a Content-Length (``Transfer-Encoding: chunked``), read here up to ``limit``
+        bytes: None when it is longer (the caller answers 413 before the app sees the request), else a
+        ``receive`` that hands the app the body read, then the connection's own messages. Read here
+        because an error raised while the app reads its body reaches the client as FastAPI's 400
+        "error parsing the body", not the 413 a Content-Length over the limit gets."""
+        parts, seen = [], 0
+        while True:
+            msg = await receive()
+            if msg["type"] != "http.request":  # the client went away: the app sees that
+                first = [msg]
+                break
+            body = msg.get("body", b"")
+            seen += len(body)
+            if seen > limit:
+                return None
+            parts.append(body)
+            if not msg.get("more_body", False):
+                first = [{"type": "http.request", "body": b"".join(parts), "more_body": False}]
+                break
+
+        async def receiving():
+            return first.pop() if first else await receive()
+        return receiving
+
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
@@ -125,17 +166,14 @@ class Gate:
             except G.Busy as e:
                 await self._reply(sending, 429, str(e), [(b"retry-after", b"1")])
                 return done()
-        seen = [0]
-
-        async def receiving():
-            msg = await receive()
-            if msg["type"] == "http.request":
-                seen[0] += len(msg.get("body", b""))
-                if seen[0] > limit:
-                    raise ApiError(413, f"request body over {limit:,} bytes")
-            return msg
-
         try:
+            if b"transfer-encoding" not in headers:
+                receiving = self._counted(receive, limit)
+            else:  # a chunked body: its size is known once read (see _read_unsized)
+                receiving = await self._read_unsized(receive, limit)
+                if receiving is None:
+                    await self._reply(sending, 413, f"request body over {limit:,} bytes")
+                    return
             await self.app(scope, receiving, sending)
         finally:
             if counted:

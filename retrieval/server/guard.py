@@ -10,13 +10,14 @@
   :func:`check_hits` refuses, before the response is built, what only the hits show (full
   texts).
 - :func:`clean_message`: error messages without server paths.
+- :func:`describe_index`: a served index as ``GET /v1/NAME`` and the MCP ``list_indexes`` tool show it.
 """
 from __future__ import annotations
 
 import re
 import threading
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Any, Dict, Iterable, Optional
 
 HIT_CHARS = 100                   # a hit's id, rank, scores and JSON around them, in the budget
 MAX_RESPONSE_CHARS = 50_000_000   # default budget; retr serve / retr mcp --max-response-chars
@@ -173,3 +174,34 @@ def clean_message(message: str, served) -> str:
         return tok
 
     return _PATH_TOKEN.sub(one, message)
+
+
+def _scrub(v):
+    """Configs for an index's description: absolute paths reduced to their last part."""
+    if isinstance(v, dict):
+        return {k: _scrub(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_scrub(x) for x in v]
+    if isinstance(v, str) and v.startswith("/"):
+        return Path(v).name
+    return v
+
+
+def describe_index(s, writable: bool) -> Dict[str, Any]:
+    """The description of a served index (``s``: a registry entry, a folder or a sharded index), the one
+    ``GET /v1/NAME`` answers and the MCP ``list_indexes`` tool lists: documents, generation, retrievers
+    (kind, documents, config), tuned pipelines, times and metadata fields read from one snapshot, and for
+    a sharded index each shard's folder, documents and generation."""
+    idx = s.index()
+    with idx.snapshot() as snap:  # the count, the manifest and the generation of one generation (or commit)
+        m, count, gen = snap.manifest, len(snap), snap.generation
+        shards = getattr(snap, "shards", None)  # a sharded index (retrieval.sharded.index.ShardedSnapshot)
+    subs = {n: {"kind": e.get("kind", ""), "documents": e.get("doc_count"), "config": _scrub(e.get("config", {}))}
+            for n, e in m.get("subindexes", {}).items()}
+    pipes = {n: p.get("spec", "") for n, p in (m.get("pipelines") or {}).items()}
+    out = {"name": s.name, "documents": count, "generation": gen, "retrievers": subs, "pipelines": pipes,
+           "writable": writable, "created_at": m.get("created_at"), "updated_at": m.get("updated_at"),
+           "fields": idx.fields()}
+    if shards is not None:
+        out["shards"] = shards
+    return out

@@ -54,9 +54,10 @@ class Dimsel(BaseModel):
 
 
 def build_mcp(registry: Registry, admission: Optional[G.Admission] = None,
-              max_response_chars: int = G.MAX_RESPONSE_CHARS):
+              max_response_chars: int = G.MAX_RESPONSE_CHARS, writable: bool = False):
     """The tools over ``registry``. ``admission``: the count shared with the HTTP API (a new
-    one of 64 when not given)."""
+    one of 64 when not given). ``writable``: whether the HTTP API beside them takes writes (as
+    ``list_indexes`` says; the tools themselves only read)."""
     from fastmcp import FastMCP
 
     admission = admission or G.Admission(64)
@@ -65,7 +66,7 @@ def build_mcp(registry: Registry, admission: Optional[G.Admission] = None,
     pick, run = _picker(registry), _runner(registry)
     _add_search_tool(mcp, pick, run, max_response_chars)
     _add_explain_tool(mcp, pick, run, max_response_chars)
-    _add_reading_tools(mcp, registry, pick, run, max_response_chars)
+    _add_reading_tools(mcp, registry, pick, run, max_response_chars, writable)
     return mcp
 
 
@@ -213,7 +214,7 @@ def _add_explain_tool(mcp, pick, run, budget: int) -> None:
         return await run(go)
 
 
-def _add_reading_tools(mcp, registry: Registry, pick, run, budget: int) -> None:
+def _add_reading_tools(mcp, registry: Registry, pick, run, budget: int, writable: bool) -> None:
     from fastmcp.exceptions import ToolError
 
     @mcp.tool
@@ -235,12 +236,8 @@ def _add_reading_tools(mcp, registry: Registry, pick, run, budget: int) -> None:
 
     @mcp.tool
     async def list_indexes() -> List[Dict[str, Any]]:
-        """The indexes served, with their document counts and retrievers."""
+        """The indexes served, each as GET /v1/NAME describes it: name, documents, generation, retrievers
+        (kind, documents, config), tuned pipelines, metadata fields (and a sharded index's shards)."""
         def go():
-            out = []
-            for n, s in registry.served.items():
-                idx = s.index()
-                out.append({"name": n, "documents": len(idx), "retrievers": idx.retrievers,
-                            "pipelines": sorted((idx.manifest.get("pipelines") or {}))})
-            return out
+            return [G.describe_index(s, writable) for s in registry.served.values()]
         return await run(go)

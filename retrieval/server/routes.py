@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Dict, Optional, Union
 
 import anyio
@@ -81,17 +80,6 @@ def input_message(e: RetrError) -> str:
     return str(e)
 
 
-def _scrub(v):
-    """Configs for the info endpoint: absolute paths reduced to their last part."""
-    if isinstance(v, dict):
-        return {k: _scrub(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_scrub(x) for x in v]
-    if isinstance(v, str) and v.startswith("/"):
-        return Path(v).name
-    return v
-
-
 def _hit(h, single: Optional[str], text: bool, text_chars: Optional[int]) -> Dict[str, Any]:
     score = float(h.score)
     d = {"docid": h.docid, "rank": h.rank, "score": score if math.isfinite(score) else 0.0,
@@ -141,31 +129,17 @@ def add_health_routes(router: Union[FastAPI, APIRouter], st: Shared) -> None:
 
 
 # ---------------------------------------------------------------------- indexes
-def _index_out(st: Shared, s) -> Dict[str, Any]:
-    with s.index().snapshot() as snap:  # the count, the manifest and the generation of one generation
-        m, count, gen = snap.manifest, len(snap), snap.generation
-    subs = {n: {"kind": e.get("kind", ""), "documents": e.get("doc_count"), "config": _scrub(e.get("config", {}))}
-            for n, e in m.get("subindexes", {}).items()}
-    pipes = {n: p.get("spec", "") for n, p in (m.get("pipelines") or {}).items()}
-    out = {"name": s.name, "documents": count, "generation": gen, "retrievers": subs, "pipelines": pipes,
-           "writable": st.writable, "created_at": m.get("created_at"), "updated_at": m.get("updated_at"),
-           "fields": s.index().fields()}
-    if getattr(snap, "shards", None) is not None:  # a sharded index (retrieval.server.sharded)
-        out["shards"] = snap.shards
-    return out
-
-
 def add_index_routes(v1: APIRouter, st: Shared) -> None:
     """GET /v1/indexes and GET /v1/{index}."""
     @v1.get("/indexes", response_model=S.IndexList, tags=["indexes"])
     def list_indexes():
         """The indexes this server answers for."""
-        return _dumps({"indexes": [_index_out(st, s) for s in st.registry.served.values()]})
+        return _dumps({"indexes": [G.describe_index(s, st.writable) for s in st.registry.served.values()]})
 
     @v1.get("/{index}", response_model=S.IndexOut, tags=["indexes"])
     def index_info(index: str):
         """One index: documents, retrievers (sub-indexes) and their configuration, tuned pipelines."""
-        return _dumps(_index_out(st, st.served(index)))
+        return _dumps(G.describe_index(st.served(index), st.writable))
 
 
 # ---------------------------------------------------------------------- search

@@ -1,7 +1,6 @@
 """One shard as the server holds it: :class:`ServedShard` answers the shard protocol of
 :mod:`retrieval.sharded` (``ShardSearcher``'s describe/stats/search/confidence/fetch) plus what
-serving needs beyond searching: ``ping``, ``summary`` (the info endpoint's part of this shard),
-``highlight``, ``present`` and the writes (``write``: add, update or delete of this shard alone,
+serving needs beyond searching: ``ping``, ``highlight``, ``present`` and the writes (``write``: add, update or delete of this shard alone,
 under the shard folder's own writer lock, as ``retr add`` takes it; ``commit``: the router's write
 as one commit of the whole sharded index, :mod:`retrieval.sharded.write`, made in this process).
 
@@ -64,16 +63,6 @@ class ServedShard(ShardSearcher):
     def ping(self) -> Dict[str, Any]:
         """Alive and answering: the shard's position, generation and process."""
         return {"shard": self.position, "generation": self.index.generation, "pid": os.getpid()}
-
-    def summary(self) -> Dict[str, Any]:
-        """This shard's part of ``GET /v1/{index}``: its generation, live documents, sub-index
-        entries (kind, documents, config) and its manifest's times."""
-        with self.index.snapshot() as s:
-            m, n, gen = s.manifest, len(s), s.generation
-        subs = {name: {"kind": e.get("kind", ""), "doc_count": e.get("doc_count"), "config": e.get("config", {})}
-                for name, e in m.get("subindexes", {}).items()}
-        return {"shard": self.position, "folder": self.path.name, "generation": gen, "documents": n,
-                "subindexes": subs, "created_at": m.get("created_at"), "updated_at": m.get("updated_at")}
 
     def highlight(self, query: str, texts: Sequence[str], retriever: str) -> Optional[List[List[Tuple[int, int]]]]:
         """:meth:`retrieval.index.Index.highlight` (the analysis of a query's words is the same in

@@ -4,8 +4,8 @@
 routes, auth, filters, 429 and metrics answer for it (``retr serve --index SHARDED`` with the
 shards in this process, or ``retr serve --sharded SHARDED`` with each shard a Ray Serve deployment,
 :mod:`retrieval.server.ray_shards`). Its :meth:`~ShardedServed.index` is a :class:`ShardedView`: the
-:class:`retrieval.sharded.index.ShardedIndex` rounds (statistics, search, exact merge, fusion, text)
-plus what the routes read of an ``Index`` (``snapshot``, ``docstore``, ``highlight``).
+:class:`retrieval.sharded.index.ShardedIndex` (its rounds: statistics, search, exact merge, fusion,
+text; its ``snapshot`` and ``docstore``) plus ``highlight`` through a shard.
 
 Writes go to each document's own shard (:func:`indexes.sharded.shard_of`); ids are checked on every
 shard concerned before the first changes. Where the router reads the whole sharded folder (shards in
@@ -167,8 +167,8 @@ class ShardedServed:
 
 
 class ShardedView:
-    """What the routes use of an ``Index``, for a sharded index. There is no one generation to pin:
-    ``snapshot()`` is the view itself, each shard answering from its current generation."""
+    """What the routes use of an ``Index``, for a sharded index: :class:`ShardedIndex`'s search,
+    ``snapshot`` and ``docstore``, plus ``highlight`` through a shard."""
 
     def __init__(self, served: ShardedServed):
         self._served = served
@@ -208,12 +208,14 @@ class ShardedView:
         return self._served.call_one(0, "highlight", query, list(texts), spec)
 
     @property
-    def docstore(self) -> "_Docs":
-        return _Docs(self._served)
+    def docstore(self):
+        """:attr:`retrieval.sharded.index.ShardedIndex.docstore`."""
+        return self._ix.docstore
 
-    # the info endpoint's view
-    def snapshot(self) -> "_Summary":
-        return _Summary(self)
+    def snapshot(self):
+        """:meth:`retrieval.sharded.index.ShardedIndex.snapshot`: one commit of every shard for the
+        calls made through it (the info endpoint, a streamed batch)."""
+        return self._ix.snapshot()
 
     def __enter__(self) -> "ShardedView":
         return self
@@ -223,68 +225,3 @@ class ShardedView:
 
     def close(self) -> None:
         pass
-
-
-class _Summary:
-    """``GET /v1/{index}``'s reading of a sharded index: every shard's summary, added up (documents,
-    sub-index counts), the generation as the sum of the shards' (it grows with every change of any
-    shard), and ``shards``: each shard's own folder, documents and generation."""
-
-    def __init__(self, view: ShardedView):
-        self._view = view
-        ix = view._ix
-        with ix.reading():  # local shards: the newest commit
-            parts = ix._call(ix.shards, "summary", (), {})
-        first = parts[0]
-        subs = {}
-        for name, e in first["subindexes"].items():
-            subs[name] = dict(e, doc_count=sum(int(p["subindexes"].get(name, {}).get("doc_count") or 0)
-                                                for p in parts))
-        info = ix._info[0]
-        self.manifest = {"subindexes": subs, "pipelines": info.get("pipelines", {}),
-                         "created_at": min((p["created_at"] for p in parts if p.get("created_at")), default=None),
-                         "updated_at": max((p["updated_at"] for p in parts if p.get("updated_at")), default=None)}
-        self.generation = sum(int(p["generation"]) for p in parts)
-        self.documents = sum(int(p["documents"]) for p in parts)
-        self.shards = [{"shard": p["folder"], "documents": p["documents"], "generation": p["generation"]}
-                       for p in parts]
-
-    def __len__(self) -> int:
-        return self.documents
-
-    def pipeline(self, *a, **kw):
-        return self._view.pipeline(*a, **kw)
-
-    def batch_search(self, *a, **kw):
-        return self._view.batch_search(*a, **kw)
-
-    def __enter__(self) -> "_Summary":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-class _Docs:
-    """The document routes' ``docstore``: rows ``(docid, title, text, metadata)`` from each id's shard."""
-
-    def __init__(self, served: ShardedServed):
-        self._served = served
-
-    def get_many(self, docids) -> Dict[str, tuple]:
-        ids = list(dict.fromkeys(docids))
-        n = len(self._served.shard_names)
-        groups: Dict[int, List[str]] = {}
-        for d in ids:
-            groups.setdefault(sh.shard_of(d, n), []).append(d)
-        rows: Dict[str, tuple] = {}
-        for i, g in groups.items():
-            for d, (title, text, md) in self._served.call_one(i, "fetch", g).items():
-                rows[d] = (d, title, text, md)
-        return {d: rows[d] for d in ids if d in rows}
-
-    def get(self, docid: str) -> Optional[tuple]:
-        return self.get_many([docid]).get(docid)

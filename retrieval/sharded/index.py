@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from contextlib import ExitStack
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
@@ -439,22 +440,29 @@ class ShardedIndex:
 
     def _texts(self, hits: List[Hit], rows: Optional[Dict[str, tuple]] = None) -> None:
         """Each hit's title, text and metadata: from ``rows`` (sent with the lists), else fetched from
-        the hit's own shard (those shards in one call: each is sent every id and answers for its own)."""
-        n = len(self.shards)
+        the hit's own shard (:meth:`_fetch`)."""
         rows = dict(rows or {})
-        want: Dict[int, List[str]] = {}
+        rows.update(self._fetch([h.docid for h in hits if h.docid not in rows]))
         for h in hits:
-            if h.docid not in rows:
-                want.setdefault(sh.shard_of(h.docid, n), []).append(h.docid)
+            row = rows.get(h.docid)
+            if row is not None:
+                h.title, h.text, h.metadata = row[0], row[1], row[2] or {}
+
+    def _fetch(self, docids: Sequence[str]) -> Dict[str, tuple]:
+        """``{docid: (title, text, metadata)}`` of those of ``docids`` the index holds, each from its own
+        shard (those shards in one call: each is sent every id and answers for its own). Called inside
+        :meth:`reading`."""
+        n = len(self.shards)
+        want: Dict[int, List[str]] = {}
+        for d in dict.fromkeys(docids):
+            want.setdefault(sh.shard_of(d, n), []).append(d)
+        rows: Dict[str, tuple] = {}
         if want:
             order = sorted(want)
             ids = [d for i in order for d in want[i]]
             for i, got in zip(order, self._call([self.shards[i] for i in order], "fetch", (ids,), {})):
                 rows.update((d, r) for d, r in got.items() if sh.shard_of(d, n) == i)
-        for h in hits:
-            row = rows.get(h.docid)
-            if row is not None:
-                h.title, h.text, h.metadata = row[0], row[1], row[2] or {}
+        return rows
 
     def _warn_fields(self, filter) -> None:
         flt = parse_filter(filter)
@@ -476,6 +484,58 @@ class ShardedIndex:
         with self.reading():
             return self._call(self.shards[i:i + 1], "get", (docid,), {})[0]
 
+    @property
+    def docstore(self) -> "ShardedDocs":
+        """:attr:`retrieval.index.Index.docstore`'s reading for the whole index: rows ``(docid, title,
+        text, metadata)`` by id (``get``, ``get_many``), each from its own shard, and ``len``."""
+        return ShardedDocs(self)
+
+    def summary(self) -> dict:
+        """The index's description at the commit read now (``GET /v1/NAME`` shows it): ``manifest``
+        (``subindexes``: shard 0's entries with the documents of every shard added up; ``pipelines``;
+        the earliest ``created_at`` and latest ``updated_at``), ``generation`` (the sum of the shards':
+        it grows with every change of any shard), ``documents``, and ``shards``: each shard's folder,
+        documents and generation."""
+        with self.reading():
+            parts = self._call(self.shards, "summary", (), {})
+        first = parts[0]
+        subs = {name: dict(e, doc_count=sum(int(p["subindexes"].get(name, {}).get("doc_count") or 0) for p in parts))
+                for name, e in first["subindexes"].items()}
+        manifest = {"subindexes": subs, "pipelines": first.get("pipelines", {}),
+                    "created_at": min((p["created_at"] for p in parts if p.get("created_at")), default=None),
+                    "updated_at": max((p["updated_at"] for p in parts if p.get("updated_at")), default=None)}
+        return {"manifest": manifest, "generation": sum(int(p["generation"]) for p in parts),
+                "documents": sum(int(p["documents"]) for p in parts),
+                "shards": [{"shard": p["folder"], "documents": p["documents"], "generation": p["generation"]}
+                           for p in parts]}
+
+    def snapshot(self) -> "ShardedSnapshot":
+        """:meth:`retrieval.index.Index.snapshot` for the whole index: the newest commit of every shard,
+        held until the snapshot is closed (``with ix.snapshot() as s``), so that its searches, counts
+        and documents all read that one commit whatever writers commit meanwhile; the index itself moves
+        on. Shards in other processes (Ray Serve replicas) keep no old generation for a caller: there
+        each call of the snapshot reads the newest commit at that time."""
+        return ShardedSnapshot(self)
+
+    def hold_commit(self) -> Optional[List[Any]]:
+        """Each shard's generation of the newest commit, held (``Index.snapshot()`` of every shard, taken
+        while no move of the shards can run): what :class:`ShardedSnapshot` reads through each shard's
+        ``holding``. None where the shards are not in this process."""
+        from retrieval.sharded.shard import ShardSearcher
+
+        if not all(isinstance(s, ShardSearcher) for s in self.shards):
+            return None
+        held: List[Any] = []
+        with self.reading():
+            try:
+                for s in self.shards:
+                    held.append(s.index.snapshot())
+            except BaseException:
+                for v in held:
+                    v.close()
+                raise
+        return held
+
     def close(self) -> None:
         for s in self.shards:
             close = getattr(s, "close", None)
@@ -483,6 +543,127 @@ class ShardedIndex:
                 close()
 
     def __enter__(self) -> "ShardedIndex":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class ShardedDocs:
+    """The documents of a sharded index by id, as :attr:`retrieval.index.Index.docstore` gives a
+    folder's: rows ``(docid, title, text, metadata)``, each read from its own shard. ``inside``: the
+    context every read runs in (a snapshot's hold)."""
+
+    def __init__(self, index: ShardedIndex, inside: Optional[Callable[[], Any]] = None):
+        self._ix = index
+        self._inside = inside or contextlib.nullcontext
+
+    def get_many(self, docids) -> Dict[str, tuple]:
+        """The rows of those of ``docids`` the index holds, in the order asked (each id once)."""
+        ids = list(dict.fromkeys(docids))
+        with self._inside(), self._ix.reading():
+            rows = self._ix._fetch(ids)
+        return {d: (d, *rows[d]) for d in ids if d in rows}
+
+    def get(self, docid: str) -> Optional[tuple]:
+        return self.get_many([docid]).get(docid)
+
+    def __len__(self) -> int:
+        with self._inside():
+            return len(self._ix)
+
+    def close(self) -> None:
+        """Nothing to let go: each shard's store belongs to its shard."""
+
+
+class ShardedSnapshot:
+    """One commit of every shard of a :class:`ShardedIndex`, held until closed (see
+    :meth:`ShardedIndex.snapshot`): the surface of :class:`retrieval.index.Snapshot` (search,
+    batch_search, explain, get, ``len``, docstore, manifest, generation, close, ``with``), each call
+    made through the index with every shard reading its held generation."""
+
+    def __init__(self, index: ShardedIndex):
+        self._ix = index
+        self.path = index.path
+        self._held = index.hold_commit()
+        self._open = True
+        self._summary: Optional[dict] = None
+
+    @contextlib.contextmanager
+    def _inside(self):
+        if not self._open:
+            raise InputError("this snapshot is closed")
+        with ExitStack() as stack:
+            for s, view in zip(self._ix.shards, self._held or ()):
+                stack.enter_context(s.holding(view))
+            yield
+
+    def search(self, query: str, k: int = 10, **options) -> List[Hit]:
+        """:meth:`ShardedIndex.search` on this commit."""
+        with self._inside():
+            return self._ix.search(query, k, **options)
+
+    def batch_search(self, queries: QueriesArg, qids: Optional[Sequence[str]] = None, k: int = 10,
+                     **options) -> Dict[str, List[Hit]]:
+        """:meth:`ShardedIndex.batch_search` on this commit."""
+        with self._inside():
+            return self._ix.batch_search(queries, qids, k, **options)
+
+    def explain(self, query: str, docid: str, **options) -> dict:
+        """:meth:`ShardedIndex.explain` on this commit."""
+        with self._inside():
+            return self._ix.explain(query, docid, **options)
+
+    def get(self, docid: str) -> Optional[Document]:
+        with self._inside():
+            return self._ix.get(docid)
+
+    def __len__(self) -> int:
+        with self._inside():
+            return len(self._ix)
+
+    @property
+    def docstore(self) -> ShardedDocs:
+        return ShardedDocs(self._ix, self._inside)
+
+    def _described(self) -> dict:
+        if self._summary is None:
+            with self._inside():
+                self._summary = self._ix.summary()
+        return self._summary
+
+    @property
+    def manifest(self) -> dict:
+        """:meth:`ShardedIndex.summary`'s ``manifest`` of this commit."""
+        return self._described()["manifest"]
+
+    @property
+    def generation(self) -> int:
+        """The sum of the shards' generations in this commit."""
+        return self._described()["generation"]
+
+    @property
+    def shards(self) -> List[dict]:
+        """Each shard's folder, documents and generation in this commit."""
+        return self._described()["shards"]
+
+    @property
+    def retrievers(self) -> List[str]:
+        return self._ix.retrievers
+
+    def pipeline(self, retriever: str = PRIMARY, fusion: Optional[str] = None) -> Pipeline:
+        return self._ix.pipeline(retriever, fusion)
+
+    def fields(self) -> Dict[str, int]:
+        with self._inside():
+            return self._ix.fields()
+
+    def close(self) -> None:
+        held, self._held, self._open = self._held, None, False
+        for view in held or ():
+            view.close()
+
+    def __enter__(self) -> "ShardedSnapshot":
         return self
 
     def __exit__(self, *exc) -> None:

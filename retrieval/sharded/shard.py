@@ -4,11 +4,12 @@ of :mod:`retrieval.sharded` (describe, stats, search, confidence, fetch) over on
 deployment can hold one and answer remote calls with it."""
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import warnings
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from indexes import manifest as mf
 from indexes import sharded as sh
@@ -70,6 +71,7 @@ class ShardSearcher:
                 raise
         self._applied: Dict[str, dict] = {}
         self._lock = threading.Lock()
+        self._held = threading.local()  # .view: the snapshot this thread's calls read (holding)
 
     # -- generations -------------------------------------------------------------------------
     def state(self) -> tuple:
@@ -89,6 +91,28 @@ class ShardSearcher:
     def _follow(self) -> None:
         if self.follows:
             self.sync()
+
+    @contextlib.contextmanager
+    def holding(self, view) -> Iterator[None]:
+        """The calls this thread makes inside read ``view`` (an ``Index.snapshot()`` of this shard that
+        the caller holds and closes) instead of the shard's current generation: how a sharded
+        snapshot (:class:`retrieval.sharded.index.ShardedSnapshot`) keeps one commit across calls."""
+        prev = getattr(self._held, "view", None)
+        self._held.view = view
+        try:
+            yield
+        finally:
+            self._held.view = prev
+
+    @contextlib.contextmanager
+    def _view(self) -> Iterator[Any]:
+        """The generation a call reads: the one held by :meth:`holding`, else the current one (held for the call)."""
+        view = getattr(self._held, "view", None)
+        if view is not None:
+            yield view
+            return
+        with self.index.snapshot() as s:
+            yield s
 
     # -- the protocol ----------------------------------------------------------------------
     def describe(self) -> Dict[str, Any]:
@@ -112,7 +136,7 @@ class ShardSearcher:
         with a ``filter``, also ``"#allowed": [documents it allows here, documents here]``."""
         self._follow()
         self._configure(options)
-        with self.index.snapshot() as s:
+        with self._view() as s:
             out = {name: s.retriever(name).collection_stats(list(texts)) for name in retrievers}
             allowed = self._allowed(s, filter)
             if allowed is not None:
@@ -137,7 +161,7 @@ class ShardSearcher:
         idx = self.index
         qs = [Query(str(q), str(t)) for q, t in queries]
         stats = stats or {}
-        with idx.snapshot() as s:
+        with self._view() as s:
             allowed = self._allowed(s, filter)
             out: Dict[str, Dict[str, Scored]] = {}
             for name in retrievers:
@@ -164,7 +188,7 @@ class ShardSearcher:
         self._follow()
         self._configure(options)
         stats = stats or {}
-        with self.index.snapshot() as s:
+        with self._view() as s:
             per = {n: s.retriever(n).with_stats(stats.get(n)).confidence(list(texts), [list(x) for x in ls])
                    for n, ls in lists.items()}
         return [{n: (tuple(per[n][i]) if per[n][i] is not None else None) for n in lists} for i in range(len(texts))]
@@ -184,7 +208,7 @@ class ShardSearcher:
         self._configure(options)
         idx = self.index
         stats = stats or {}
-        with idx.snapshot() as s:
+        with self._view() as s:
             if s.docstore.get(docid) is None:
                 raise NotFound(f"no document {str(docid)[:200]!r} in the index")
             allowed = self._allowed(s, filter)
@@ -201,14 +225,14 @@ class ShardSearcher:
         """The stored term vectors ``{docid: (terms, frequencies)}`` of those of ``docids`` this
         shard holds (the router sends each shard the feedback documents it owns)."""
         self._follow()
-        with self.index.snapshot() as s:
+        with self._view() as s:
             return s.retriever(retriever).term_vectors(list(docids))
 
     def term_stats(self, retriever: str, terms: Sequence[str]) -> Dict[str, Any]:
         """This shard's live documents and each (analysed) term's ``[df, ttf]``: ``{"docs": n,
         "terms": {term: [df, ttf]}}`` (the router sums them)."""
         self._follow()
-        with self.index.snapshot() as s:
+        with self._view() as s:
             return s.retriever(retriever).term_stats(list(terms))
 
     def expand(self, retriever: str, setting: Mapping[str, Any], k: int, items: Sequence[tuple],
@@ -220,7 +244,7 @@ class ShardSearcher:
 
         self._follow()
         self._configure(options)
-        with self.index.snapshot() as s:
+        with self._view() as s:
             return s.retriever(retriever).expand(parse(dict(setting)), int(k), list(items), dict(dfs), int(docs))
 
     def configure(self, retriever: str, options: Mapping[str, Any]) -> List[str]:
@@ -232,17 +256,33 @@ class ShardSearcher:
 
     def fetch(self, docids: Sequence[str]) -> Dict[str, Tuple[str, str, dict]]:
         self._follow()
-        rows = self.index.docstore.get_many(list(docids))
+        with self._view() as s:
+            rows = s.docstore.get_many(list(docids))
         return {d: (r[1], r[2], r[3] or {}) for d, r in rows.items()}
 
     def get(self, docid: str):
         self._follow()
-        return self.index.get(docid)
+        with self._view() as s:
+            return s.get(docid)
 
     def count(self) -> int:
         """Live documents of the shard's generation (see :meth:`sync`)."""
         self._follow()
-        return len(self.index)
+        with self._view() as s:
+            return len(s)
+
+    def summary(self) -> Dict[str, Any]:
+        """This shard's part of a sharded index's description (:meth:`ShardedIndex.summary`): its
+        generation, live documents, sub-index entries (kind, documents, config), tuned pipelines and
+        its manifest's times."""
+        self._follow()
+        with self._view() as s:
+            m, n, gen = s.manifest, len(s), s.generation
+        subs = {name: {"kind": e.get("kind", ""), "doc_count": e.get("doc_count"), "config": e.get("config", {})}
+                for name, e in m.get("subindexes", {}).items()}
+        return {"shard": self.position, "folder": self.path.name, "generation": gen, "documents": n,
+                "subindexes": subs, "pipelines": {b: dict(v) for b, v in m.get("pipelines", {}).items()},
+                "created_at": m.get("created_at"), "updated_at": m.get("updated_at")}
 
     def close(self) -> None:
         self.index.close()

@@ -83,6 +83,80 @@ def test_runs_equal_the_single_folder_s(pair, small_corpus):
     assert [(h.docid, h.score, h.scores, h.ranks) for h in ra] == [(h.docid, h.score, h.scores, h.ranks) for h in rb]
 
 
+def _rows(hits):
+    return [(h.docid, h.score, h.title, h.text, h.metadata) for h in hits]
+
+
+def test_a_snapshot_and_the_docstore_answer_as_the_folder_s(pair, small_corpus):
+    """ShardedIndex.snapshot() and .docstore have Index's surface and answers: a snapshot's searches,
+    batch searches, explanations, documents, count, docstore rows (get, get_many, len) and description
+    equal the single folder's snapshot's on the same documents."""
+    from tests.retrieval.test_sharded_explain import assert_same
+
+    single, sharded, _base = pair
+    qs = _queries(small_corpus)
+    q = next(iter(qs.values()))
+    with single.snapshot() as a, sharded.snapshot() as b:
+        assert len(a) == len(b) == len(single)
+        for retriever in ("bm25", "bm25+dense"):
+            for flt in (None, {"shard": "odd"}):
+                assert _rows(a.search(q, k=8, retriever=retriever, filter=flt)) == \
+                    _rows(b.search(q, k=8, retriever=retriever, filter=flt)), (retriever, flt)
+        ra, rb = a.batch_search(qs, k=5, retriever="bm25+dense"), b.batch_search(qs, k=5, retriever="bm25+dense")
+        assert {k: _rows(v) for k, v in ra.items()} == {k: _rows(v) for k, v in rb.items()}
+        top = a.search(q, k=3, text=False)
+        assert_same(a.explain(q, top[1].docid, retriever="bm25+dense", depth=10),
+                    b.explain(q, top[1].docid, retriever="bm25+dense", depth=10))
+        ids = [h.docid for h in top] + ["no-such-doc"]
+        assert [b.get(d) for d in ids] == [a.get(d) for d in ids] and a.get(ids[0]) is not None
+        for x, y in ((a.docstore, b.docstore), (single.docstore, sharded.docstore)):
+            assert y.get(ids[0]) == x.get(ids[0]) and y.get("no-such-doc") is None
+            assert y.get_many(ids[::-1]) == x.get_many(ids[::-1]) and list(y.get_many(ids[::-1])) == ids[2::-1]
+            assert len(y) == len(x)
+        assert b.retrievers == a.retrievers and str(b.pipeline("bm25+dense")) == str(a.pipeline("bm25+dense"))
+        assert {n: e["doc_count"] for n, e in b.manifest["subindexes"].items()} == \
+            {n: len(a) for n in a.retrievers}
+        assert [x["documents"] for x in b.shards] == [s.count() for s in sharded.shards]
+        assert b.generation == sum(x["generation"] for x in b.shards)
+    from indexes.errors import InputError
+
+    with pytest.raises(InputError, match="closed"):
+        b.search(q)
+
+
+def test_a_snapshot_holds_one_commit_while_a_write_lands(pair, small_corpus, tmp_path):
+    """A sharded snapshot keeps reading the commit it was taken at while a write through the sharded
+    index deletes documents from both shards and adds one: its searches, count and documents are the
+    old commit's; the index itself, and a new snapshot, read the new one."""
+    import retrieval
+    from retrieval.sharded import write as sw
+    from retrieval.sharded.index import ShardedIndex
+
+    _single, _sharded, base = pair
+    shutil.copytree(base / "sharded", tmp_path / "SH")
+    q = next(iter(_queries(small_corpus).values()))
+    with ShardedIndex.open(tmp_path / "SH") as ix:
+        snap = ix.snapshot()
+        before, n = _rows(snap.search(q, k=10, retriever="bm25+dense")), len(snap)
+        gone = [r[0] for r in before[:4]]
+        assert {sh.shard_of(d, 2) for d in gone} == {0, 1}
+        sw.delete_documents(tmp_path / "SH", gone, quiet=True)
+        sw.write_documents(tmp_path / "SH", [retrieval.Document("new1", q, "new")], "add", quiet=True)
+        try:
+            assert len(ix) == n - 3 and ix.get("new1") is not None and ix.get(gone[0]) is None
+            assert gone[0] not in [h.docid for h in ix.search(q, k=10)]
+            assert _rows(snap.search(q, k=10, retriever="bm25+dense")) == before
+            assert len(snap) == len(snap.docstore) == n
+            assert snap.get("new1") is None and snap.docstore.get("new1") is None
+            assert [snap.get(d).docid for d in gone] == gone and list(snap.docstore.get_many(gone)) == gone
+            assert [h.docid for h in snap.batch_search({"q": q}, k=10, retriever="bm25+dense")["q"]] == [r[0] for r in before]
+            with ix.snapshot() as now:
+                assert len(now) == n - 3 and now.generation > snap.generation
+                assert now.docstore.get("new1")[1:3] == ("new", q)
+        finally:
+            snap.close()
+
+
 def test_rounds_are_left_out_where_they_change_nothing(pair, small_corpus):
     """Dense alone reads no statistics (no statistics round); an unfused search with text gets its texts
     with the shards' lists (no fetch round); BM25 keeps its statistics round and a fusion its fetch (one

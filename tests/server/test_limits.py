@@ -283,3 +283,36 @@ def test_batch_search_stream_answers_a_batch_over_the_budget_one_line_a_query(tm
         assert huge.status_code == 413
     finally:
         srv.stop()
+
+
+def test_a_chunked_body_over_the_limit_is_413_as_with_a_content_length(bm25_server):
+    """A body sent with ``Transfer-Encoding: chunked`` (no Content-Length: the server learns its size
+    only by reading it) over the 2 MiB limit of a search is refused with the 413 a Content-Length over
+    the limit gets, not FastAPI's 400 "error parsing the body"; a chunked body under the limit, and a
+    chunked document write (whose limit is 64 MiB), are answered as usual."""
+    import json
+
+    def chunked(data: bytes, size: int = 64 * 1024):
+        for i in range(0, len(data), size):
+            yield data[i:i + size]
+
+    def post(path, data: bytes):
+        return httpx.post(bm25_server.url + path, content=chunked(data), timeout=60,
+                          headers={**bm25_server.headers(), "content-type": "application/json"})
+
+    big = json.dumps({"query": Q, "k": 3, "filter": {"docid": {"in": ["x" * 100] * 30_000}}}).encode()
+    assert len(big) > 2 * 1024 * 1024
+    r = post("/v1/sf/search", big)
+    assert "request body over 2,097,152 bytes" in one_error(r, 413)
+    assert r.request.headers.get("transfer-encoding") == "chunked" and "content-length" not in r.request.headers
+    r = httpx.post(bm25_server.url + "/v1/sf/search", content=big, timeout=60,  # the same body, its length said
+                   headers={**bm25_server.headers(), "content-type": "application/json"})
+    assert "request body over 2,097,152 bytes" in one_error(r, 413)
+    r = post("/v1/sf/search", json.dumps({"query": Q, "k": 3, "text": False}).encode())
+    assert r.status_code == 200, r.text
+    assert [h["docid"] for h in r.json()["hits"]] == \
+        [h["docid"] for h in bm25_server.post("/v1/sf/search", {"query": Q, "k": 3, "text": False}).json()["hits"]]
+    r = post("/v1/sf/documents", json.dumps({"documents": [{"docid": "d", "text": "t" * (3 * 1024 * 1024)}]}).encode())
+    assert "--writable" in one_error(r, 403)  # past the gate's 2 MiB: a write may carry 64 MiB
+    r = post("/v1/sf/search", b"{not json")
+    one_error(r, 422)
