@@ -107,6 +107,45 @@ def compact_cmd(index_dir, quiet, nice):
         click.echo(f"compacted {index_dir}: {what} (generation {idx.generation}, {rep['seconds']} s)", err=True)
 
 
+@click.command("sync")
+@_index
+@click.option("--corpus", "corpus", required=True, type=click.Path(path_type=Path),
+              help="The folder of documents the index was built from (read with its chunking and globs).")
+@click.option("--dry-run", is_flag=True, help="List what would be added, updated and removed; change nothing.")
+@click.option("--threads", type=click.IntRange(1, 256), default=2, show_default=True, help="Indexing threads.")
+@params.executor_options
+@_quiet
+@params.nice_option
+def sync_cmd(index_dir, corpus, dry_run, threads, quiet, nice, executor):
+    """Bring an index built from a folder of documents in step with that folder, as one
+    generation: new files are added, changed ones (by content hash) replaced, removed ones
+    deleted with all their passages. Unchanged documents are not encoded again."""
+    from cli.index_cmds import document_warnings
+    from retrieval.sync import sync_index
+
+    lower_priority(nice)
+    with document_warnings():
+        rep = sync_index(index_dir, corpus, dry_run=dry_run, threads=threads, quiet=quiet, executor=executor)
+    counts = (f"{len(rep['added']):,} added, {len(rep['updated']):,} updated, {len(rep['removed']):,} removed, "
+              f"{rep['unchanged']:,} unchanged documents")
+    passages = f"{rep['passages_added']:,} passages to encode, {rep['passages_removed']:,} to remove"
+    if dry_run:
+        for what, sign in (("added", "+"), ("updated", "~"), ("removed", "-")):
+            for docid in rep[what]:
+                click.echo(f"{sign} {docid}")
+        click.echo(f"would be {counts} ({passages}); nothing changed (generation {rep['generation']})")
+        return
+    if not quiet:
+        if rep.get("pruned"):
+            click.echo(f"pruned {rep['pruned']:,} new passages below the folder's quality threshold", err=True)
+        if rep["added"] or rep["updated"] or rep["removed"]:
+            click.echo(f"synced {index_dir}: {counts} (generation {rep['generation']}); now {rep['passages']:,} "
+                       f"passages", err=True)
+        else:
+            click.echo(f"{index_dir} is in step: {counts}; nothing changed (generation {rep['generation']})",
+                       err=True)
+
+
 @click.command("check")
 @_index
 @click.option("--full", is_flag=True, help="Compare every id of every sub-index with the document store "

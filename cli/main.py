@@ -51,6 +51,7 @@ def _register():
         ("cli.live_cmds", "update_cmd", None, "update"),
         ("cli.live_cmds", "delete_cmd", None, "delete"),
         ("cli.live_cmds", "compact_cmd", None, "compact"),
+        ("cli.live_cmds", "sync_cmd", None, "sync"),
         ("cli.live_cmds", "check_cmd", None, "check"),
         ("cli.serve_cmds", "serve_cmd", None, "serve"),
         ("cli.serve_cmds", "mcp_cmd", None, "mcp"),

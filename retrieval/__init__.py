@@ -24,6 +24,9 @@ def __getattr__(name):
     if name in ("build_index", "index_corpus", "add_documents", "update_documents", "delete_documents", "compact"):
         from retrieval import writer as _writer
         return getattr(_writer, name)
+    if name == "sync_index":
+        from retrieval.sync import sync_index
+        return sync_index
     if name == "Client":
         from retrieval.client import Client
         return Client
@@ -34,5 +37,5 @@ def __getattr__(name):
 
 
 __all__ = ["Document", "Query", "Hit", "open_index", "build_index", "index_corpus", "add_documents",
-           "update_documents", "delete_documents", "compact", "Index",
+           "update_documents", "delete_documents", "compact", "sync_index", "Index",
            "read_corpus", "read_queries", "Client", "RetrError", "FilterWarning", "InputError", "IndexFormatError"]
