@@ -1,5 +1,7 @@
-"""Retrievers for RAG frameworks, over an :class:`retrieval.index.Index` or a
-:class:`retrieval.client.Client` (anything with ``search(query, k=..., ...)`` returning Hits):
+"""Retrievers for RAG frameworks, over an index folder's path (opened with :func:`retrieval.open_index`),
+an :class:`retrieval.index.Index`, a sharded index or a :class:`retrieval.client.Client` (anything with
+``search(query, k=..., ...)`` returning Hits); a source of another type, or a ``k`` that is not a
+positive integer, is refused when the retriever is made:
 
 - :mod:`retrieval.integrations.langchain`: ``RetrRetriever`` (LangChain, ``retr[langchain]``);
 - :mod:`retrieval.integrations.llama_index`: ``RetrRetriever`` (LlamaIndex, ``retr[llamaindex]``).
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from os import PathLike
 from typing import Any, Dict, List, Optional
 
 #: metadata keys that describe the ranking, not the document: kept out of what an LLM sees (a prompt that shows
@@ -32,14 +35,35 @@ def hit_metadata(hit, retriever: str) -> Dict[str, Any]:
             "title": hit.title}
 
 
+def open_source(index: Any, needs: str = "search"):
+    """What a retriever searches: an index folder path (a ``str`` or ``PathLike``; a sharded index's
+    folder too) opened with :func:`retrieval.open_index`; an Index, Snapshot, sharded index or Client
+    (anything with a ``needs`` method) as it is; anything else refused here, at construction, rather
+    than with an AttributeError at the first search."""
+    if isinstance(index, (str, PathLike)):
+        import retrieval
+
+        return retrieval.open_index(index)
+    if not callable(getattr(index, needs, None)):
+        raise TypeError(f"a retriever takes an index path, a retrieval.Index (or a sharded index) or a "
+                        f"retrieval.Client, got {type(index).__name__}")
+    return index
+
+
+def check_k(k: Any) -> int:
+    """``k`` as given when it is a positive integer (``True`` is not), else one ValueError."""
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise ValueError(f"k must be a positive integer, got {k!r}")
+    return k
+
+
 def search_options(k: int, retriever: str, fusion: Optional[str], filter: Optional[dict],
                    search_kwargs: Optional[dict], call_kwargs: Optional[dict] = None) -> Dict[str, Any]:
     """The ``search`` keyword arguments: the fields, then ``search_kwargs``, then the call's own."""
     opts: Dict[str, Any] = {"k": k, "retriever": retriever, "fusion": fusion, "filter": filter}
     opts.update(search_kwargs or {})
     opts.update(call_kwargs or {})
-    if not isinstance(opts["k"], int) or isinstance(opts["k"], bool) or opts["k"] < 1:
-        raise ValueError(f"k must be a positive integer, got {opts['k']!r}")
+    check_k(opts["k"])
     opts["text"] = True
     return opts
 

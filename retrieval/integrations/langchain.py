@@ -1,10 +1,11 @@
-"""LangChain retriever over a retr ``Index`` or ``Client``::
+"""LangChain retriever over a retr index path, ``Index`` or ``Client``::
 
     from retrieval.integrations.langchain import RetrRetriever
     r = RetrRetriever(index=retrieval.Client("http://127.0.0.1:8080"), k=5, retriever="bm25+dense")
     docs = r.invoke("does aspirin prevent colorectal cancer")   # langchain_core Documents
     docs = r.invoke("statins", k=2, filter={"year": {"gte": 2000}})   # per call, as LangChain passes kwargs
     r = RetrRetriever(index=idx, search_kwargs={"k": 2, "depth": 200})  # as VectorStoreRetriever takes them
+    r = RetrRetriever(index="IDX")                                       # a folder path is opened
 
 ``page_content`` is the passage text (title first when ``with_title``); ``id`` the docid;
 ``metadata`` as described in :mod:`retrieval.integrations` (so are the search options: the fields,
@@ -18,16 +19,16 @@ from typing import Any, Dict, List, Optional
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, field_validator
 
-from retrieval.integrations import arun_search, hit_metadata, run_search, search_options
+from retrieval.integrations import arun_search, check_k, hit_metadata, open_source, run_search, search_options
 from retrieval.kinds import PRIMARY
 
 _LANGCHAIN_ONLY = ("verbose",)  # invoke() keyword arguments LangChain itself reads
 
 
 class RetrRetriever(BaseRetriever):
-    index: Any = Field(description="A retrieval.Index or retrieval.Client")
+    index: Any = Field(description="An index folder's path, a retrieval.Index (or sharded index) or a retrieval.Client")
     k: int = 4
     retriever: str = PRIMARY
     fusion: Optional[str] = None
@@ -38,6 +39,17 @@ class RetrRetriever(BaseRetriever):
                                                       "they override the fields")
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    # "before": a path is opened, and k checked as given (pydantic's own int would take 2.0 or "2")
+    @field_validator("index", mode="before")
+    @classmethod
+    def _open_index(cls, v: Any) -> Any:
+        return open_source(v)
+
+    @field_validator("k", mode="before")
+    @classmethod
+    def _check_k(cls, v: Any) -> int:
+        return check_k(v)
 
     def _options(self, kwargs: Dict[str, Any]) -> Dict[str, Any]:
         call = {key: v for key, v in kwargs.items() if key not in _LANGCHAIN_ONLY}

@@ -1,7 +1,7 @@
-"""LlamaIndex retriever over a retr ``Index`` or ``Client``::
+"""LlamaIndex retriever over a retr index path, ``Index`` or ``Client``::
 
     from retrieval.integrations.llama_index import RetrRetriever
-    r = RetrRetriever(retrieval.open_index("IDX"), k=5, retriever="bm25")
+    r = RetrRetriever("IDX", k=5, retriever="bm25")             # or retrieval.open_index("IDX"), a Client
     nodes = r.retrieve("does aspirin prevent colorectal cancer")   # NodeWithScore list
     nodes = await r.aretrieve("statins")                          # without blocking the event loop
 
@@ -14,20 +14,23 @@ an in-process ``Index`` in a worker thread.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from os import PathLike
+from typing import Any, Dict, List, Optional, Union
 
 from llama_index.core.retrievers import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
-from retrieval.integrations import RANKING_KEYS, arun_search, hit_metadata, run_search, search_options
+from retrieval.integrations import RANKING_KEYS, arun_search, check_k, hit_metadata, open_source, run_search, search_options
 from retrieval.kinds import PRIMARY
 
 
 class RetrRetriever(BaseRetriever):
-    def __init__(self, index: Any, k: int = 4, retriever: str = PRIMARY, fusion: Optional[str] = None,
+    def __init__(self, index: Union[str, PathLike, Any], k: int = 4, retriever: str = PRIMARY, fusion: Optional[str] = None,
                  filter: Optional[Dict[str, Any]] = None, search_kwargs: Optional[Dict[str, Any]] = None, **kwargs):
         super().__init__(**kwargs)
-        self.index, self.k, self.retriever, self.fusion = index, k, retriever, fusion
+        self.k = check_k(k)
+        self.index = open_source(index)
+        self.retriever, self.fusion = retriever, fusion
         self.filter, self.search_kwargs = filter, dict(search_kwargs or {})
 
     def _options(self) -> Dict[str, Any]:

@@ -27,21 +27,10 @@ from typing import Any, Dict, List, Optional, Union
 import pyterrier as pt
 
 from retrieval.frames import TEXT_COLUMNS
+from retrieval.integrations import check_k, open_source
 from retrieval.kinds import PRIMARY
 
 RESULT_COLUMNS = ["docno", "score", "rank"]
-
-
-def _source(index: Any):
-    """An Index, Snapshot or Client (anything with ``batch_search``) as it is; a path opened."""
-    if isinstance(index, (str, PathLike)):
-        from retrieval.index import open_index
-
-        return open_index(index)
-    if not hasattr(index, "batch_search"):
-        raise TypeError(f"RetrRetriever takes an index path, a retrieval.Index or a retrieval.Client, "
-                        f"got {type(index).__name__}")
-    return index
 
 
 class RetrRetriever(pt.Transformer):
@@ -53,10 +42,9 @@ class RetrRetriever(pt.Transformer):
     def __init__(self, index: Union[str, PathLike, Any], retriever: str = PRIMARY, k: int = 1000,
                  fusion: Optional[str] = None, filter: Optional[Dict[str, Any]] = None, text: bool = False,
                  threads: int = 1, search_kwargs: Optional[Dict[str, Any]] = None):
-        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-            raise ValueError(f"k must be a positive integer, got {k!r}")
-        self.index = _source(index)
-        self.retriever, self.k, self.fusion, self.filter = retriever, k, fusion, filter
+        self.k = check_k(k)
+        self.index = open_source(index, "batch_search")
+        self.retriever, self.fusion, self.filter = retriever, fusion, filter
         self.text, self.threads, self.search_kwargs = text, threads, dict(search_kwargs or {})
 
     def __repr__(self) -> str:

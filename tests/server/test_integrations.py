@@ -211,3 +211,45 @@ def test_llama_index_keeps_scores_out_of_the_prompt(meta_dense_index):
         assert "score" not in llm and "rank:" not in llm and n.node.node_id in llm
         emb = n.node.get_content(metadata_mode=MetadataMode.EMBED)
         assert "score" not in emb and "rank:" not in emb
+
+
+def test_retrievers_take_a_path_an_index_or_a_sharded_index(small_index, small_corpus, tmp_path):
+    """A folder path (str or Path) is opened at construction, as PyTerrier's retriever does; a sharded
+    index and an open Index are taken as they are; anything else is refused at construction."""
+    from pathlib import Path
+
+    from retrieval.integrations.langchain import RetrRetriever as LC
+    from retrieval.integrations.llama_index import RetrRetriever as LI
+    from retrieval.sharded.write import build_sharded
+
+    want = [h.docid for h in small_index.search(Q[0], k=3)]
+    path = small_index.path
+    for src in (str(path), Path(path), small_index):
+        assert [d.id for d in LC(index=src, k=3).invoke(Q[0])] == want
+        assert [n.node.node_id for n in LI(src, k=3).retrieve(Q[0])] == want
+    sharded = build_sharded(small_corpus, tmp_path / "S", 2, quiet=True)
+    sharded.close()
+    lc, li = LC(index=str(tmp_path / "S"), k=3), LI(tmp_path / "S", k=3)
+    assert type(lc.index).__name__ == type(li.index).__name__ == "ShardedIndex"
+    # the same 400 passages split over two shards: the same top three documents
+    assert {d.id for d in lc.invoke(Q[0])} == {n.node.node_id for n in li.retrieve(Q[0])} == set(want)
+    for bad in (42, object(), ["IDX"]):
+        with pytest.raises(TypeError, match="index path"):
+            LC(index=bad)
+        with pytest.raises(TypeError, match="index path"):
+            LI(bad)
+    with pytest.raises(retrieval.RetrError):
+        LC(index=str(tmp_path / "nothing-here"))
+
+
+@pytest.mark.parametrize("k", [0, -3, 2.0, "4", True, None])
+def test_retrievers_refuse_a_bad_k_at_construction(k, small_index):
+    from pydantic import ValidationError
+
+    from retrieval.integrations.langchain import RetrRetriever as LC
+    from retrieval.integrations.llama_index import RetrRetriever as LI
+
+    with pytest.raises(ValidationError, match="k must be a positive integer"):
+        LC(index=small_index, k=k)
+    with pytest.raises(ValueError, match="k must be a positive integer"):
+        LI(small_index, k=k)
