@@ -388,7 +388,7 @@ class Evaluator:
         empty = sorted(q for q in qrels.keys() - table.keys() if qrels[q])
         self.skipped = empty if self.empty == "skip" else []
         if self.skipped:
-            warnings.warn(SkippedQueries(len(self.skipped)), stacklevel=2)
+            warnings.warn(SkippedQueries.of(len(self.skipped)), stacklevel=2)
         elif empty:
             for q in empty:  # trec_eval -c: a query without results scores 0 (NumRel still counts judgments)
                 table[q] = {text: float(sum(g >= ir.params["rel"] for g in qrels[q].values()))
