@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import statistics
 import time
 
@@ -20,8 +19,8 @@ from common import COLLECTIONS, RESULTS, bench_index, by_name, machine, md_table
 
 from eval import evaluate
 from eval.significance import compare
-from retrieval.fusion import DEFAULT_FUSION, Fusion, Pipeline, fuse, list_confidences
-from retrieval.tune import candidates
+from retrieval.fusion import DEFAULT_FUSION, Fusion, Pipeline, list_confidences
+from retrieval import tune
 
 MEASURES = ["nDCG@10", "R@100", "R@1000"]
 RESULTS_JSON = RESULTS / "hybrid.json"
@@ -40,16 +39,12 @@ def lists_for(idx, qs):
 
 
 def fused_run(lists, qids, f: Fusion):
-    return {q: {d: s for d, s, _ in fuse({n: lists[n][q] for n in NAMES}, f, lists["conf"][q])[:DEPTH]}
-            for q in qids}
+    return tune.fused_run({n: lists[n] for n in NAMES}, lists["conf"], qids, f, DEPTH)
 
 
 def best_fusion(lists, qrels, qids):
-    grid = candidates(NAMES)
-    q = {x: qrels[x] for x in qids}
-    vals = [evaluate(q, fused_run(lists, qids, f), ["nDCG@10"])["nDCG@10"] for f in grid]
-    i = max(range(len(grid)), key=vals.__getitem__)
-    return grid[i], vals[i]
+    f, v, _ = tune.best_fusion({n: lists[n] for n in NAMES}, lists["conf"], qrels, qids, "nDCG@10", DEPTH)
+    return f, v
 
 
 def per_query(qrels, run):
@@ -76,10 +71,7 @@ def effectiveness(col):
         runs["tuned"] = fused_run(lists, qids, f)
         tuned_note.append(f"{f} (train nDCG@10 {v:.4f}, {len(tq)} queries of {'+'.join(TRAIN[col.name])})")
     else:
-        rng = random.Random(0)
-        shuffled = qids[:]
-        rng.shuffle(shuffled)
-        folds = [shuffled[::2], shuffled[1::2]]
+        folds = tune.split_folds(qids, 2, seed=0)  # as `retr tune --folds 2` (retrieval.tune.cross_validate)
         runs["tuned"] = {}
         for a, b in ((0, 1), (1, 0)):
             f, v = best_fusion(lists, qrels, folds[a])

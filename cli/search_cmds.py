@@ -163,6 +163,24 @@ def _clip(s: str, n: int) -> str:
 
 
 # ---------------------------------------------------------------------- tune
+def _cross_validate(idx, queries, qrels, folds, seed, retriever, metric, depth, threads, quiet):
+    from indexes.errors import ParameterError
+    from retrieval.tune import cross_validate
+
+    try:
+        rep = cross_validate(idx, queries, qrels, folds, retriever=retriever, metric=metric, depth=depth,
+                             threads=threads, seed=seed, quiet=quiet)
+    except ParameterError as e:
+        raise e.renamed({"folds": "--folds"}) from None
+    for f in rep["folds"]:
+        click.echo(f"fold {f['fold']}/{folds}: {f['spec']} chosen on {f['train_queries']} queries "
+                   f"({metric} {f['train_value']:.4f}); held out {f['queries']} queries: {metric} {f['value']:.4f}")
+    singles = ", ".join(f"{n} {v:.4f}" for n, v in rep["single"].items())
+    click.echo(f"cross-validated {metric} {rep['value']:.4f} on {rep['queries']} queries, each scored by the fusion "
+               f"chosen without it (single: {singles})")
+    click.echo("nothing stored: every fold's choice was made on these judgments", err=True)
+
+
 @click.command("tune")
 @click.option("--index", "index_dir", required=True, type=click.Path(path_type=Path), help="Index folder.")
 @click.option("--queries", required=True, type=click.Path(path_type=Path), help="Training queries.")
@@ -173,17 +191,26 @@ def _clip(s: str, n: int) -> str:
               help="Candidates per retriever while tuning (use the depth you will search with).")
 @click.option("--threads", type=click.IntRange(1, 256), default=2, show_default=True)
 @click.option("--dry-run", is_flag=True, help="Report the best fusion without storing it in the index.")
+@click.option("--folds", type=click.IntRange(min=2), default=None,
+              help="Cross-validate instead, for qrels that are test judgments only (Cranfield, Vaswani): choose "
+                   "the fusion on all folds but one and score it on that one, for each fold; reports each fold "
+                   "and stores nothing.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Shuffle of the queries into --folds folds.")
 @click.option("--allow-test-qrels", is_flag=True, hidden=True)
 @click.option("--quiet", "-q", is_flag=True)
-def tune_cmd(index_dir, queries, qrels, retriever, metric, depth, threads, dry_run, allow_test_qrels, quiet):
+def tune_cmd(index_dir, queries, qrels, retriever, metric, depth, threads, dry_run, folds, seed, allow_test_qrels,
+             quiet):
     """Choose the fusion of RETRIEVERS on training queries and store it as the
-    index's default for that combination."""
+    index's default for that combination (or, with --folds, cross-validate it)."""
     from retrieval.datasets.qrels import read_qrels
     from retrieval.collections import read_queries
     from retrieval.sharded.index import open_index  # a folder or a sharded index (every shard stores it)
     from retrieval.tune import tune
 
     idx = open_index(index_dir)
+    if folds is not None:
+        return _cross_validate(idx, read_queries(queries), read_qrels(qrels), folds, seed, retriever, metric, depth,
+                               threads, quiet)
     rep = tune(idx, read_queries(queries), read_qrels(qrels), retriever=retriever, metric=metric, depth=depth,
                threads=threads, qrels_path=str(qrels), allow_test=allow_test_qrels, save=not dry_run, quiet=quiet)
     singles = ", ".join(f"{n} {v:.4f}" for n, v in rep["single"].items())

