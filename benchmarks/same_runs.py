@@ -2,7 +2,8 @@
 
 Builds one SciFact folder with every kind (BM25, dense MiniLM, DeepCT on SPLADE-tiny's body),
 writes the test queries' runs of BM25, dense, DeepCT, DeepCT-Query, bm25+dense (the untuned
-default fusion) and bm25+deepct at k=1000, and records each TREC file's sha256. Run it on the
+default fusion) and bm25+deepct at k=1000, the BM25, dense and bm25+dense runs of the same corpus
+built as a 3-shard folder, and records each TREC file's sha256. Run it on the
 commit before a refactor and on the one after, then compare:
 
     .venv/bin/python benchmarks/same_runs.py --out work/same/before     # on the old commit
@@ -24,7 +25,14 @@ from pathlib import Path
 
 from common import DATA, ROOT
 
-RUNS = ["bm25", "dense", "deepct", "deepct-query", "bm25+dense", "bm25+deepct"]
+SINGLE = ["bm25", "dense", "deepct", "deepct-query", "bm25+dense", "bm25+deepct"]
+# the same corpus split into 3 shards (BM25 and dense): the sharded search path's runs
+SHARDED = ["bm25", "dense", "bm25+dense"]
+RUNS = SINGLE + [f"3-shard {s}" for s in SHARDED]
+
+
+def run_name(spec: str) -> str:
+    return spec.replace("+", "_").replace(" ", "_").replace("-shard", "shard")
 
 
 def retr(*args) -> None:
@@ -45,11 +53,15 @@ def make(out: Path, model: Path | None) -> dict:
                  "--seed", "13")
     idx = out / "IDX"
     retr("index", "--corpus", sf, "--index", idx, "--overwrite", "--threads", "1", "--dense", "--deepct", model, "-q")
+    sharded = out / "IDX3"
+    retr("index", "--corpus", sf, "--index", sharded, "--shards", "3", "--overwrite", "--threads", "1", "--dense",
+         "-q")
     digests = {}
     for spec in RUNS:
-        run = out / f"{spec.replace('+', '_')}.trec"
-        retr("search", "--index", idx, "--queries", sf / "queries.jsonl", "--qrels", sf / "qrels" / "test.tsv",
-             "--retriever", spec, "--k", "1000", "-o", run, "-q")
+        folder, retriever = (sharded, spec.split(" ", 1)[1]) if spec.startswith("3-shard ") else (idx, spec)
+        run = out / f"{run_name(spec)}.trec"
+        retr("search", "--index", folder, "--queries", sf / "queries.jsonl", "--qrels", sf / "qrels" / "test.tsv",
+             "--retriever", retriever, "--k", "1000", "-o", run, "-q")
         digests[spec] = hashlib.sha256(run.read_bytes()).hexdigest()
     (out / "digests.json").write_text(json.dumps(digests, indent=2) + "\n")
     head = subprocess.run(["git", "log", "-1", "--format=%h %s"], cwd=ROOT, capture_output=True, text=True).stdout
@@ -73,7 +85,7 @@ def compare(a: Path, b: Path, write: bool = False) -> int:
             "# Same runs before and after a refactor", "",
             f"`benchmarks/same_runs.py` on {machine()['date']}: SciFact's 300 test queries at k=1000, one folder "
             "built with --threads 1 by each checkout (BM25, dense MiniLM, DeepCT on SPLADE-tiny trained once), "
-            "TREC files compared by sha256.", "",
+            "and the same corpus as a 3-shard folder (BM25 and dense); TREC files compared by sha256.", "",
             f"before: {commits[a.name]}; after: {commits[b.name]}", "",
             md_table(["run", "result", "before sha256", "after sha256"], rows), ""])
         write_results("same_runs", {"machine": machine(), "commits": commits, "before": da, "after": db,
