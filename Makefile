@@ -7,7 +7,7 @@ BIN = $(VENV)/bin
 RETR_DATA ?= ../shared/datasets
 WORK ?= work
 
-.PHONY: install demo test bench java clean browser
+.PHONY: install demo docs test bench java clean browser
 
 # Order matters (../shared/ENVIRONMENT.md): the CPU torch wheel first, so that
 # nothing later pulls a multi-GB CUDA build; then the pinned lock file (Java 21
@@ -46,6 +46,11 @@ PYTEST_ARGS ?=
 test: install browser
 	RETR_BROWSER_REQUIRED=1 $(BIN)/python -m pytest -q tests $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
 
+# The documentation site (docs/, mkdocs.yml) into site/: offline, and --strict, so a broken link or reference
+# fails the build (tests/test_docs.py builds it the same way).
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 bench: install
 	$(BIN)/python benchmarks/run_all.py
 
@@ -55,4 +60,4 @@ java: install
 	$(BIN)/python -m indexes.helperjar build
 
 clean:
-	rm -rf $(WORK)
+	rm -rf $(WORK) site
