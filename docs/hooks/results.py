@@ -35,6 +35,8 @@ def on_files(files, config, **kwargs):
         first, _, rest = text.partition("\n")
         body = f"{first}\n\n{head}{rest}" if first.startswith("# ") else head + text
         files.append(File.generated(config, f"results/bench/{stem}.md", content=body))
+    for png in sorted((RESULTS / "screenshots").glob("*.png")):   # the pictures the task pages show
+        files.append(File.generated(config, f"assets/{png.name}", abs_src_path=str(png)))
     for png in sorted(RESULTS.glob("*.png")):
         files.append(File.generated(config, f"results/bench/{png.name}", abs_src_path=str(png)))
     return files
