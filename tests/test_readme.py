@@ -2,7 +2,8 @@
 
 Every fenced ```python block of README.md is one test, run in README order, each in its own Python
 process whose working directory stands in for a reader's: a small SciFact slice with metadata as
-``corpus.jsonl``, ``NEW_DOCS.jsonl`` (ten more passages), ``queries.jsonl``, ``qrels/train.tsv``, a
+``corpus.jsonl``, ``NEW_DOCS.jsonl`` (ten more passages), ``queries.jsonl``, ``qrels/train.tsv``, ``notes/``
+(three Markdown and text files of the reader's own), a
 BM25 + dense index folder ``IDX`` built from it, a ``token`` file; for a block that names ``"MODEL"``,
 a DeepCT model trained there in seconds (``retr train deepct --base splade-tiny``, 2 epochs: the
 README's placeholder for "a trained DeepCT model"); and for the serving examples, a real
@@ -36,6 +37,12 @@ FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.S | re.M)
 MARKER = re.compile(r"<!--\s*readme-test:((?:(?!-->).)*)-->\s*\Z", re.S)   # the comment right before
 SKIP = re.compile(r"skip\s*\((.+)\)\s*\Z", re.S)
 PORT = "127.0.0.1:8080"   # the README's example server
+NOTES = {   # notes/: a few files of a reader's own, as the README's first section indexes them
+    "router.md": "# Router\n\nTo reset the router, hold the reset button for ten seconds until the lights blink.\n"
+                 "Then connect again with the password printed under the device.\n",
+    "dogs.md": "# Dog training\n\nReward the dog at once when it sits. Short sessions work best, twice a day.\n",
+    "garden.txt": "Tomatoes want sun, deep watering twice a week and a stake once the first fruit sets.\n",
+}
 
 
 def blocks(text: str):
@@ -98,6 +105,10 @@ def workdir(tmp_path_factory, small_dense_index):
     (wd / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join("\t".join(q) + "\n"
                                                                                     for q in qrels))
     (wd / "token").write_text("readme-test-token-0123456789abcdef\n")
+    notes = wd / "notes"   # the README's folder of the reader's own files (retr index --corpus notes/)
+    notes.mkdir()
+    for name, text in NOTES.items():
+        (notes / name).write_text(text, encoding="utf-8")
     idx = retrieval.build_index(wd / "corpus.jsonl", wd / "IDX", quiet=True, subindexes={"dense": DenseSpec()},
                                 precomputed=encoded_by(small_dense_index))
     assert idx.manifest["subindexes"]["dense"]["vectors_from"] != "encoded"
