@@ -60,3 +60,13 @@ def on_page_markdown(markdown, page, config, files, **kwargs):
     if missing:
         markdown += "\n## Other names\n\n" + "".join(f"::: {ident}\n\n" for ident in missing)
     return markdown
+
+
+ROLE = __import__("re").compile(r":(?:py:)?(?:meth|attr|class|func|mod|data|exc|obj|const):(?=<code>)")
+
+
+def on_page_content(html, page, config, files, **kwargs):
+    """Docstrings name objects with Sphinx roles (:meth:`refresh`); the reference shows the name alone."""
+    if page.file.src_uri.startswith("reference/"):
+        return ROLE.sub("", html)
+    return html
