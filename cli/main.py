@@ -15,12 +15,13 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
 def _known_errors():
+    """The error classes that become one line. eval's is looked up only if eval was imported: a command
+    that never touched the evaluator cannot raise it, and importing eval (numpy, ir_measures) would cost
+    every one-off `retr search` about 0.1 s."""
     errs = [RetrError]
-    try:
-        from eval.errors import EvalError
-        errs.append(EvalError)
-    except ImportError:  # pragma: no cover - eval not installed
-        pass
+    ev = sys.modules.get("eval.errors")
+    if ev is not None:
+        errs.append(ev.EvalError)
     return tuple(errs)
 
 
@@ -85,7 +86,6 @@ def main(argv=None) -> int:
     """Entry point: every known error becomes one line on stderr and exit code 2."""
     import signal
 
-    errors = _known_errors()
     try:
         signal.signal(signal.SIGTERM, _on_sigterm)
     except ValueError:  # not the main thread (main() called from a thread)
@@ -119,7 +119,7 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         click.echo("retr: interrupted", err=True)
         return 130
-    except errors as e:
+    except _known_errors() as e:
         click.echo(f"retr: error: {e}", err=True)
         return 2
     except OSError as e:  # what the library does not name itself (a full disk, a read-only mount, ...)

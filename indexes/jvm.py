@@ -69,7 +69,7 @@ def start() -> None:
             # -Xrs: the JVM installs no handlers for SIGTERM/SIGINT/SIGHUP, which would replace
             # Python's (the CLI's clean-up on Ctrl-C or SIGTERM would then never run: the JVM
             # exited 143/130 and left the change's folders and rows behind).
-            jnius_config.add_options(f"-Xmx{java_heap()}", "-Xrs")
+            jnius_config.add_options(f"-Xmx{java_heap()}", "-Xrs", *_search_archive_options())
             jnius_config.set_classpath(anserini_jar(), helperjar.jar_path())
         import jnius  # (starts the JVM)
 
@@ -80,6 +80,24 @@ def start() -> None:
         # open; silence JUL so search output stays clean.
         jnius.autoclass("java.util.logging.LogManager").getLogManager().reset()
         _started = True
+
+
+def _search_archive_options() -> List[str]:
+    """Map the indexer's class archive (below) in this process's JVM too, when there is one: its
+    classes (Lucene's, Anserini's) are most of what opening an index loads, and mapping them halved
+    the time a one-off `retr search` spends opening its Lucene index (benchmarks/results/startup.md).
+    The archive lists the Anserini jar alone, a prefix of this JVM's class path, so it applies; a
+    JVM that finds it unusable runs without it, and says nothing (-Xlog:cds off: the search's
+    output stays clean). RETR_JVM_CDS=0 turns it off here too."""
+    if os.environ.get("RETR_JVM_CDS", "1") == "0":
+        return []
+    try:
+        path = class_archive()
+        if not path.is_file():
+            return []
+    except OSError:
+        return []
+    return [f"-XX:SharedArchiveFile={path}", "-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
 
 
 def _check_foreign_jvm(jnius) -> None:

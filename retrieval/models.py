@@ -180,6 +180,47 @@ def torch_threads(n: Optional[int]):
                 torch.set_num_threads(_threads_held["before"])
 
 
+QUERY_THREADS_ENV = "RETR_QUERY_THREADS"
+QUERY_BATCH = 64  # at most this many texts count as query-time encoding (one encoder batch)
+_query_policy = {"applied": False, "default": None}
+
+
+def query_threads() -> Optional[int]:
+    """torch's intra-op threads for encoding queries at search time: ``RETR_QUERY_THREADS`` (a count),
+    else None, torch's default (as many as the cores it sees). Measured on 2 shared cores
+    (benchmarks/results/startup.md), warm hybrid searches were as fast or faster on torch's default
+    than on one thread, alone and four at a time, and twice as fast on it under heavy machine load;
+    one thread per search did not pay, so it is the override, not the default."""
+    raw = os.environ.get(QUERY_THREADS_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        n = int(raw)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise InputError(f"{QUERY_THREADS_ENV}={raw!r} is not a number of threads (0: torch's default)")
+    return n or None
+
+
+def apply_query_threads() -> Optional[int]:
+    """Set :func:`query_threads` for the process when a query encoder is first used (in-process and
+    in ``retr serve`` alike), once: torch's pool is process-wide, and setting it around each query
+    instead cost more than the encoding (14 -> 32 ms a query, resizing the pool twice). Returns
+    torch's thread count from before, for work that wants it back (:func:`torch_threads`), e.g. a
+    query file encoded in batches."""
+    import torch
+
+    with _THREADS_LOCK:
+        if not _query_policy["applied"]:
+            _query_policy["default"] = torch.get_num_threads()
+            n = query_threads()
+            if n and n != torch.get_num_threads() and _threads_held["count"] == 0:
+                torch.set_num_threads(n)
+            _query_policy["applied"] = True
+        return _query_policy["default"]
+
+
 def restores_torch_settings(fn):
     """``fn`` (a training entry point that sets threads and deterministic algorithms for its run)
     leaves torch's thread count and deterministic-algorithms mode as it found them."""

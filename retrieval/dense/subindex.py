@@ -326,7 +326,14 @@ class DenseRetriever(RetrieverBase):
         return self._encoder
 
     def encode_queries(self, texts: Sequence[str]):
-        return self.encoder.encode(list(texts), quiet=True).astype("float32", copy=False)
+        from retrieval.models import QUERY_BATCH, apply_query_threads, torch_threads
+
+        texts = list(texts)
+        encoder = self.encoder
+        default = apply_query_threads()  # the query-time thread policy (once per process)
+        # more than a batch of queries (a query file) encodes on torch's own thread count
+        with torch_threads(default if len(texts) > QUERY_BATCH else None):
+            return encoder.encode(texts, quiet=True).astype("float32", copy=False)
 
     def search_vectors(self, vectors, k: int, allowed=None) -> List[Scored]:
         """``allowed`` (a filter's documents): the first ``k`` of them in each ranking. A faiss
