@@ -53,7 +53,19 @@ def api_identifiers():
     return out
 
 
+def results_list() -> str:
+    """One link per benchmark result, titled by its first heading: a new result is never left unlisted."""
+    lines = []
+    for stem, text in pages():
+        first = text.partition("\n")[0]
+        title = first[2:].strip() if first.startswith("# ") else stem
+        lines.append(f"- [{stem}](bench/{stem}.md): {title}")
+    return "\n".join(lines) + "\n"
+
+
 def on_page_markdown(markdown, page, config, files, **kwargs):
+    if page.file.src_uri == "results/index.md":
+        return markdown.replace("<!-- results-list -->\n", results_list())
     if page.file.src_uri != "reference/api.md":
         return markdown
     missing = [ident for ident in api_identifiers().values() if f"::: {ident}\n" not in markdown + "\n"]
