@@ -148,24 +148,15 @@ def add_cmd(index_dir, corpus, threads, empty, quiet, nice, executor):
     """Add documents to every sub-index of an existing folder (all or nothing).
     A folder pruned by passage quality scores them first and adds those that
     reach its threshold."""
-    from cli import sharded_cmds
-    from cli.live_cmds import lower_priority
-    from retrieval.writer import add_documents
+    from cli.live_cmds import lower_priority, write_options
+    from cli.outcomes import echo_change
+    from retrieval import ops
 
     lower_priority(nice)
-    if sharded_cmds.is_sharded(index_dir):
-        with params.flags({"empty=skip": "--empty skip"}):
-            return sharded_cmds.write(index_dir, corpus, "add", threads, empty, quiet, executor)
-    rep: dict = {}
     with params.flags({"empty=skip": "--empty skip"}), document_warnings():
-        idx = add_documents(index_dir, corpus, threads=threads, empty=empty, quiet=quiet, report=rep,
-                            executor=executor)
+        out = ops.add(index_dir, corpus, write_options(threads, empty, quiet, executor))
     if not quiet:
-        if rep["pruned"]:
-            click.echo(f"pruned {rep['pruned']:,} of {rep['read']:,} new documents below the folder's quality "
-                       f"threshold", err=True)
-        click.echo(f"added {rep['added']:,} documents to {index_dir} ({', '.join(idx.retrievers)}; generation "
-                   f"{idx.generation}); now {len(idx):,}", err=True)
+        echo_change(index_dir, out)
 
 
 # ---------------------------------------------------------------------- info
@@ -175,14 +166,14 @@ def add_cmd(index_dir, corpus, threads, empty, quiet, nice, executor):
 def info_cmd(index_dir, as_json):
     """Summarise an index folder: documents, sub-indexes, sizes, versions."""
     from cli import sharded_cmds
-    from retrieval.index import open_index
+    from retrieval import ops
 
-    if sharded_cmds.is_sharded(index_dir):
-        return sharded_cmds.info(index_dir, as_json)
-    info = open_index(index_dir).info()
+    info = ops.info(index_dir)
     if as_json:
         click.echo(json.dumps(info, indent=2))
         return
+    if info.get("sharded"):
+        return sharded_cmds.info(info)
     click.echo(f"index      {info['path']}")
     click.echo(f"documents  {info['documents']:,}   (source: {info['corpus'].get('source')})")
     click.echo(f"created    {info['created_at']}   (generation {info['generation']}, updated {info['updated_at']})")

@@ -13,6 +13,13 @@ _index = click.option("--index", "index_dir", required=True, type=click.Path(pat
 _quiet = click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 
 
+def write_options(threads: int, empty: str, quiet: bool, executor, missing_ok: bool = False):
+    """The command's options of a change (:class:`retrieval.ops.WriteOptions`)."""
+    from retrieval.ops import WriteOptions
+
+    return WriteOptions(threads=threads, empty=empty, quiet=quiet, executor=executor, missing_ok=missing_ok)
+
+
 def lower_priority(n: int) -> None:
     """This process (and the Java indexer it starts) yields the CPU to searches."""
     import os
@@ -37,25 +44,15 @@ def lower_priority(n: int) -> None:
 def update_cmd(index_dir, corpus, threads, empty, quiet, nice, executor):
     """Replace the documents whose ids are in CORPUS and add the others, in every sub-index
     (all or nothing). Only the given text is encoded."""
-    from cli import sharded_cmds
-    from retrieval.writer import update_documents
+    from cli.index_cmds import document_warnings
+    from cli.outcomes import echo_change
+    from retrieval import ops
 
     lower_priority(nice)
-    if sharded_cmds.is_sharded(index_dir):
-        with params.flags({"empty=skip": "--empty skip"}):
-            return sharded_cmds.write(index_dir, corpus, "update", threads, empty, quiet, executor)
-    from cli.index_cmds import document_warnings
-
-    rep: dict = {}
     with params.flags({"empty=skip": "--empty skip"}), document_warnings():
-        idx = update_documents(index_dir, corpus, threads=threads, empty=empty, quiet=quiet, report=rep,
-                               executor=executor)
+        out = ops.update(index_dir, corpus, write_options(threads, empty, quiet, executor))
     if not quiet:
-        if rep["pruned"]:
-            click.echo(f"pruned {rep['pruned']:,} of {rep['read']:,} documents below the folder's quality threshold"
-                       + (f" ({rep['removed']:,} old version(s) removed)" if rep.get("removed") else ""), err=True)
-        click.echo(f"replaced {rep['replaced']:,} and added {rep['added']:,} documents in {index_dir} "
-                   f"(generation {idx.generation}); now {len(idx):,}", err=True)
+        echo_change(index_dir, out)
 
 
 @click.command("delete")
@@ -69,22 +66,17 @@ def update_cmd(index_dir, corpus, threads, empty, quiet, nice, executor):
 def delete_cmd(index_dir, ids, ids_file, missing_ok, quiet, nice):
     """Remove documents by id (IDS, or --ids FILE) from every sub-index (all or nothing).
     Lucene and faiss skip them at once and drop them at `retr compact`."""
-    from retrieval.writer import delete_documents, read_ids
+    from cli.outcomes import echo_change
+    from retrieval import ops
+    from retrieval.writer import read_ids
 
     if bool(ids) == bool(ids_file):
         raise click.UsageError("give document ids, or --ids FILE (not both)")
     docids = read_ids(ids_file) if ids_file else list(ids)
     lower_priority(nice)
-    from cli import sharded_cmds
-
-    if sharded_cmds.is_sharded(index_dir):
-        return sharded_cmds.delete(index_dir, docids, missing_ok, quiet)
-    rep: dict = {}
-    idx = delete_documents(index_dir, docids, quiet=quiet, missing_ok=missing_ok, report=rep)
+    out = ops.delete(index_dir, docids, write_options(2, "error", quiet, None, missing_ok=missing_ok))
     if not quiet:
-        skipped = f" ({rep['missing']:,} not in the index)" if rep.get("missing") else ""
-        click.echo(f"deleted {rep['deleted']:,} documents from {index_dir}{skipped} (generation {idx.generation}); "
-                   f"now {len(idx):,}", err=True)
+        echo_change(index_dir, out)
 
 
 @click.command("compact")
@@ -94,17 +86,13 @@ def delete_cmd(index_dir, ids, ids_file, missing_ok, quiet, nice):
 def compact_cmd(index_dir, quiet, nice):
     """Merge Lucene segments with deleted documents expunged, rebuild faiss without masked
     rows, and remove old generations that no reader holds and leftovers of dead processes."""
-    from cli import sharded_cmds
-    from retrieval.writer import compact
+    from cli.outcomes import echo_compact
+    from retrieval import ops
 
     lower_priority(nice)
-    if sharded_cmds.is_sharded(index_dir):
-        return sharded_cmds.compact(index_dir, quiet)
-    rep: dict = {}
-    idx = compact(index_dir, quiet=quiet, report=rep)
+    out = ops.compact(index_dir, quiet=quiet)
     if not quiet:
-        what = ", ".join(rep["compacted"]) or "nothing to compact"
-        click.echo(f"compacted {index_dir}: {what} (generation {idx.generation}, {rep['seconds']} s)", err=True)
+        echo_compact(index_dir, out)
 
 
 @click.command("sync")
@@ -121,11 +109,11 @@ def sync_cmd(index_dir, corpus, dry_run, threads, quiet, nice, executor):
     generation: new files are added, changed ones (by content hash) replaced, removed ones
     deleted with all their passages. Unchanged documents are not encoded again."""
     from cli.index_cmds import document_warnings
-    from retrieval.sync import sync_index
+    from retrieval import ops
 
     lower_priority(nice)
     with document_warnings():
-        rep = sync_index(index_dir, corpus, dry_run=dry_run, threads=threads, quiet=quiet, executor=executor)
+        rep = ops.sync(index_dir, corpus, dry_run=dry_run, options=write_options(threads, "error", quiet, executor))
     counts = (f"{len(rep['added']):,} added, {len(rep['updated']):,} updated, {len(rep['removed']):,} removed, "
               f"{rep['unchanged']:,} unchanged documents")
     passages = f"{rep['passages_added']:,} passages to encode, {rep['passages_removed']:,} to remove"
@@ -157,13 +145,7 @@ def check_cmd(index_dir, full, sample, strict):
     """Verify a folder: the files the manifest names exist, every sub-index holds as many
     documents as the document store and the same ids, and no dead process left work behind.
     Exit 0, or one line per problem and exit 1."""
-    from cli import sharded_cmds
-    from retrieval.check import check_index
+    from cli.outcomes import echo_check
+    from retrieval import ops
 
-    if sharded_cmds.is_sharded(index_dir):
-        return sharded_cmds.check(index_dir, full, sample, strict)
-    rep = check_index(index_dir, full=full, sample=sample, strict=strict)
-    params.echo_check_problems(index_dir, rep)
-    ids = "every id" if full else f"a sample of {min(sample, rep.documents):,} ids"
-    click.echo(f"ok: {index_dir} generation {rep.generation}, {rep.documents:,} documents; "
-               f"{', '.join(rep.checked)} agree with the document store ({ids})")
+    echo_check(index_dir, ops.check(index_dir, full=full, sample=sample, strict=strict), full, sample)

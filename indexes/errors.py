@@ -71,3 +71,16 @@ class _Fields(dict):
 
 class IndexFormatError(RetrError):
     """An index folder that is missing, incomplete or of an unknown format."""
+
+
+class DuplicateIds(InputError):
+    """Adding documents whose ids the index already holds (a folder or a sharded folder alike):
+    nothing was added. The CLI prints it as one line (exit 2), the server answers 409."""
+
+    def __init__(self, count: int, first: str, path: object = None):
+        self.count, self.first = int(count), str(first)
+        super().__init__(f"{self.count} document id(s) are already in the index (first: {self.first[:200]!r}); "
+                         f"nothing was added (update replaces documents)", path)
+
+    def __reduce__(self):  # (raised in a Ray replica, re-raised in the router)
+        return DuplicateIds, (self.count, self.first, self.path)

@@ -34,6 +34,7 @@ class Report:
     problems: List[str] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
     checked: List[str] = field(default_factory=list)
+    sharded: bool = False  # a sharded folder's report (every shard's, prefixed by its folder)
 
     @property
     def ok(self) -> bool:

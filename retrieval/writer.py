@@ -33,7 +33,7 @@ from indexes import generations as gens
 from indexes import manifest as mf
 from indexes import folder
 from indexes.docstore import DocStoreWriter
-from indexes.errors import InputError, ParameterError, RetrError
+from indexes.errors import DuplicateIds, InputError, ParameterError, RetrError
 from retrieval.collections import check_lengths, check_metadata, count_lines, is_documents, read_corpus
 from retrieval.executors import Executor, open_executor
 from retrieval.index import Index
@@ -576,9 +576,7 @@ def _write(index, corpus, op: str, threads: int, empty: str, quiet: bool, report
         have = ch.store.visible([d.docid for d in docs], ch.base)
         if op == "add" and have:
             first = next(d.docid for d in docs if d.docid in have)
-            raise InputError(f"{len(have)} document id(s) are already in the index (first: {first!r}; "
-                             f"`retr update` replaces documents)",
-                             corpus if isinstance(corpus, (str, Path)) else None)
+            raise DuplicateIds(len(have), first, path)
         if have:
             _check_kinds(m, path, "delete")
         kept = _pruned(m.get("pruning"), docs, quiet, path, ex)

@@ -53,6 +53,14 @@ class Served:
         self._index.follow()  # one stat when nothing changed; a newest generation that stays unreadable is an error
         return self._index
 
+    def write(self, op: str, payload) -> int:
+        """``add``/``update`` (documents) or ``delete`` (ids; those the folder lacks are skipped)
+        through :func:`retrieval.ops.write`: the folder's writer lock, one new generation; the
+        number of documents changed. An id the folder holds makes an add :class:`DuplicateIds`."""
+        from retrieval import ops
+
+        return ops.write(self.path, op, payload, ops.WriteOptions(quiet=True, missing_ok=True)).changed
+
     def warm(self) -> None:
         """Start what the first search would: the JVM, every retriever (models loaded), the
         document store and the metadata table."""

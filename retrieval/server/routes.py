@@ -19,7 +19,7 @@ import anyio.to_thread
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import PlainTextResponse, Response
 
-from indexes.errors import IndexFormatError, InputError, NotFound, RetrError
+from indexes.errors import DuplicateIds, IndexFormatError, InputError, NotFound, RetrError
 from retrieval.server import guard as G
 from retrieval.server import schemas as S
 from retrieval.server.gate import ApiError
@@ -391,12 +391,9 @@ def add_document_read_routes(v1: APIRouter, st: Shared) -> None:
                        "missing": [d for d in dict.fromkeys(body.ids) if d not in rows]})
 
 
-def _writer(st: Shared, name: str):
+def _writable(st: Shared) -> None:
     if not st.writable:
         raise ApiError(403, "this server is read-only; start it with --writable to change documents")
-    import retrieval.writer as w
-
-    return getattr(w, name)
 
 
 def _docs_of(body: S.WriteRequest):
@@ -408,11 +405,16 @@ def _docs_of(body: S.WriteRequest):
     return [Document(d.docid, d.text, d.title, d.metadata) for d in body.documents]
 
 
-def _write(st: Shared, index: str, op: str, run, payload) -> Dict[str, Any]:
+def _write(st: Shared, index: str, op: str, payload) -> Dict[str, Any]:
+    """One change of a served folder or sharded folder (its ``write``: :mod:`retrieval.ops`); an add
+    of an id the index holds is one 409."""
+    _writable(st)
     s = st.served(index)
     with s.write_lock:
-        # a sharded index writes each document in its own shard (retrieval.server.sharded)
-        n = s.write(op, payload) if getattr(s, "sharded", False) else run(s)
+        try:
+            n = s.write(op, payload)
+        except DuplicateIds as e:
+            raise ApiError(409, clean(input_message(e), st.registry)) from None
     return {"index": index, "operation": op, "documents": n, "total": len(s.index())}
 
 
@@ -421,40 +423,16 @@ def add_document_write_routes(v1: APIRouter, st: Shared) -> None:
     @v1.post("/{index}/documents", response_model=S.WriteResult, tags=["documents"])
     def add_documents(index: str, body: S.WriteRequest):
         """Add documents to every sub-index (``--writable``): all or nothing, visible to the next search."""
-        add = _writer(st, "add_documents")
-        docs = _docs_of(body)
-
-        def run(s):
-            idx = s.index()
-            have = idx.docstore.get_many(d.docid for d in docs)
-            if have:
-                raise ApiError(409, f"{len(have)} document id(s) are already in the index (first: "
-                                    f"{next(iter(have))[:200]!r}); update them instead")
-            rep: dict = {}
-            add(idx, docs, quiet=True, report=rep)
-            return int(rep.get("added", len(docs)))
-        return _dumps(_write(st, index, "add", run, docs))
+        _writable(st)
+        return _dumps(_write(st, index, "add", _docs_of(body)))
 
     @v1.put("/{index}/documents", response_model=S.WriteResult, tags=["documents"])
     def update_documents(index: str, body: S.WriteRequest):
         """Replace documents by id, or add those that are new (``--writable``; the live index)."""
-        upd = _writer(st, "update_documents")
-        docs = _docs_of(body)
-
-        def run(s):
-            upd(s.index(), docs, quiet=True)
-            return len(docs)
-        return _dumps(_write(st, index, "update", run, docs))
+        _writable(st)
+        return _dumps(_write(st, index, "update", _docs_of(body)))
 
     @v1.post("/{index}/documents/delete", response_model=S.WriteResult, tags=["documents"])
     def delete_documents(index: str, body: S.IdsRequest):
         """Delete documents by id (``--writable``; the live index). Ids not in the index are ignored."""
-        rm = _writer(st, "delete_documents")
-
-        def run(s):
-            have = s.index().docstore.get_many(body.ids)
-            gone = list(dict.fromkeys(d for d in body.ids if d in have))
-            if gone:
-                rm(s.index(), gone, quiet=True)
-            return len(gone)
-        return _dumps(_write(st, index, "delete", run, list(dict.fromkeys(body.ids))))
+        return _dumps(_write(st, index, "delete", list(dict.fromkeys(body.ids))))

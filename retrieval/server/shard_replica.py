@@ -96,18 +96,16 @@ class ServedShard(ShardSearcher):
         """The router's write as ONE commit of the whole sharded index (``retrieval.sharded.write``:
         every shard's locks, each changed shard prepared, one replace of ``shards.json``), made here
         because a replica has the JVM and the models and the router has neither. Sent only where the
-        whole sharded folder is on this node's file system (as on the router's); ids already checked."""
-        from retrieval.sharded import write as sw
+        whole sharded folder is on this node's file system (as on the router's); an id the index holds
+        makes an add :class:`~indexes.errors.DuplicateIds` (re-raised in the router)."""
+        from retrieval import ops
         from retrieval.types import Document
 
         root = self.path.parent
         if self.record is None or sh.read(root).get("id") != self.record.get("id"):
             raise IndexFormatError(f"{root}: is not the sharded index this replica serves")
-        if op == "delete":
-            sw.delete_documents(root, list(payload), quiet=True, missing_ok=True)
-        else:
-            sw.write_documents(root, [Document(d, t, ti, md) for d, t, ti, md in payload], op, quiet=True)
-        return {"documents": len(payload)}
+        items = list(payload) if op == "delete" else [Document(d, t, ti, md) for d, t, ti, md in payload]
+        return {"documents": ops.write(root, op, items, ops.WriteOptions(quiet=True, missing_ok=True)).changed}
 
 
 class ShardReplica:

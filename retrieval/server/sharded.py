@@ -7,8 +7,8 @@ shards in this process, or ``retr serve --sharded SHARDED`` with each shard a Ra
 :class:`retrieval.sharded.index.ShardedIndex` (its rounds: statistics, search, exact merge, fusion,
 text; its ``snapshot`` and ``docstore``) plus ``highlight`` through a shard.
 
-Writes go to each document's own shard (:func:`indexes.sharded.shard_of`); ids are checked on every
-shard concerned before the first changes. Where the router reads the whole sharded folder (shards in
+Writes go through :mod:`retrieval.ops` (each document to its own shard, :func:`indexes.sharded.shard_of`;
+ids checked on every shard concerned before the first changes). Where the router reads the whole sharded folder (shards in
 this process, ``retr serve --index SHARDED``; or Ray Serve replicas on this machine or a shared file
 system) a write is one commit of every shard it touches, as ``retr add --index SHARDED`` makes it
 (:mod:`retrieval.sharded.write`: in this process, or for Ray in one replica, ``commit_remote``), and
@@ -28,10 +28,9 @@ import threading
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
-from indexes import sharded as sh
 from retrieval.kinds import PRIMARY
 from retrieval.server.gate import ApiError
-from retrieval.sharded.index import Caller, ShardedIndex
+from retrieval.sharded.index import Caller, ShardedIndex, call_each
 
 WARM_QUERY = "warm up the retrievers"  # as registry.WARM_QUERY (not imported: the registry imports this module)
 _state = threading.local()
@@ -86,6 +85,7 @@ class ShardedServed:
         self.name, self.path = name, Path(path)
         self.shard_names = list(shard_names)
         self.sharded_index = ShardedIndex(shards, call=call, path=self.path, pins=pins)
+        self._call = call or call_each  # (the same caller the index uses)
         self.write_lock = threading.Lock()  # one write at a time from this server (each shard also locks)
         self._view = ShardedView(self)
         self._on_close = on_close
@@ -103,7 +103,7 @@ class ShardedServed:
     def call_one(self, i: int, method: str, *args) -> Any:
         ix = self.sharded_index
         with ix.reading():  # local shards: the newest commit, held for the call
-            return ix._call(ix.shards[i:i + 1], method, args, {})[0]
+            return self._call(ix.shards[i:i + 1], method, args, {})[0]
 
     def warm(self) -> None:
         """A search per retriever through every shard (models loaded, JVMs started), a filtered one,
@@ -116,47 +116,41 @@ class ShardedServed:
 
     # -- writes --------------------------------------------------------------------------------
     def write(self, op: str, payload: Sequence[Any]) -> int:
-        """``add``/``update`` (``retrieval.types.Document`` objects) or ``delete`` (ids), each to its
-        shard; the number of documents changed. Adding an id the index holds is a 409, before any
-        shard changes; deleting ids it does not hold ignores them."""
-        n = len(self.shard_names)
-        groups: Dict[int, List[Any]] = {}
-        for x in payload:
-            key = x if op == "delete" else x.docid
-            groups.setdefault(sh.shard_of(key, n), []).append(x)
-        if op == "add":
-            have = [d for i, g in groups.items() for d in self.call_one(i, "present", [x.docid for x in g])]
-            if have:
-                raise ApiError(409, f"{len(have)} document id(s) are already in the index (first: "
-                                    f"{have[0][:200]!r}); update them instead")
-        if op == "delete":
-            present = {i: set(self.call_one(i, "present", g)) for i, g in groups.items()}
-            groups = {i: [d for d in g if d in present[i]] for i, g in groups.items()}
-        if self.one_commit:
-            return self._commit(op, [x for g in groups.values() for x in g])
-        changed = 0
-        for i in sorted(groups):
-            g = groups[i]
-            if not g:
-                continue
-            wire = g if op == "delete" else [(d.docid, d.text, d.title, d.metadata) for d in g]
-            changed += int(self.call_one(i, "write", op, wire)["documents"])
-        return changed
-
-    def _commit(self, op: str, payload: Sequence[Any]) -> int:
-        """The write as one commit of every shard it touches (:mod:`retrieval.sharded.write`)."""
-        from retrieval.sharded import write as sw
+        """``add``/``update`` (``retrieval.types.Document`` objects) or ``delete`` (ids; those the
+        index lacks are skipped); the number of documents changed. Where the sharded folder is
+        here, one commit of it through :func:`retrieval.ops.write` (in this process, or made by a
+        replica on Ray Serve); else each shard's part is its own folder's commit. Adding an id the
+        index holds is :class:`~indexes.errors.DuplicateIds` before any shard changes."""
+        from retrieval import ops
 
         if not payload:
             return 0
         if self.commit_remote is not None:  # a replica makes it (the router runs no JVM); outside any reading
-            wire = list(payload) if op == "delete" else [(d.docid, d.text, d.title, d.metadata) for d in payload]
-            return int(self.commit_remote(op, wire))
-        if op == "delete":
-            sw.delete_documents(self.path, payload, quiet=True, missing_ok=True)
-        else:
-            sw.write_documents(self.path, payload, op, quiet=True)
-        return len(payload)
+            return int(self.commit_remote(op, _wire(op, payload)))
+        if self.one_commit:
+            return ops.write(self.path, op, payload, ops.WriteOptions(quiet=True, missing_ok=True)).changed
+        return self._each_shard(op, payload)
+
+    def _each_shard(self, op: str, payload: Sequence[Any]) -> int:
+        """Shards that only their own nodes hold (Ray Serve): each shard's part (routed as
+        :func:`retrieval.sharded.write.route`) changes that shard's folder alone; ids checked on
+        every shard concerned first."""
+        from indexes.errors import DuplicateIds
+        from retrieval.sharded.write import route
+
+        key = str if op == "delete" else (lambda d: d.docid)
+        parts = route(payload, len(self.shard_names), key)
+        have = [set(self.call_one(i, "present", [key(x) for x in part])) if part and op != "update" else set()
+                for i, part in enumerate(parts)]
+        there = set().union(*have)
+        if op == "add" and there:
+            raise DuplicateIds(len(there), next(d.docid for d in payload if d.docid in there), self.path)
+        changed = 0
+        for i, part in enumerate(parts):
+            part = [d for d in part if d in have[i]] if op == "delete" else part
+            if part:
+                changed += int(self.call_one(i, "write", op, _wire(op, part))["documents"])
+        return changed
 
     def close(self) -> None:
         try:
@@ -164,6 +158,11 @@ class ShardedServed:
         finally:
             if self._on_close is not None:
                 self._on_close()
+
+
+def _wire(op: str, payload: Sequence[Any]) -> list:
+    """A write's payload as it travels to a replica: ids, or documents as tuples."""
+    return list(payload) if op == "delete" else [(d.docid, d.text, d.title, d.metadata) for d in payload]
 
 
 class ShardedView:

@@ -66,7 +66,7 @@ from indexes import folder
 from indexes import generations as gens
 from indexes import manifest as mf
 from indexes import sharded as sh
-from indexes.errors import InputError, ParameterError
+from indexes.errors import DuplicateIds, InputError, ParameterError
 from retrieval import writer
 from retrieval.check import Report, check_index
 from retrieval.collections import read_corpus
@@ -83,11 +83,17 @@ def _read(corpus, empty: str) -> List[Document]:
     return docs
 
 
-def _split(docs: Iterable[Document], n: int) -> List[List[Document]]:
-    out: List[List[Document]] = [[] for _ in range(n)]
-    for d in docs:
-        out[sh.shard_of(d.docid, n)].append(d)
+def route(items: Iterable[Any], n: int, key: Callable[[Any], str] = lambda d: d.docid) -> List[List[Any]]:
+    """``items`` (documents, or with ``key=str`` ids) per shard of ``n``: each in the shard its id
+    (``key(item)``) hashes to (:func:`indexes.sharded.shard_of`), in their order."""
+    out: List[List[Any]] = [[] for _ in range(n)]
+    for x in items:
+        out[sh.shard_of(key(x), n)].append(x)
     return out
+
+
+def _split(docs: Iterable[Document], n: int) -> List[List[Document]]:
+    return route(docs, n)
 
 
 def build_sharded(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[str, Path], shards: int, *,
@@ -432,8 +438,8 @@ def write_documents(path: Union[str, Path], corpus, op: str = "add", threads: in
         if op == "add":
             there = _present(paths, [[d.docid for d in part] for part in parts])
             if there:
-                raise InputError(f"{len(there)} document id(s) are already in the index (first: {there[0]!r}); "
-                                 "use update to replace them; nothing was added", path)
+                there = set(there)  # (the first in the corpus's order, as one folder names it)
+                raise DuplicateIds(len(there), next(d.docid for d in docs if d.docid in there), path)
         for p, part in zip(paths, parts):
             if part:
                 rep: Dict[str, Any] = {}
@@ -464,9 +470,7 @@ def delete_documents(path: Union[str, Path], docids: Iterable[str], quiet: bool 
         raise InputError("no document ids to delete")
     reports = []
     with _transaction(path, quiet) as paths:
-        groups: List[List[str]] = [[] for _ in paths]  # (the shards now: a rebuild may have switched in)
-        for d in ids:
-            groups[sh.shard_of(d, len(paths))].append(d)
+        groups = route(ids, len(paths), str)  # (the shards now: a rebuild may have switched in)
         have = set(_present(paths, groups))
         missing = [d for d in ids if d not in have]
         if missing and not missing_ok:
@@ -505,7 +509,7 @@ def check_sharded(path: Union[str, Path], full: bool = False, sample: int = 1000
     hashes to i."""
     from indexes.errors import RetrError
 
-    rep = Report(str(path))
+    rep = Report(str(path), sharded=True)
     try:
         record = sh.read(path)
     except RetrError as e:
