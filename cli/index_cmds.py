@@ -113,8 +113,10 @@ def index_cmd(corpus, include, exclude, chunk_tokens, chunk_overlap, no_chunk, i
                 raise click.UsageError("--chunk-tokens, --chunk-overlap, --no-chunk, --include and --exclude do "
                                        "not apply to a sharded index (--shards) yet")
             from cli import sharded_cmds
+            from cli.live_cmds import write_options
 
-            return sharded_cmds.index(corpus, index_dir, shards, specs, threads, overwrite, empty, quiet, executor)
+            return sharded_cmds.index(corpus, index_dir, shards, specs, write_options(threads, empty, quiet, executor),
+                                      overwrite)
         idx = index_corpus(corpus, index_dir, subindexes=specs, prune=prune, quality=quality, threads=threads,
                            overwrite=overwrite, empty=empty, quiet=quiet, executor=executor, chunk=chunk,
                            include=include or None, exclude=exclude or None)

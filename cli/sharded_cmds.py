@@ -11,14 +11,16 @@ def is_sharded(index_dir) -> bool:
     return sharded(index_dir)
 
 
-def index(corpus, index_dir, shards, specs, threads, overwrite, empty, quiet, executor) -> None:
+def index(corpus, index_dir, shards: int, specs, options, overwrite: bool) -> None:
+    """`retr index --shards N`: ``options`` (:class:`retrieval.ops.WriteOptions`) as the build's."""
     from retrieval.sharded.write import build_sharded
 
-    idx = build_sharded(corpus, index_dir, shards, subindexes=specs, threads=threads, overwrite=overwrite,
-                        empty=empty, quiet=quiet, executor=executor)
+    o = options
+    idx = build_sharded(corpus, index_dir, shards, subindexes=specs, threads=o.threads, overwrite=overwrite,
+                        empty=o.empty, quiet=o.quiet, executor=o.executor)
     n = len(idx)
     idx.close()
-    if not quiet:
+    if not o.quiet:
         click.echo(f"indexed {n:,} documents into {index_dir} ({shards} shards; {', '.join(idx.retrievers)})",
                    err=True)
 

@@ -8,12 +8,12 @@ shards in this process, or ``retr serve --sharded SHARDED`` with each shard a Ra
 text; its ``snapshot`` and ``docstore``) plus ``highlight`` through a shard.
 
 Writes go through :mod:`retrieval.ops` (each document to its own shard, :func:`indexes.sharded.shard_of`;
-ids checked on every shard concerned before the first changes). Where the router reads the whole sharded folder (shards in
-this process, ``retr serve --index SHARDED``; or Ray Serve replicas on this machine or a shared file
-system) a write is one commit of every shard it touches, as ``retr add --index SHARDED`` makes it
-(:mod:`retrieval.sharded.write`: in this process, or for Ray in one replica, ``commit_remote``), and
-every request reads one commit of every shard (in-process :mod:`retrieval.sharded.pins`' ``Pins``; on
-Ray its ``Commits``, which names each call's generation). With Ray Serve replicas whose folders only
+ids checked on every shard concerned before the first changes). Where the router reads the whole
+sharded folder (shards in this process, ``retr serve --index SHARDED``; or Ray Serve replicas on this
+machine or a shared file system) a write is one commit of every shard it touches, as ``retr add --index
+SHARDED`` makes it (:mod:`retrieval.sharded.write`: in this process, or for Ray in one replica,
+``commit_remote``), and every request reads one commit of every shard (in-process
+:mod:`retrieval.sharded.pins`' ``Pins``; on Ray its ``Commits``, which names each call's generation). With Ray Serve replicas whose folders only
 their own nodes hold, each shard's write is its own folder's commit, shard by shard, and each replica
 follows its folder by itself.
 
