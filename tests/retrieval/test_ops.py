@@ -184,3 +184,33 @@ def test_a_path_that_is_no_index_is_one_error(tmp_path):
         ops.compact(tmp_path / "nothing", quiet=True)
     r = run_retr("delete", "--index", tmp_path / "nothing", "x")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
+
+
+def test_a_router_without_the_folder_writes_shard_by_shard_with_the_same_refusal(tmp_path, small_corpus):
+    """Where a server's shards are folders only their own nodes hold (Ray Serve), each shard's part of
+    a write is that shard's own commit: here the same routing through in-process shards, which is
+    what such replicas run; the duplicate refusal is ops' error, the same message as the folder's."""
+    from retrieval import ops
+    from retrieval.server.sharded import ShardedServed, open_local_shards
+    from retrieval.sharded.write import build_sharded
+    from retrieval.types import Document
+
+    build_sharded(small_corpus, tmp_path / "S", 3, quiet=True).close()
+    record, shards = open_local_shards(tmp_path / "S")
+    served = ShardedServed("s", tmp_path / "S", shards, list(record["folders"]))
+    assert not served.one_commit  # (ShardedServed.local would commit through ops as one commit)
+    first = _ids(small_corpus)[40]
+    try:
+        new = [Document(f"bys-{i}", f"text number {i}") for i in range(6)]
+        assert served.write("add", new) == 6
+        with pytest.raises(DuplicateIds) as e:
+            served.write("add", [Document("bys-x", "new"), Document(first, "held")])
+        with pytest.raises(DuplicateIds) as want:
+            ops.add(tmp_path / "S", [Document("bys-x", "new"), Document(first, "held")], ops.WriteOptions(quiet=True))
+        assert str(e.value) == str(want.value)
+        assert served.write("update", [Document("bys-0", "changed")]) == 1
+        assert served.write("delete", ["bys-1", "bys-2", "not-there"]) == 2
+    finally:
+        served.close()
+    assert ops.check(tmp_path / "S", full=True).ok
+    assert _holds(tmp_path / "S", [f"bys-{i}" for i in range(6)]) == {"bys-0", "bys-3", "bys-4", "bys-5"}
