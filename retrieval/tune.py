@@ -13,12 +13,12 @@ from __future__ import annotations
 import itertools
 import random
 import time
-from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from indexes import folder
 from indexes import manifest as mf
 from indexes.errors import InputError, ParameterError
+from retrieval.datasets.qrels import looks_like_test  # noqa: F401 (also importable from here)
 from retrieval.fusion import DEFAULT_FUSION, Fusion, Pipeline, fuse, list_confidences
 from retrieval.progress import progress
 from retrieval.types import Query
@@ -38,10 +38,6 @@ def candidates(names: Sequence[str], step: float = 0.1) -> List[Fusion]:
             ws = tuple((name, round(p * step, 4)) for name, p in zip(names, (*parts, last)))
             out.append(Fusion("weighted", norm=norm, weights=ws))
     return out
-
-
-def looks_like_test(path: Path | str) -> bool:
-    return "test" in Path(path).name.lower()
 
 
 def tune(index, queries: Sequence[Query], qrels: Dict[str, Dict[str, int]], retriever: str = "bm25+dense",

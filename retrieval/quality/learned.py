@@ -26,6 +26,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 import numpy as np
 
 from indexes.atomic import write_text
+from retrieval.kinds import kind_part
 from retrieval.quality.estimators import Estimator, QualityError, _bar
 
 
@@ -35,9 +36,7 @@ class _Features:
 
     def __init__(self, body: str = "minilm", device: str = "auto", max_length: Optional[int] = None,
                  normalize: bool = True):
-        from retrieval.dense.encoder import DenseEncoder
-
-        self.enc = DenseEncoder(body, pooling="mean", normalize=normalize, device=device, max_length=max_length,
+        self.enc = kind_part("dense", "encoder").DenseEncoder(body, pooling="mean", normalize=normalize, device=device, max_length=max_length,
                                 quiet=True)
 
     def __call__(self, texts: List[str], batch_size: int, quiet: bool, bar=None) -> np.ndarray:
