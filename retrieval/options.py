@@ -10,8 +10,9 @@ from typing import Any, Callable, Mapping, Optional, Tuple, Union
 
 from indexes.errors import InputError
 
-#: the value types an option takes
-TYPES = ("int", "float", "str", "bool", "choice", "path")
+#: the value types an option takes (``"index"``: the path of an index folder, a folder's or a sharded one's,
+#: handed to the command opened, as ``retrieval.open_index`` opens it)
+TYPES = ("int", "float", "str", "bool", "choice", "path", "index")
 
 
 class UsageError(InputError):

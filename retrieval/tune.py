@@ -73,7 +73,7 @@ def tune(index, queries: Sequence[Query], qrels: Dict[str, Dict[str, int]], retr
             ch.new.setdefault("pipelines", {})[p.base] = report
 
         if sharded:  # every shard records it, one commit of the sharded index
-            from retrieval.sharded.write import commit_manifests
+            from indexes.shard_commit import commit_manifests
 
             commit_manifests(index.path, edit, based_on=shards_read)
             index.describe()
@@ -173,7 +173,9 @@ def _judged(index, retriever: str, queries: Sequence[Query], qrels):
 
 
 def _is_sharded(index) -> bool:
-    from retrieval.sharded.index import ShardedIndex
+    """Whether ``index`` reads a sharded index: its folder is one (:func:`indexes.sharded.is_sharded`), or it
+    has no folder (its shards are remote)."""
+    from indexes.sharded import is_sharded
 
-    return isinstance(index, ShardedIndex)
+    return index.path is None or is_sharded(index.path)
 

@@ -71,15 +71,13 @@ TRAIN = Command("deepct", train_deepct, group="train", options=training_options(
           "overwrite": "--overwrite", "output": "--output"})
 
 
-def deepct_tune(index_dir, name, mode, scale, quiet):
+def deepct_tune(index, name, mode, scale, quiet):
     """Choose a DeepCT sub-index's defaults again (mode, weight scale, k1/b, then the
     bm25+NAME fusion) on its model's held-out training queries, without re-encoding.
     A sharded index is tuned once through its search, and every shard records the choice."""
-    from retrieval.deepct.tuning import retune_deepct
-    from retrieval.sharded.index import ShardedIndex, open_index
+    from retrieval.deepct.tuning import manifest_of, retune_deepct
 
-    idx = retune_deepct(open_index(index_dir), name, mode=mode, scale=scale, quiet=quiet)
-    m = idx.local()[0].manifest if isinstance(idx, ShardedIndex) else idx.manifest  # every shard's is the same
+    m = manifest_of(retune_deepct(index, name, mode=mode, scale=scale, quiet=quiet))
     e = m["subindexes"][name]
     t, c = e["tuning"], e["config"]
     fusion = m.get("pipelines", {}).get(f"bm25+{name}", {}).get("spec", "untuned")
@@ -88,7 +86,7 @@ def deepct_tune(index_dir, name, mode, scale, quiet):
 
 
 TUNE = Command("deepct-tune", deepct_tune, options=(
-    Option("--index", name="index_dir", type="path", required=True, help="Index folder."),
+    Option("--index", type="index", required=True, help="Index folder (a folder or a sharded folder)."),
     Option("--name", default="deepct", help="The DeepCT sub-index."),
     Option("--mode", type="choice", choices=("auto", *MODES), default="auto",
            help="Pin the mode, or choose it on the dev queries (auto)."),
