@@ -87,7 +87,8 @@ def _identity(path: Path) -> tuple:
 @contextlib.contextmanager
 def transaction(path: Union[str, Path], quiet: bool = True):
     """Steps 1-5 of :mod:`retrieval.sharded.write`'s docstring around the block, which makes its shard changes through
-    the folder's writer (each one prepared, not switched in: :func:`indexes.folder.deferred`); yields the shard folders."""
+    the folder's writer (each one prepared, not switched in: :func:`indexes.folder.deferred`); yields the
+    shard folders."""
     path = Path(path)
     sh.read(path)  # one error line for a folder that is not a sharded index, before any lock file is made
     with gens.writer_lock(path, notice(path, quiet)):

@@ -141,8 +141,8 @@ class DenseNorm(Estimator):
 
     def _score(self, texts, batch_size, quiet):
         if self._enc is None:
-            self._enc = kind_part("dense", "encoder").DenseEncoder(self.model, pooling=self.pooling, device=self.device, normalize=False,
-                                     quiet=quiet)
+            encoder = kind_part("dense", "encoder").DenseEncoder
+            self._enc = encoder(self.model, pooling=self.pooling, device=self.device, normalize=False, quiet=quiet)
         out = np.zeros(len(texts))
         with _bar(len(texts), "quality (dense-norm)", quiet) as bar:
             for s in range(0, len(texts), 4096):
@@ -281,7 +281,8 @@ class DeepCTWeight(Estimator):
 
     def _encoder(self, batch_size):
         if self._enc is None:
-            self._enc = kind_part("deepct", "model").DeepCTEncoder(self.model, device=self.device, batch_size=batch_size)
+            encoder = kind_part("deepct", "model").DeepCTEncoder
+            self._enc = encoder(self.model, device=self.device, batch_size=batch_size)
         return self._enc
 
     def _stat(self, weights) -> np.ndarray:
