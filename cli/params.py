@@ -175,7 +175,7 @@ def click_command(c: options.Command) -> click.Command:
     if any), calling ``c.run`` with their values; errors naming its parameters name its flags."""
     def callback(**values):
         with flags(c.flags):
-            return c.run(**values)
+            return c.run(options.Values(values))
 
     callback.__retr_sections__ = _sections([(o.section, o.name) for o in c.options if o.section])
     return SectionedCommand(c.name, callback=callback, params=[click_option(o) for o in c.options], help=c.help,

@@ -695,8 +695,6 @@ _WIDE_LEFT = {
     "retrieval/deepct/train.py:_card", "retrieval/dense/masking.py:rom_mask",
     "retrieval/dense/mlm.py:Pretrainer.__init__",
     "retrieval/dense/sts.py:evaluate", "retrieval/quality/learned.py:train_head",
-    "retrieval/dense/options.py:train_dense", "retrieval/dense/options.py:train_dimsel",
-    "retrieval/splade/options.py:train_splade", "retrieval/deepct/options.py:train_deepct",
 }
 
 
