@@ -1,8 +1,13 @@
 """The package layout's rules, read from the code itself (imports inside functions
 count): the reader imports no writer, quality or DeepCT code; no two modules of
-``retrieval/`` import each other in a loop; ``eval/`` stands alone (the evaluator
+``retrieval/`` import each other in a loop, and its modules and packages stack in at most
+nine layers; no method's package (a kind's, quality's) imports the writer, sharded/ or
+another method's; retrieval/ and indexes/ import no click or cli/; sharded/ and server/
+call no private method of another object but those named; no function is over 60 lines
+or 8 parameters but those named; ``eval/`` stands alone (the evaluator
 only) and the corpus reaches the writer without it; the benchmark harness is ``benchmarks/``, apart from it, imported by
-nothing and not installed."""
+nothing and not installed. Each rule has a test that runs its scan on a small tree and
+shows that it can fail."""
 from __future__ import annotations
 
 import ast
@@ -489,9 +494,9 @@ def test_the_import_graph_of_retrieval_is_acyclic_with_at_most_9_layers():
     """Modules and packages of retrieval/ (a package is one node, its modules' imports its own) import
     each other without a loop, so every import runs from a higher layer down to a lower one, and the
     stack is at most :data:`MAX_LAYERS` deep. The layers now, bottom up: types, options, progress, models,
-    datasets, ...; executors, filters, chunking, runs; kinds, collections; bm25, fusion, frames, quality;
-    index, client, tune; writer, check, deepct; sharded, sync, pairs; the package's ``__init__``, dense,
-    splade; server, integrations."""
+    datasets, documents, trainrun, optim; executors, filters, chunking, runs; kinds, collections, the Ray
+    driver; bm25, fusion, frames, quality; index, client, tune; writer, check, deepct; sharded, sync, pairs;
+    the package's ``__init__``, dense, splade; server, integrations."""
     edges, where = _package_graph()
     loops, layer = _layers(edges)
     assert not loops, [(loop, sorted(x for a in loop for b in loop if (a, b) in where for x in where[a, b]))
