@@ -135,7 +135,22 @@ def click_type(o: options.Option):
         return click.Choice(list(o.choices))
     if o.type == "path":
         return click.Path(path_type=Path, file_okay=o.path_kind != "dir", dir_okay=o.path_kind != "file")
+    if o.type == "index":
+        return IndexFolder()
     return click.STRING
+
+
+class IndexFolder(click.ParamType):
+    """An index folder (a folder or a sharded folder), opened (``retrieval.open_index``): what an option of
+    type ``"index"`` hands its command. A path that is no index is the library's error, one line."""
+    name = "folder"
+
+    def convert(self, value, param, ctx):
+        if not isinstance(value, (str, Path)):
+            return value  # already opened
+        import retrieval
+
+        return retrieval.open_index(value)
 
 
 def click_option(o: options.Option) -> click.Option:
@@ -160,7 +175,7 @@ def click_command(c: options.Command) -> click.Command:
     if any), calling ``c.run`` with their values; errors naming its parameters name its flags."""
     def callback(**values):
         with flags(c.flags):
-            return c.run(**values)
+            return c.run(options.Values(values))
 
     callback.__retr_sections__ = _sections([(o.section, o.name) for o in c.options if o.section])
     return SectionedCommand(c.name, callback=callback, params=[click_option(o) for o in c.options], help=c.help,

@@ -41,6 +41,17 @@ MAX_DOCID_BYTES = 32_766
 _JAVA_TRIM = "".join(map(chr, range(0x21)))
 
 
+def check_bm25(k1: Optional[float], b: Optional[float]) -> None:
+    """BM25's k1 must be a finite number >= 0 and b a number in [0, 1] (Lucene refuses others): what the
+    BM25 sub-index and DeepCT's BM25 over pseudo term frequencies check before Lucene sees them."""
+    import math
+
+    if k1 is not None and not (isinstance(k1, (int, float)) and math.isfinite(k1) and k1 >= 0):
+        raise InputError(f"k1 must be a finite number >= 0, got {k1!r}")
+    if b is not None and not (isinstance(b, (int, float)) and 0 <= b <= 1):
+        raise InputError(f"b must be a number in [0, 1], got {b!r}")
+
+
 def anserini_skips_text(contents: str) -> bool:
     """True when Anserini's DefaultLuceneDocumentGenerator skips these contents as empty."""
     return not contents.strip(_JAVA_TRIM)

@@ -172,19 +172,28 @@ def _check_paths(m: Dict[str, Any], folder: Path, path: Path) -> None:
             raise bad(f"sub-index {name!r} is an alias of {e['alias_of']!r}, which the manifest lacks")
         if "generation" in e and not _count(e["generation"]):
             raise bad(f"sub-index {name!r} has generation {e['generation']!r}")
+        for v in _nested_paths({k: v for k, v in e.items() if k != "path"}):
+            inside(v, f"a path in sub-index {name!r}", nested=True)
+    _check_retired(m.get("retired", []), g, live, inside, bad)
 
-        def walk(v, key=None, where=name):
-            if isinstance(v, dict):
-                for k, x in v.items():
-                    if k != "model":  # the user's model folders: see above
-                        walk(x, k, where)
-            elif isinstance(v, list):
-                for x in v:
-                    walk(x, key, where)
-            elif key == "path":
-                inside(v, f"a path in sub-index {where!r}", nested=True)
-        walk({k: v for k, v in e.items() if k != "path"})
-    retired = m.get("retired", [])
+
+def _nested_paths(v: Any, key: Any = None):
+    """The values under a ``path`` key anywhere in an entry's dicts and lists, but for its ``model`` parts
+    (the user's model folders: see :func:`_check_paths`)."""
+    if isinstance(v, dict):
+        for k, x in v.items():
+            if k != "model":
+                yield from _nested_paths(x, k)
+    elif isinstance(v, list):
+        for x in v:
+            yield from _nested_paths(x, key)
+    elif key == "path":
+        yield v
+
+
+def _check_retired(retired: Any, g: int, live: set, inside, bad) -> None:
+    """The manifest's retired folders: names inside the folder (``inside``), none of them ``live``, each
+    with a range of generations before the current one ``g``."""
     if not isinstance(retired, list):
         raise bad("'retired' must be a list")
     for r in retired:

@@ -139,16 +139,7 @@ def run_job(ray, job: dict, cluster: dict, out) -> None:
     _write_frame(out, {"op": "done"})
 
 
-def main() -> int:
-    out = os.fdopen(int(sys.argv[1]), "wb")
-    inp = sys.stdin.buffer
-
-    def stop(_sig, _frame):
-        raise SystemExit(143)
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    hello = _read_frame(inp)
+def _token_mode(hello: dict) -> None:
     # Ray 2.60 starts local clusters with token authentication (token in ~/.ray/auth_token), but a process
     # joining one sends its token only in token mode (read when ray is imported); a cluster without
     # authentication accepts it too
@@ -156,15 +147,11 @@ def main() -> int:
             os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")
             or os.path.isfile(os.path.expanduser("~/.ray/auth_token"))):
         os.environ["RAY_AUTH_MODE"] = "token"
-    try:
-        import ray
-        import ray.data  # noqa: F401
-    except ImportError:  # the parent only looked for the package; importing it is the real test
-        from retrieval.executors import INSTALL_HINT, NOT_INSTALLED
 
-        e = ParameterError(NOT_INSTALLED, hint=INSTALL_HINT)
-        _write_frame(out, _error(e, str(e)))
-        return 2
+
+def _connect(ray, hello: dict, out) -> dict | None:
+    """Start or join the cluster ``hello`` names and plan the workers on it; its description, or None
+    once the failure is reported to the parent (one line) and Ray is shut down."""
     logging.getLogger("ray").setLevel(logging.WARNING)
     logging.getLogger("ray.data").setLevel(logging.WARNING)
     kw = dict(log_to_driver=False, logging_level=logging.WARNING, include_dashboard=False)
@@ -178,6 +165,7 @@ def main() -> int:
             ray.init(**kw)
         cluster = _cluster(ray)
         cluster["plan"] = plan(cluster, hello["workers"], hello["cpus"], hello["gpus"], 1 << 30)  # fail early
+        return cluster
     except Exception as e:  # noqa: BLE001 - any failure to connect is reported as one line
         msg, _user = _one_line(e)
         _write_frame(out, _error(e, msg))
@@ -186,8 +174,11 @@ def main() -> int:
                 ray.shutdown()
         except Exception:  # noqa: BLE001
             pass
-        return 2
-    _write_frame(out, dict(op="connected", **cluster))
+        return None
+
+
+def _serve(ray, cluster: dict, inp, out) -> int:
+    """Run the parent's jobs, one frame each, until it quits or closes the pipe; then shut Ray down."""
     try:
         while True:
             try:
@@ -208,6 +199,33 @@ def main() -> int:
             ray.shutdown()
         except Exception:  # noqa: BLE001
             pass
+
+
+def main() -> int:
+    out = os.fdopen(int(sys.argv[1]), "wb")
+    inp = sys.stdin.buffer
+
+    def stop(_sig, _frame):
+        raise SystemExit(143)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    hello = _read_frame(inp)
+    _token_mode(hello)
+    try:
+        import ray
+        import ray.data  # noqa: F401
+    except ImportError:  # the parent only looked for the package; importing it is the real test
+        from retrieval.executors import INSTALL_HINT, NOT_INSTALLED
+
+        e = ParameterError(NOT_INSTALLED, hint=INSTALL_HINT)
+        _write_frame(out, _error(e, str(e)))
+        return 2
+    cluster = _connect(ray, hello, out)
+    if cluster is None:
+        return 2
+    _write_frame(out, dict(op="connected", **cluster))
+    return _serve(ray, cluster, inp, out)
 
 
 if __name__ == "__main__":

@@ -87,48 +87,61 @@ def _check_open(idx: Index, rep: Report, full: bool, sample: int, seed: int) -> 
                     ("docstore.doc_count", (m.get("docstore") or {}).get("doc_count"))):
         if v is not None and int(v) != n:
             rep.problems.append(f"manifest {what} is {int(v):,}, the document store holds {n:,}")
-    idset = set(ids)
     probe = ids if full or len(ids) <= sample else random.Random(seed).sample(ids, sample)
     for name, entry in m.get("subindexes", {}).items():
-        folder = idx.path / entry["path"]
-        if not folder.exists():
-            rep.problems.append(f"{name}: folder {entry['path']} named by the manifest is missing")
-            continue
-        if int(entry.get("doc_count", n)) != n:
-            rep.problems.append(f"{name}: manifest doc_count is {int(entry['doc_count']):,}, the document store "
-                                f"holds {n:,}")
-        if entry.get("alias_of"):
-            target = m["subindexes"].get(entry["alias_of"])
-            if target is None or target.get("path") != entry["path"]:
-                rep.problems.append(f"{name}: alias of {entry['alias_of']!r} does not share its folder")
-            continue
-        kind = kind_of(entry)
-        try:
-            counts = kind.count(folder, entry)
-        except Exception as e:  # a damaged sub-index: report it, check the others
-            rep.problems.append(f"{name}: cannot be opened ({_one_line(e)})")
-            continue
-        for part, c in counts.items():
-            if int(c) != n:
-                rep.problems.append(f"{name} ({part}): holds {int(c):,} documents, the document store {n:,}")
-        try:
-            if full:
-                for part, got in kind.ids(folder, entry).items():
-                    got = set(got)
-                    if got != idset:
-                        miss, extra = idset - got, got - idset
-                        rep.problems.append(f"{name} ({part}): ids differ from the document store's "
-                                            f"({len(miss)} missing: {_first(miss) or '-'}; {len(extra)} not in the "
-                                            f"store: {_first(extra) or '-'})")
-            else:
-                for part, got in kind.present(folder, entry, probe).items():
-                    miss = set(probe) - set(got)
-                    if miss:
-                        rep.problems.append(f"{name} ({part}): {len(miss)} of {len(probe)} sampled ids of the "
-                                            f"document store are missing: {_first(miss)}")
-        except Exception as e:
-            rep.problems.append(f"{name}: ids cannot be read ({_one_line(e)})")
-        rep.checked.append(name)
+        if _check_entry(idx, name, entry, n, rep):
+            _check_ids(idx.path / entry["path"], name, entry, n, ids if full else None, probe, rep)
+
+
+def _check_entry(idx: Index, name: str, entry: dict, n: int, rep: Report) -> bool:
+    """The manifest entry ``name`` against its folder and the document store's ``n`` documents (an alias
+    against the entry it names); whether its ids are to be checked too."""
+    m = idx.manifest
+    if not (idx.path / entry["path"]).exists():
+        rep.problems.append(f"{name}: folder {entry['path']} named by the manifest is missing")
+        return False
+    if int(entry.get("doc_count", n)) != n:
+        rep.problems.append(f"{name}: manifest doc_count is {int(entry['doc_count']):,}, the document store "
+                            f"holds {n:,}")
+    if entry.get("alias_of"):
+        target = m["subindexes"].get(entry["alias_of"])
+        if target is None or target.get("path") != entry["path"]:
+            rep.problems.append(f"{name}: alias of {entry['alias_of']!r} does not share its folder")
+        return False
+    return True
+
+
+def _check_ids(folder, name: str, entry: dict, n: int, ids, probe, rep: Report) -> None:
+    """The sub-index's counts against the store's ``n``, then its ids: every one (``ids``: the store's, for
+    a full check) or the sampled ``probe``."""
+    kind = kind_of(entry)
+    try:
+        counts = kind.count(folder, entry)
+    except Exception as e:  # a damaged sub-index: report it, check the others
+        rep.problems.append(f"{name}: cannot be opened ({_one_line(e)})")
+        return
+    for part, c in counts.items():
+        if int(c) != n:
+            rep.problems.append(f"{name} ({part}): holds {int(c):,} documents, the document store {n:,}")
+    try:
+        if ids is not None:
+            idset = set(ids)
+            for part, got in kind.ids(folder, entry).items():
+                got = set(got)
+                if got != idset:
+                    miss, extra = idset - got, got - idset
+                    rep.problems.append(f"{name} ({part}): ids differ from the document store's "
+                                        f"({len(miss)} missing: {_first(miss) or '-'}; {len(extra)} not in the "
+                                        f"store: {_first(extra) or '-'})")
+        else:
+            for part, got in kind.present(folder, entry, probe).items():
+                miss = set(probe) - set(got)
+                if miss:
+                    rep.problems.append(f"{name} ({part}): {len(miss)} of {len(probe)} sampled ids of the "
+                                        f"document store are missing: {_first(miss)}")
+    except Exception as e:
+        rep.problems.append(f"{name}: ids cannot be read ({_one_line(e)})")
+    rep.checked.append(name)
 
 
 def _one_line(e: Exception) -> str:

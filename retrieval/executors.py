@@ -294,9 +294,8 @@ def _read_frame(fh):
 
 
 def _code_root() -> Path:
-    import retrieval
-
-    return Path(retrieval.__file__).resolve().parents[1]
+    # the folder holding the package (this module is retrieval/executors.py)
+    return Path(__file__).resolve().parents[1]
 
 
 class RaySession:

@@ -400,6 +400,14 @@ def options_of(kind: str) -> KindOptions:
     return o
 
 
+def kind_part(kind: str, part: str):
+    """The module ``part`` of the package of the kind registered under ``kind`` (``kind_part("dense",
+    "encoder").DenseEncoder``), imported on first use: how another method uses a kind's model (a
+    quality estimator the dense encoder, masked-LM pre-training DeepCT's term weights), by the kind's
+    name through this registry, so that no method's package imports another's."""
+    return importlib.import_module(f"{_package(kind)}.{part}")
+
+
 def kind_of(entry: dict) -> SubIndexKind:
     return get_kind(entry.get("kind", ""))
 

@@ -5,13 +5,15 @@ turns them into click options and commands, so the library imports no command-li
 default is written once, where a spec or config dataclass already holds it."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Tuple, Union
 
 from indexes.errors import InputError
 
-#: the value types an option takes
-TYPES = ("int", "float", "str", "bool", "choice", "path")
+#: the value types an option takes (``"index"``: the path of an index folder, a folder's or a sharded one's,
+#: handed to the command opened, as ``retrieval.open_index`` opens it)
+TYPES = ("int", "float", "str", "bool", "choice", "path", "index")
 
 
 class UsageError(InputError):
@@ -100,10 +102,23 @@ class Option:
         return next(f for f in self.flags if f.startswith("--"))
 
 
+class Values:
+    """What a command's options parsed, by each option's ``name``, handed to its ``run`` as one value: read as
+    attributes (``v.output``); :meth:`config` makes a config dataclass of those named like its fields."""
+
+    def __init__(self, values: Mapping[str, Any]):
+        self.__dict__.update(values)
+
+    def config(self, cls, **overrides):
+        """``cls`` (a dataclass) from the values named like its fields, ``overrides`` put over them."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{**{k: v for k, v in vars(self).items() if k in names}, **overrides})
+
+
 @dataclass(frozen=True)
 class Command:
     """A command a kind adds: ``retr GROUP NAME`` (``group`` None: ``retr NAME``). The command line parses
-    ``options`` and calls ``run`` with every value as a keyword argument (by each option's ``name``);
+    ``options`` and calls ``run`` with their :class:`Values` (each option's value by its ``name``);
     ``help`` (default: ``run``'s docstring) is its ``--help`` text. A library error naming parameters
     (``ParameterError``) names the command's flags instead through ``flags`` (parameter -> flag)."""
 
@@ -119,6 +134,8 @@ class Command:
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
             raise ValueError(f"command {self.name!r} declares {twice} twice")
+        if "config" in names:  # Values.config
+            raise ValueError(f"command {self.name!r}: an option's name may not be 'config'")
         object.__setattr__(self, "options", tuple(self.options))
         if self.help is None:
             object.__setattr__(self, "help", self.run.__doc__)

@@ -19,7 +19,7 @@ negatives) examples, one per relevant document of a query that the folder holds:
 - Passage text is :func:`retrieval.types.contents` (title + text), what the encoders see.
 
 Qrels whose file looks like a test split are refused as ``retr tune`` refuses them
-(:func:`retrieval.tune.looks_like_test`): test queries are for scoring, never for training.
+(:func:`retrieval.datasets.qrels.looks_like_test`): test queries are for scoring, never for training.
 
 :func:`split_dev` holds out a share of the training *queries* (never single examples) for early
 stopping. :func:`batches` cuts one epoch's batches: a seeded order, each query at most once per batch,
@@ -27,14 +27,16 @@ hard negatives sampled from each example's pool.
 """
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from indexes.errors import InputError, ParameterError
 from retrieval.kinds import PRIMARY
-from retrieval.tune import looks_like_test
+from retrieval.datasets.qrels import looks_like_test
 from retrieval.types import Query
 
 
@@ -192,3 +194,18 @@ def _row(e: Example, k: int, gen: np.random.Generator) -> tuple:
     negs = [e.negatives[t] for t in take]
     negs += [negs[-1]] * (k - len(negs))
     return (e.query, e.positive, *negs)
+
+
+def mining_index(corpus, folder: Path, quiet: bool = True, empty: str = "error"):
+    """The folder whose ranking hard negatives are mined from when a training run is given none: the
+    BM25 folder of ``corpus`` at ``folder`` (a training run's checkpoint), opened if a run already built
+    it, else built there (again, when half-built). ``empty``: what the build does with an empty passage
+    (:func:`retrieval.writer.build_index`)."""
+    from retrieval.index import open_index
+    from retrieval.writer import build_index
+
+    try:
+        return open_index(folder)
+    except Exception:  # absent or half-built: build it (again)
+        shutil.rmtree(folder, ignore_errors=True)
+        return build_index(corpus, folder, quiet=quiet, **({} if empty == "error" else {"empty": empty}))

@@ -13,12 +13,12 @@ from __future__ import annotations
 import itertools
 import random
 import time
-from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from indexes import folder
 from indexes import manifest as mf
 from indexes.errors import InputError, ParameterError
+from retrieval.datasets.qrels import looks_like_test  # noqa: F401 (also importable from here)
 from retrieval.fusion import DEFAULT_FUSION, Fusion, Pipeline, fuse, list_confidences
 from retrieval.progress import progress
 from retrieval.types import Query
@@ -38,10 +38,6 @@ def candidates(names: Sequence[str], step: float = 0.1) -> List[Fusion]:
             ws = tuple((name, round(p * step, 4)) for name, p in zip(names, (*parts, last)))
             out.append(Fusion("weighted", norm=norm, weights=ws))
     return out
-
-
-def looks_like_test(path: Path | str) -> bool:
-    return "test" in Path(path).name.lower()
 
 
 def tune(index, queries: Sequence[Query], qrels: Dict[str, Dict[str, int]], retriever: str = "bm25+dense",
@@ -77,7 +73,7 @@ def tune(index, queries: Sequence[Query], qrels: Dict[str, Dict[str, int]], retr
             ch.new.setdefault("pipelines", {})[p.base] = report
 
         if sharded:  # every shard records it, one commit of the sharded index
-            from retrieval.sharded.write import commit_manifests
+            from indexes.shard_commit import commit_manifests
 
             commit_manifests(index.path, edit, based_on=shards_read)
             index.describe()
@@ -177,7 +173,9 @@ def _judged(index, retriever: str, queries: Sequence[Query], qrels):
 
 
 def _is_sharded(index) -> bool:
-    from retrieval.sharded.index import ShardedIndex
+    """Whether ``index`` reads a sharded index: its folder is one (:func:`indexes.sharded.is_sharded`), or it
+    has no folder (its shards are remote)."""
+    from indexes.sharded import is_sharded
 
-    return isinstance(index, ShardedIndex)
+    return index.path is None or is_sharded(index.path)
 

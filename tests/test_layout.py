@@ -1,8 +1,13 @@
 """The package layout's rules, read from the code itself (imports inside functions
 count): the reader imports no writer, quality or DeepCT code; no two modules of
-``retrieval/`` import each other in a loop; ``eval/`` stands alone (the evaluator
+``retrieval/`` import each other in a loop, and its modules and packages stack in at most
+nine layers; no method's package (a kind's, quality's) imports the writer, sharded/ or
+another method's; retrieval/ and indexes/ import no click or cli/; sharded/ and server/
+call no private method of another object but those named; no function is over 60 lines
+or 8 parameters but those named; ``eval/`` stands alone (the evaluator
 only) and the corpus reaches the writer without it; the benchmark harness is ``benchmarks/``, apart from it, imported by
-nothing and not installed."""
+nothing and not installed. Each rule has a test that runs its scan on a small tree and
+shows that it can fail."""
 from __future__ import annotations
 
 import ast
@@ -386,11 +391,349 @@ def test_no_module_of_indexes_imports_another_in_a_loop_and_manifest_is_plain_js
             assert a not in g.get(b, set()), (a, b)
 
 
-def test_no_function_of_the_library_is_over_80_lines():
-    """Long functions are split into named steps (retrieval/, indexes/ and cli/)."""
-    long = []
+# ------------------------------------------------------------------ the layers of retrieval/
+#: at most this many layers in the import graph of retrieval/ (issue #44: it stacked 13 deep, with loops)
+MAX_LAYERS = 9
+
+
+def _resolved_imports(path: Path, files, root: Path = ROOT, text: str | None = None) -> set:
+    """The modules of ``files`` (module name -> path) that a file imports anywhere in it, in functions too:
+    ``from a import b`` names the module ``a.b`` when there is one, else ``a`` (``b`` is a name of ``a``'s);
+    ``import a.b`` and ``importlib.import_module("a.b")`` the longest of ``a.b``, ``a`` that is a module.
+    A package's ``__init__`` that Python runs on the way to one of its modules is not named. A kind reached
+    by name through the registry (``kinds.get_kind``, ``kinds.kind_part``) is not an import."""
+    def known(name):
+        while name and name not in files:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    tree = ast.parse(path.read_text(encoding="utf-8") if text is None else text)
+    here = _module(path, root).split(".")
+    pkg = here if path.name == "__init__.py" else here[:-1]
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str) \
+                and getattr(node.func, "attr", getattr(node.func, "id", None)) in ("import_module", "__import__"):
+            out.add(known(node.args[0].value))
+        elif isinstance(node, ast.Import):
+            out.update(known(a.name) for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(pkg[:len(pkg) - node.level + 1] + ([base] if base else []))
+            for a in node.names:
+                full = f"{base}.{a.name}"
+                out.add(full if full in files else known(base))
+    out.discard(None)
+    return out
+
+
+def _node(module: str) -> str:
+    """A module's node in the graph of retrieval/: a module of its own, or the package it is in
+    (``retrieval.dense.dimsel.search`` -> ``retrieval.dense``); ``retrieval`` is the package's ``__init__``."""
+    return ".".join(module.split(".")[:2])
+
+
+def _package_graph(root: Path = ROOT):
+    """``(edges, where)``: node -> the nodes it imports, and (node, node) -> the module imports behind it."""
+    files = {_module(p, root): p for p in (root / "retrieval").rglob("*.py")}
+    edges = {_node(m): set() for m in files}
+    where: dict = {}
+    for m, p in files.items():
+        for i in _resolved_imports(p, files, root):
+            a, b = _node(m), _node(i)
+            if a != b:
+                edges[a].add(b)
+                where.setdefault((a, b), set()).add(f"{m} -> {i}")
+    return edges, where
+
+
+def _layers(edges):
+    """``(loops, layer)``: the strongly connected components of more than one node (import loops), and
+    each node's layer: 0 for one that imports none of the others, else one above the highest it imports
+    (a loop is one step, its nodes on one layer)."""
+    index, low, stack, on, comps = {}, {}, [], set(), []
+
+    def connect(v):  # Tarjan's algorithm
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            comps.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            connect(v)
+    comp_of = {v: i for i, c in enumerate(comps) for v in c}
+    level: dict = {}
+    for i, comp in enumerate(comps):  # Tarjan's order: a component after every one it imports
+        below = {comp_of[w] for v in comp for w in edges[v]} - {i}
+        level[i] = 1 + max((level[j] for j in below), default=-1)
+    return [c for c in comps if len(c) > 1], {v: level[comp_of[v]] for v in edges}
+
+
+def _layer_list(layer) -> list:
+    return [sorted(v for v in layer if layer[v] == n) for n in range(max(layer.values()) + 1)]
+
+
+def test_the_import_graph_of_retrieval_is_acyclic_with_at_most_9_layers():
+    """Modules and packages of retrieval/ (a package is one node, its modules' imports its own) import
+    each other without a loop, so every import runs from a higher layer down to a lower one, and the
+    stack is at most :data:`MAX_LAYERS` deep. The layers now, bottom up: types, options, progress, models,
+    datasets, documents, trainrun, optim; executors, filters, chunking, runs; kinds, collections, the Ray
+    driver; bm25, fusion, frames, quality; index, client, tune; writer, check, deepct; sharded, sync, pairs;
+    the package's ``__init__``, dense, splade; server, integrations."""
+    edges, where = _package_graph()
+    loops, layer = _layers(edges)
+    assert not loops, [(loop, sorted(x for a in loop for b in loop if (a, b) in where for x in where[a, b]))
+                       for loop in loops]
+    upward = [where[a, b] for a in edges for b in edges[a] if layer[b] >= layer[a]]
+    assert not upward, upward
+    assert max(layer.values()) + 1 <= MAX_LAYERS, _layer_list(layer)
+
+
+def _write_tree(root: Path, files) -> None:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text, encoding="utf-8")
+
+
+def test_the_layer_rule_finds_a_loop_through_a_lazy_import_and_counts_a_deep_stack(tmp_path):
+    # a loop a -> b -> c (a package) -> a, closed by an import inside a function of a package's module
+    _write_tree(tmp_path, {"retrieval/__init__.py": "", "retrieval/a.py": "import retrieval.b\n",
+                           "retrieval/b.py": "from retrieval.c import thing\n",
+                           "retrieval/c/__init__.py": "thing = 1\n",
+                           "retrieval/c/d.py": "def f():\n    from retrieval import a\n",
+                           "retrieval/e.py": "from retrieval import c\n"})
+    edges, where = _package_graph(tmp_path)
+    loops, layer = _layers(edges)
+    assert loops == [["retrieval.a", "retrieval.b", "retrieval.c"]]
+    assert where["retrieval.c", "retrieval.a"] == {"retrieval.c.d -> retrieval.a"}
+    assert layer["retrieval.e"] == layer["retrieval.a"] + 1 and "retrieval" not in edges["retrieval.b"]
+    # a chain of MAX_LAYERS + 1 modules, each importing the next: one layer too many
+    chain = {"retrieval/__init__.py": ""}
+    chain.update({f"retrieval/m{i}.py": f"from retrieval import m{i + 1}\n" for i in range(MAX_LAYERS)})
+    chain[f"retrieval/m{MAX_LAYERS}.py"] = "import os\n"
+    _write_tree(tmp_path / "chain", chain)
+    loops, layer = _layers(_package_graph(tmp_path / "chain")[0])
+    assert not loops and max(layer.values()) + 1 == MAX_LAYERS + 1
+    assert layer["retrieval.m0"] == MAX_LAYERS and layer["retrieval.m9"] == 0
+
+
+# ------------------------------------------------------------------ the methods' packages
+#: what no method's package imports: the writer and the sharded index are above the kinds, which reach
+#: the kinds through the registry (retrieval.kinds); another method's model is reached by name too
+#: (``kinds.kind_part``)
+_ABOVE_THE_KINDS = ("retrieval.writer", "retrieval.sharded")
+
+
+def _method_packages() -> list:
+    """Each kind's package (``kinds.KINDS``) and quality's, the methods' packages."""
+    from retrieval.kinds import KINDS
+
+    return sorted(set(KINDS.values()) | {"retrieval.quality"})
+
+
+def _method_imports(root: Path, packages) -> list:
+    """``(module, import)`` of a method's package importing the writer, sharded/ or another method's package."""
+    files = {_module(p, root): p for p in (root / "retrieval").rglob("*.py")}
+    bad = []
+    for m, p in sorted(files.items()):
+        own = _node(m)
+        if own not in packages:
+            continue
+        for i in sorted(_resolved_imports(p, files, root)):
+            if _node(i) != own and (_node(i) in _ABOVE_THE_KINDS or _node(i) in packages):
+                bad.append((m, i))
+    return bad
+
+
+def test_no_method_package_imports_the_writer_sharded_or_another_method():
+    """A kind's package (and quality's) stands below the writer and the sharded index, which reach it
+    through the registry, and apart from the other methods: where it needs one, a public function of a
+    lower layer serves (``pairs.mining_index`` builds the folder negatives are mined from,
+    ``kinds.kind_part`` hands over another kind's model by name, ``indexes.shard_commit`` commits a
+    sharded index's tuning)."""
+    assert {"retrieval.bm25", "retrieval.dense", "retrieval.deepct", "retrieval.quality"} <= set(_method_packages())
+    assert not _method_imports(ROOT, _method_packages())
+
+
+def test_the_method_package_rule_finds_each_import(tmp_path):
+    _write_tree(tmp_path, {"retrieval/__init__.py": "", "retrieval/writer.py": "", "retrieval/pairs.py": "",
+                           "retrieval/sharded/__init__.py": "", "retrieval/sharded/write.py": "",
+                           "retrieval/dense/__init__.py": "", "retrieval/dense/encoder.py": "",
+                           "retrieval/deepct/__init__.py": "from retrieval.deepct import model\n",
+                           "retrieval/deepct/model.py": "import retrieval.pairs\n",
+                           "retrieval/deepct/train.py": "def f():\n    from retrieval.writer import build_index\n",
+                           "retrieval/deepct/tuning.py": "from ..sharded import write\n"
+                                                         "from retrieval.dense.encoder import DenseEncoder\n"})
+    found = _method_imports(tmp_path, ["retrieval.deepct", "retrieval.dense"])
+    assert found == [("retrieval.deepct.train", "retrieval.writer"),
+                     ("retrieval.deepct.tuning", "retrieval.dense.encoder"),
+                     ("retrieval.deepct.tuning", "retrieval.sharded.write")]
+
+
+# ------------------------------------------------------------------ private methods of other objects
+#: the calls of another object's private method that retrieval/sharded/ and retrieval/server/ still make,
+#: each named (file, the called expression): the list only shrinks (issue #44: a shard is searched through a
+#: folder's public operations)
+_PRIVATE_CALLS_LEFT = {
+    ("retrieval/sharded/index.py", "self._ix._fetch"),        # ShardedDocs -> its ShardedIndex
+    ("retrieval/sharded/prf.py", "ix._all"),                  # sharded feedback -> ShardedIndex's rounds
+    ("retrieval/sharded/prf.py", "ix._call"),
+    ("retrieval/sharded/shard.py", "idx._pick"),              # a shard's search -> the folder's pipeline steps
+    ("retrieval/sharded/shard.py", "idx._filtered"),
+    ("retrieval/sharded/shard.py", "s._index._allowed"),
+    ("retrieval/server/sharded.py", "ix._call"),              # the served sharded index -> ShardedIndex's call
+    ("retrieval/server/run.py", "mcp._lifespan_manager"),     # the MCP library's session manager
+}
+
+
+def _private_calls(path: Path, text: str | None = None) -> list:
+    """The called expressions ``x._name(...)`` of a module where ``x`` is not ``self`` or ``cls``
+    (``__dunder__`` methods are not private)."""
+    tree = ast.parse(path.read_text(encoding="utf-8") if text is None else text)
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            name, owner = node.func.attr, node.func.value
+            if name.startswith("_") and not name.startswith("__") \
+                    and not (isinstance(owner, ast.Name) and owner.id in ("self", "cls")):
+                out.append(ast.unparse(node.func))
+    return sorted(out)
+
+
+def test_sharded_and_server_call_no_private_method_of_another_object():
+    found = {(p.relative_to(ROOT).as_posix(), call) for pkg in ("sharded", "server")
+             for p in sorted((ROOT / "retrieval" / pkg).rglob("*.py")) for call in _private_calls(p)}
+    assert not found - _PRIVATE_CALLS_LEFT, sorted(found - _PRIVATE_CALLS_LEFT)
+    assert not _PRIVATE_CALLS_LEFT - found, ("gone: take them off _PRIVATE_CALLS_LEFT",
+                                             sorted(_PRIVATE_CALLS_LEFT - found))
+
+
+def test_the_private_call_scan_finds_each_form(tmp_path):
+    code = ("import os\nclass A:\n    def f(self, ix, other):\n        self._mine()\n        cls._also()\n"
+            "        ix._theirs(1)\n        self._ix._fetch()\n        other.public()\n        os._exit(0)\n"
+            "        super().__init__()\n        x = ix._attr\n")
+    assert _private_calls(tmp_path / "m.py", code) == ["ix._theirs", "os._exit", "self._ix._fetch"]
+
+
+# ------------------------------------------------------------------ function sizes
+MAX_LINES, MAX_PARAMS = 60, 8
+
+
+def _sizes(path: Path, text: str | None = None):
+    """``(long, wide)``: the functions of a module over :data:`MAX_LINES` lines and those taking over
+    :data:`MAX_PARAMS` parameters (``self``/``cls`` not counted, ``*args``/``**kw`` counted), by qualified
+    name (``Class.method``, ``outer.inner``); a dataclass's methods are not counted for their parameters."""
+    tree = ast.parse(path.read_text(encoding="utf-8") if text is None else text)
+    long, wide = [], []
+
+    def visit(node, prefix: str, in_dataclass: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                dc = any("dataclass" in ast.unparse(d) for d in child.decorator_list)
+                visit(child, f"{prefix}{child.name}.", dc)
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                name = prefix + child.name
+                if child.end_lineno - child.lineno + 1 > MAX_LINES:
+                    long.append(name)
+                a = child.args
+                params = [x for x in a.posonlyargs + a.args + a.kwonlyargs if x.arg not in ("self", "cls")]
+                if len(params) + bool(a.vararg) + bool(a.kwarg) > MAX_PARAMS and not in_dataclass:
+                    wide.append(name)
+                visit(child, name + ".", False)
+            else:
+                visit(child, prefix, in_dataclass)
+
+    visit(tree, "", False)
+    return long, wide
+
+
+#: the functions still over MAX_LINES lines ("file:qualified name"); the list only shrinks. Those of the
+#: writer's build and the sharded build are left to the work on writes (issue #44, item 4)
+_LONG_LEFT = {
+    "retrieval/sharded/write.py:build_sharded",
+    "retrieval/writer.py:build_index",
+    "retrieval/writer.py:index_corpus",
+}
+
+#: the library's functions still taking over MAX_PARAMS parameters ("file:qualified name"); the list only
+#: shrinks. The search paths' (index.py, sharded/, client.py, server/) go when the search options travel as
+#: one request value (issue #44, item 1); the writer's with item 4; the rest are training entry points
+#: and the encoders' constructors
+_WIDE_LEFT = {
+    "retrieval/client.py:Client._options", "retrieval/client.py:Client.search", "retrieval/client.py:Client.asearch",
+    "retrieval/client.py:Client.batch_search",
+    "retrieval/index.py:Index.search", "retrieval/index.py:Index._search", "retrieval/index.py:Index.batch_search",
+    "retrieval/index.py:Index._batch_search", "retrieval/index.py:Snapshot.search",
+    "retrieval/index.py:Snapshot.batch_search",
+    "retrieval/server/mcp_tools.py:_add_search_tool.search", "retrieval/server/run.py:serve",
+    "retrieval/server/run.py:_run_uvicorn",
+    "retrieval/sharded/index.py:ShardedIndex.search", "retrieval/sharded/index.py:ShardedIndex.batch_search",
+    "retrieval/sharded/index.py:ShardedIndex._run", "retrieval/sharded/index.py:ShardedIndex._rounds",
+    "retrieval/sharded/index.py:ShardedIndex._lists", "retrieval/sharded/index.py:ShardedIndex._deep_search",
+    "retrieval/sharded/shard.py:ShardSearcher.search", "retrieval/sharded/write.py:build_sharded",
+    "retrieval/writer.py:build_index", "retrieval/writer.py:_build_first", "retrieval/writer.py:index_corpus",
+    "retrieval/writer.py:_apply", "retrieval/writer.py:add_documents", "retrieval/writer.py:update_documents",
+    "retrieval/writer.py:_write",
+    "retrieval/dense/encoder.py:DenseEncoder.__init__", "retrieval/dense/dimsel/search.py:DimSel.__init__",
+    "retrieval/dense/subindex.py:build_dense",
+    "indexes/faiss_index.py:FaissIndex.build", "indexes/lucene.py:run_indexer", "indexes/lucene.py:_index_and_merge",
+    "indexes/lucene.py:build_lucene",
+    "retrieval/tune.py:tune", "retrieval/tune.py:cross_validate", "retrieval/pairs.py:training_examples",
+    "retrieval/dense/training.py:train", "retrieval/splade/train.py:train", "retrieval/deepct/train.py:train_deepct",
+    "retrieval/deepct/train.py:_card", "retrieval/dense/masking.py:rom_mask",
+    "retrieval/dense/mlm.py:Pretrainer.__init__",
+    "retrieval/dense/sts.py:evaluate", "retrieval/quality/learned.py:train_head",
+}
+
+
+def _oversized():
+    """``(long, wide)`` of the product: functions of retrieval/, indexes/ and cli/ over MAX_LINES lines;
+    functions of the library (retrieval/, indexes/) over MAX_PARAMS parameters (cli/'s click commands take
+    one parameter per option)."""
+    long, wide = set(), set()
     for p in _product_files():
-        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 80:
-                long.append((p.relative_to(ROOT).as_posix(), node.name, node.end_lineno - node.lineno + 1))
-    assert not long, long
+        rel = p.relative_to(ROOT).as_posix()
+        l, w = _sizes(p)
+        long |= {f"{rel}:{n}" for n in l}
+        if not rel.startswith("cli/"):
+            wide |= {f"{rel}:{n}" for n in w}
+    return long, wide
+
+
+def test_no_function_is_over_60_lines_or_8_parameters_but_those_named():
+    """Long functions are split into named steps, long signatures take a value (a config dataclass, a
+    request); what remains is named in :data:`_LONG_LEFT` / :data:`_WIDE_LEFT`, which only shrink."""
+    long, wide = _oversized()
+    assert not long - _LONG_LEFT, sorted(long - _LONG_LEFT)
+    assert not wide - _WIDE_LEFT, sorted(wide - _WIDE_LEFT)
+    assert not _LONG_LEFT - long, ("within the limit now: take them off _LONG_LEFT", sorted(_LONG_LEFT - long))
+    assert not _WIDE_LEFT - wide, ("within the limit now: take them off _WIDE_LEFT", sorted(_WIDE_LEFT - wide))
+
+
+def test_the_size_rule_finds_a_long_function_and_a_wide_signature(tmp_path):
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_LINES))  # with its def line: MAX_LINES + 1 lines
+    code = (f"def long():\n{body}\n"
+            f"def short():\n{body[:-len(body.splitlines(True)[-1])]}\n"
+            "class A:\n    def wide(self, a, b, c, d, e, f, g, *h, i):\n        def inner(a, b, c, d, e, f, g, h):\n"
+            "            pass\n    @classmethod\n    def fine(cls, a, b, c, d, e, f, g, h):\n        pass\n"
+            "@dataclass\nclass D:\n    def many(self, a, b, c, d, e, f, g, h, i):\n        pass\n"
+            "def kw(a, b, c, d, e, f, g, h, **more):\n    pass\n")
+    long, wide = _sizes(tmp_path / "m.py", code)
+    assert long == ["long"] and wide == ["A.wide", "kw"]

@@ -10,6 +10,7 @@ from typing import ClassVar, Dict, List, Optional, Sequence, Tuple
 
 from indexes import manifest as mf
 from indexes.errors import InputError
+from indexes.lucene import check_bm25  # noqa: F401 (also importable from here and retrieval.bm25)
 from retrieval.kinds import BuildContext, Explained, RetrieverBase, SubIndexKind
 from retrieval.types import Query, Scored
 
@@ -24,16 +25,6 @@ class BM25Spec:
     def validate(self) -> "BM25Spec":
         check_bm25(self.k1, self.b)
         return self
-
-
-def check_bm25(k1: Optional[float], b: Optional[float]) -> None:
-    """BM25's k1 must be a finite number >= 0 and b a number in [0, 1] (Lucene refuses others)."""
-    import math
-
-    if k1 is not None and not (isinstance(k1, (int, float)) and math.isfinite(k1) and k1 >= 0):
-        raise InputError(f"k1 must be a finite number >= 0, got {k1!r}")
-    if b is not None and not (isinstance(b, (int, float)) and 0 <= b <= 1):
-        raise InputError(f"b must be a number in [0, 1], got {b!r}")
 
 
 class BM25Retriever(RetrieverBase):

@@ -8,9 +8,17 @@ from __future__ import annotations
 import os
 from typing import Dict
 
+from pathlib import Path
+
 from indexes.errors import InputError
 
 from . import is_named, qrels
+
+
+def looks_like_test(path: str | os.PathLike) -> bool:
+    """Whether a qrels file is named like a test split (``test.tsv``): tuning and training refuse it, as
+    test queries are for scoring, never for choosing settings."""
+    return "test" in Path(path).name.lower()
 
 
 def read_qrels(source: str | os.PathLike) -> Dict[str, Dict[str, int]]:

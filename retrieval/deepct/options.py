@@ -8,7 +8,8 @@ import warnings
 
 from retrieval.deepct.train_config import TrainConfig
 from retrieval.kinds import KindOptions
-from retrieval.options import DEVICES, POSITIVE, SHARE_CLOSED_OPEN, Command, Option, Range, UsageError, training_options
+from retrieval.options import (DEVICES, POSITIVE, SHARE_CLOSED_OPEN, Command, Option, Range, UsageError, Values,
+                               training_options)
 
 _T = TrainConfig()  # the training defaults, read by `retr train deepct`'s options
 # the sub-index code is not imported to start a command: DeepCTSpec's defaults are repeated (default_from),
@@ -18,8 +19,7 @@ MODES = ("impact", "bm25")
 SCALES = ("linear", "sqrt")
 
 
-def train_deepct(corpus, queries, qrels, output, base, epochs, lr, batch_size, max_length, seed, warmup, min_rel,
-                 dev_fraction, title, title_limit, device, threads, overwrite, quiet):
+def train_deepct(v: Values):
     """Train a DeepCT model on query term recall targets (or titles, HDCT-style).
 
     Resumable: if interrupted, run the same command again and it continues from
@@ -27,24 +27,22 @@ def train_deepct(corpus, queries, qrels, output, base, epochs, lr, batch_size, m
     from retrieval.deepct.targets import QrelsWarning
     from retrieval.deepct.train import train_deepct
 
-    if (queries is None) != (qrels is None):
+    if (v.queries is None) != (v.qrels is None):
         raise UsageError("give both --queries and --qrels, or neither (then titles supervise, HDCT-style)")
-    cfg = TrainConfig(base=base, epochs=epochs, lr=lr, batch_size=batch_size, max_length=max_length, seed=seed,
-                      warmup=warmup, min_rel=min_rel, dev_fraction=dev_fraction, title=title,
-                      title_limit=title_limit, device=device, threads=threads)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", QrelsWarning)
-        card = train_deepct(corpus, output, queries, qrels, cfg, overwrite=overwrite, quiet=quiet)
+        card = train_deepct(v.corpus, v.output, v.queries, v.qrels, v.config(TrainConfig), overwrite=v.overwrite,
+                            quiet=v.quiet)
     for w in caught:
         if issubclass(w.category, QrelsWarning):
             print(f"retr: warning: {w.message}", file=sys.stderr)
     t = card["training"]
-    if qrels is None and title == "auto":
+    if v.qrels is None and v.title == "auto":
         print(f"retr: note: no --qrels, so DeepCT trained on the titles of "
               f"{card['data'].get('training_passages')} passages (HDCT weak supervision: a body term's target is "
               "1 if the passage's title has it)", file=sys.stderr)
     print(f"trained DeepCT on {card['data'].get('training_passages')} passages ({t['windows']} windows, "
-          f"{t['steps']} steps) in {t['seconds']:.0f} s; final loss {t['final_loss']}; saved to {output}")
+          f"{t['steps']} steps) in {t['seconds']:.0f} s; final loss {t['final_loss']}; saved to {v.output}")
 
 
 TRAIN = Command("deepct", train_deepct, group="train", options=training_options() + (
@@ -71,15 +69,14 @@ TRAIN = Command("deepct", train_deepct, group="train", options=training_options(
           "overwrite": "--overwrite", "output": "--output"})
 
 
-def deepct_tune(index_dir, name, mode, scale, quiet):
+def deepct_tune(v: Values):
     """Choose a DeepCT sub-index's defaults again (mode, weight scale, k1/b, then the
     bm25+NAME fusion) on its model's held-out training queries, without re-encoding.
     A sharded index is tuned once through its search, and every shard records the choice."""
-    from retrieval.deepct.tuning import retune_deepct
-    from retrieval.sharded.index import ShardedIndex, open_index
+    from retrieval.deepct.tuning import manifest_of, retune_deepct
 
-    idx = retune_deepct(open_index(index_dir), name, mode=mode, scale=scale, quiet=quiet)
-    m = idx.local()[0].manifest if isinstance(idx, ShardedIndex) else idx.manifest  # every shard's is the same
+    name = v.name
+    m = manifest_of(retune_deepct(v.index, name, mode=v.mode, scale=v.scale, quiet=v.quiet))
     e = m["subindexes"][name]
     t, c = e["tuning"], e["config"]
     fusion = m.get("pipelines", {}).get(f"bm25+{name}", {}).get("spec", "untuned")
@@ -88,7 +85,7 @@ def deepct_tune(index_dir, name, mode, scale, quiet):
 
 
 TUNE = Command("deepct-tune", deepct_tune, options=(
-    Option("--index", name="index_dir", type="path", required=True, help="Index folder."),
+    Option("--index", type="index", required=True, help="Index folder (a folder or a sharded folder)."),
     Option("--name", default="deepct", help="The DeepCT sub-index."),
     Option("--mode", type="choice", choices=("auto", *MODES), default="auto",
            help="Pin the mode, or choose it on the dev queries (auto)."),

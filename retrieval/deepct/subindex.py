@@ -240,7 +240,7 @@ class DeepCTRetriever(RetrieverBase):
         if query is not None and query not in QUERY_MODES:
             raise ParameterError("{query} {_got!r} is not a DeepCT query weighting (choose from: %s)"
                                  % ", ".join(QUERY_MODES), _got=query)
-        from retrieval.bm25 import check_bm25
+        from indexes.lucene import check_bm25
 
         check_bm25(k1, b)
         if (k1 is not None or b is not None) and (mode or self.mode) != "bm25":

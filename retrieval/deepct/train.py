@@ -133,7 +133,7 @@ def train_deepct(corpus, output, queries=None, qrels=None, cfg: Optional[TrainCo
     refused (as `retr tune` and dense training refuse them) unless ``allow_test``.
     """
     from retrieval.models import pick_device
-    from retrieval.tune import looks_like_test
+    from retrieval.datasets.qrels import looks_like_test
 
     cfg = (cfg or TrainConfig()).validate()
     if (queries is None) != (qrels is None):

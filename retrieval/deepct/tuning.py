@@ -11,7 +11,7 @@ built without tuning (``DeepCTKind.shard_spec``), then :func:`sharded_choice` ru
 through the sharded search (:func:`sharded_runs`: the index's global statistics, so every run equals
 the run of one folder holding every document) and the same fusion tuning, and the sharded writer
 records the choice in every shard as one commit (``retrieval.sharded.write.tune_shards``, or
-:func:`retune_deepct` given a ``ShardedIndex``). A shard's own documents and statistics would choose
+:func:`retune_deepct` given a ``ShardedIndex``, through :func:`indexes.shard_commit.commit_manifests`). A shard's own documents and statistics would choose
 otherwise, and its default runs would then differ from the folder's.
 
 The kind (:mod:`retrieval.deepct.subindex`) imports this module, so this one reaches
@@ -241,10 +241,20 @@ def _tune_fusion(idx, name: str, entry: dict, docids: Sequence[str], quiet: bool
 
 # ------------------------------------------------------------------------- sharded indexes
 def _local_shards(index) -> list:
-    """The shard folders' own ``Index`` objects of a sharded index (``ShardedIndex.local``), [] for a folder."""
-    from retrieval.sharded.index import ShardedIndex
+    """The shard folders' own ``Index`` objects of a sharded index (``ShardedIndex.local``), [] for a folder
+    (the folder on disk tells which: :func:`indexes.sharded.is_sharded`)."""
+    from indexes.sharded import is_sharded
 
-    return index.local() if isinstance(index, ShardedIndex) else []
+    if index.path is None:
+        raise InputError("a sharded index opened over remote shards cannot be tuned; tune it by its folder")
+    return index.local() if is_sharded(index.path) else []
+
+
+def manifest_of(index) -> dict:
+    """The manifest of a folder's index, or of a sharded index's first shard (every shard records the same
+    sub-indexes and tuning)."""
+    shards = _local_shards(index)
+    return (shards[0] if shards else index).manifest
 
 
 def tunes(spec) -> bool:
@@ -259,8 +269,6 @@ def sharded_choice(index, name: str, spec, tune_fusion: bool, quiet: bool = True
     Returns ``edit(change)``, which records the choice in one shard's manifest change (the same in
     every shard); ``index`` is left configured for the grid's last run. ``need_queries``: an error
     when the model card names no dev queries for this corpus (a retune), else nothing is tuned."""
-    from retrieval.sharded.index import ShardedIndex
-
     shards = _local_shards(index)
     entry = json.loads(json.dumps(shards[0].manifest["subindexes"][name]))
     docids = [d for s in shards for d, *_ in s.docstore.iter_docs()]
@@ -275,7 +283,7 @@ def sharded_choice(index, name: str, spec, tune_fusion: bool, quiet: bool = True
         apply_tuning(entry, tuning, spec)
     report = None
     if tune_fusion and "bm25" in index.retrievers:
-        with ShardedIndex.open(index.path) as fresh:  # every retriever at its defaults, DeepCT's as chosen
+        with type(index).open(index.path) as fresh:  # every retriever at its defaults, DeepCT's as chosen
             cfg = entry["config"]
             fresh.configure(name, mode=cfg["mode"], scale=cfg["scale"],
                             **({"k1": cfg["k1"], "b": cfg["b"]} if cfg["mode"] == "bm25" else {}))
@@ -300,13 +308,10 @@ def sharded_choice(index, name: str, spec, tune_fusion: bool, quiet: bool = True
 
 def _retune_sharded(index, name: str, spec, tune_fusion: bool, quiet: bool):
     """:func:`retune_deepct` of a sharded index: one commit of every shard (the sharded writer's)."""
-    from retrieval.sharded.index import ShardedIndex
-    from retrieval.sharded.write import commit_manifests
+    from indexes.shard_commit import commit_manifests
 
-    if index.path is None:
-        raise InputError("a sharded index opened over remote shards cannot be tuned; tune it by its folder")
     based_on = [s.manifest for s in _local_shards(index)]
-    with ShardedIndex.open(index.path) as work:  # configured run by run: not the caller's index
+    with type(index).open(index.path) as work:  # configured run by run: not the caller's index
         edit = sharded_choice(work, name, spec, tune_fusion, quiet, need_queries=True)
     commit_manifests(index.path, edit, based_on=based_on, quiet=quiet)
-    return ShardedIndex.open(index.path)
+    return type(index).open(index.path)

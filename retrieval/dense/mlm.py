@@ -78,9 +78,9 @@ def importance_of(spec: str, texts: Sequence[str], tokenizer, max_length: int, q
         idf = masking.idf_importance(dict(df), len(ws))
         return [masking.word_weights(w, idf) for w in ws]
     if spec.startswith("deepct:") and len(spec) > len("deepct:"):
-        from retrieval.deepct.model import DeepCTEncoder  # a kind's model, asked for by name: --importance deepct:
+        from retrieval.kinds import kind_part  # a kind's model, asked for by name: --importance deepct:
 
-        enc = DeepCTEncoder(spec[len("deepct:"):], device="cpu")
+        enc = kind_part("deepct", "model").DeepCTEncoder(spec[len("deepct:"):], device="cpu")
         weights = enc.encode_words(list(texts), quiet=quiet, desc="DeepCT importance")
         out = []
         for w, pairs in zip(ws, weights):

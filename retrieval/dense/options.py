@@ -10,7 +10,7 @@ from pathlib import Path
 from retrieval.dense.train_config import PRETRAIN, DenseTrainConfig
 from retrieval.kinds import KindOptions
 from retrieval.options import (DEVICES, POSITIVE, SHARE_CLOSED_OPEN, SHARE_OPEN, SHARE_OPEN_CLOSED, Command, Option,
-                               Range, UsageError, training_options)
+                               Range, UsageError, Values, training_options)
 
 _D = DenseTrainConfig()  # the training defaults, read by `retr train dense`'s options
 # DenseSpec's and SelectorConfig's modules import numpy: their defaults are repeated (default_from), not imported
@@ -18,8 +18,7 @@ _SPEC = "retrieval.dense.subindex:DenseSpec."
 _SEL = "retrieval.dense.dimsel.selector:SelectorConfig."
 
 
-def train_dimsel(index_dir, queries, qrels, retriever, output, epochs, lr, hidden, loss, arch, alpha, dev_share, seed,
-                 quiet):
+def train_dimsel(v: Values):
     """Train a query-aware dimension selector: an MLP from the query embedding to per-dimension
     importance, distilled from label-oracle importance (see retrieval/dense/dimsel/)."""
     from retrieval.dense.dimsel.masks import check_alpha
@@ -27,15 +26,13 @@ def train_dimsel(index_dir, queries, qrels, retriever, output, epochs, lr, hidde
     from retrieval.dense.dimsel.training import train_selector
     from retrieval.index import open_index
 
-    if alpha is not None:
-        check_alpha(alpha)
-    cfg = SelectorConfig(epochs=epochs, lr=lr, hidden=hidden, loss=loss, arch=arch, alpha=alpha,
-                         dev_share=dev_share, seed=seed)
-    idx = open_index(index_dir)
-    sel = train_selector(idx, queries, qrels, output=output, retriever=retriever, cfg=cfg, quiet=quiet)
+    if v.alpha is not None:
+        check_alpha(v.alpha)
+    sel = train_selector(open_index(v.index_dir), v.queries, v.qrels, output=v.output, retriever=v.retriever,
+                         cfg=v.config(SelectorConfig), quiet=v.quiet)
     t = sel.config["training"]
-    where = output or Path(index_dir) / retriever / "dimsel"
-    if not quiet:
+    where = v.output or Path(v.index_dir) / v.retriever / "dimsel"
+    if not v.quiet:
         print(f"trained dimension selector on {t['queries']} queries ({t['dev_queries']} held out) in "
               f"{t['seconds']:.1f} s: loss {t['first_train_loss']:.4f} -> {t['final_train_loss']:.4f}", file=sys.stderr)
         if t["dev_queries"]:
@@ -79,9 +76,7 @@ _TRAIN_FLAGS = {"queries": "--queries", "qrels": "--qrels", "pretrain": "--pretr
                 "device": "--device", "base": "--base", "threads": "--threads"}
 
 
-def train_dense(corpus, queries, qrels, output, base, pretrain, importance, mask_rate, pretrain_epochs,
-                pretrain_passages, epochs, lr, batch_size, hard_negatives, positives_per_query, max_length, pooling,
-                dev_share, index_dir, seed, device, threads, resume, overwrite, quiet):
+def train_dense(v: Values):
     """Train the dense encoder: masked-LM pre-training on the corpus (--pretrain random|rom) and/or
     contrastive fine-tuning on training qrels (in-batch + BM25 hard negatives).
 
@@ -89,22 +84,17 @@ def train_dense(corpus, queries, qrels, output, base, pretrain, importance, mask
     model folder with retr_train.json and README.md (the model card)."""
     from retrieval.dense.training import train
 
-    cfg = DenseTrainConfig(base=base, pretrain=pretrain, importance=importance, mask_rate=mask_rate,
-                           pretrain_epochs=pretrain_epochs, pretrain_passages=pretrain_passages, epochs=epochs,
-                           lr=lr, batch_size=batch_size, hard_negatives=hard_negatives,
-                           positives_per_query=positives_per_query, max_length=max_length,
-                           pooling=pooling, dev_share=dev_share, seed=seed, device=device, threads=threads)
-    out = train(corpus, output, queries, qrels, cfg, index=index_dir, resume=resume, overwrite=overwrite,
-                quiet=quiet)
+    out = train(v.corpus, v.output, v.queries, v.qrels, v.config(DenseTrainConfig), index=v.index_dir,
+                resume=v.resume, overwrite=v.overwrite, quiet=v.quiet)
     card = json.loads((out / "retr_train.json").read_text())
     ft = card["history"]["finetune"]
-    what = [f"pre-trained ({pretrain})"] if pretrain != "none" else []
+    what = [f"pre-trained ({v.pretrain})"] if v.pretrain != "none" else []
     if ft:
         best = ft[card["best_epoch"] - 1]
         what.append(f"fine-tuned {len(ft)} epoch(s), kept epoch {best['epoch']} (held-out nDCG@10 "
                     f"{best['dev_ndcg10']}, base {card['data'].get('dev_ndcg10_base')})")
     print(f"{' and '.join(what)} in {sum(v for k, v in card['seconds'].items()):.0f} s; saved to {out} "
-          f"(index it with: retr index --dense {out} --pooling {pooling})")
+          f"(index it with: retr index --dense {out} --pooling {v.pooling})")
 
 
 DENSE_TRAIN = Command("dense", train_dense, group="train", flags=_TRAIN_FLAGS, options=training_options() + (

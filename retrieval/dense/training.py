@@ -64,7 +64,7 @@ def train(corpus, output, queries=None, qrels=None, cfg: Optional[DenseTrainConf
         raise ParameterError("nothing to train: give {queries} and {qrels} to fine-tune, or {pretrain} random|rom "
                              "to pre-train on the corpus")
     if qrels is not None:
-        from retrieval.tune import looks_like_test
+        from retrieval.datasets.qrels import looks_like_test
         if looks_like_test(qrels) and not allow_test:
             raise InputError("refusing to train on what looks like test qrels; train on a train/dev split", qrels)
     dest = prepare_output(Path(output), TRAINER, cfg.key(), resume, overwrite, quiet)
@@ -247,15 +247,9 @@ class _Run:
         return train, dev, qrels
 
     def _bm25_folder(self):
-        from retrieval.index import open_index
-        from retrieval.writer import build_index
+        from retrieval.pairs import mining_index
 
-        path = self.out / CHECKPOINT / "bm25"
-        try:
-            return open_index(path)
-        except Exception:  # absent or half-built: build it (again)
-            shutil.rmtree(path, ignore_errors=True)
-            return build_index(self.corpus, path, quiet=self.quiet)
+        return mining_index(self.corpus, self.out / CHECKPOINT / "bm25", quiet=self.quiet)
 
     def finetune(self) -> None:
         from retrieval.dense import contrastive as C

@@ -12,6 +12,7 @@ import numpy as np
 from tqdm import tqdm
 
 from indexes.errors import InputError
+from retrieval.kinds import kind_part
 
 
 class QualityError(InputError):
@@ -139,11 +140,9 @@ class DenseNorm(Estimator):
         self._enc = None
 
     def _score(self, texts, batch_size, quiet):
-        from retrieval.dense.encoder import DenseEncoder
-
         if self._enc is None:
-            self._enc = DenseEncoder(self.model, pooling=self.pooling, device=self.device, normalize=False,
-                                     quiet=quiet)
+            encoder = kind_part("dense", "encoder").DenseEncoder
+            self._enc = encoder(self.model, pooling=self.pooling, device=self.device, normalize=False, quiet=quiet)
         out = np.zeros(len(texts))
         with _bar(len(texts), "quality (dense-norm)", quiet) as bar:
             for s in range(0, len(texts), 4096):
@@ -281,10 +280,9 @@ class DeepCTWeight(Estimator):
     blockwise = True  # DeepCT encodes in chunks of 2048: two per block
 
     def _encoder(self, batch_size):
-        from retrieval.deepct.model import DeepCTEncoder
-
         if self._enc is None:
-            self._enc = DeepCTEncoder(self.model, device=self.device, batch_size=batch_size)
+            encoder = kind_part("deepct", "model").DeepCTEncoder
+            self._enc = encoder(self.model, device=self.device, batch_size=batch_size)
         return self._enc
 
     def _stat(self, weights) -> np.ndarray:
@@ -299,19 +297,16 @@ class DeepCTWeight(Estimator):
         return self._encoder(batch_size).encode_words(texts, quiet=True)
 
     def from_payload(self, payload):
-        from retrieval.deepct.model import terms_of_words
-        from retrieval.deepct.targets import analyzer
-
-        scores = self._stat(terms_of_words(payload, analyzer()))
+        analyzer = kind_part("deepct", "targets").analyzer
+        scores = self._stat(kind_part("deepct", "model").terms_of_words(payload, analyzer()))
         if not np.isfinite(scores).all():
             raise QualityError(f"estimator {self.name!r} returned non-finite scores")
         return scores.astype(np.float64), None
 
     def describe(self):
-        from retrieval.deepct.model import deepct_hash
-
         return {"estimator": self.name, "model": self.model,
-                "model_sha256": self._enc.model_hash if self._enc else deepct_hash(self.model)}
+                "model_sha256": self._enc.model_hash if self._enc else
+                kind_part("deepct", "model").deepct_hash(self.model)}
 
 
 #: attributes that hold a loaded model or its outputs: rebuilt lazily wherever a stage runs

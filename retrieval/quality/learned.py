@@ -26,6 +26,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 import numpy as np
 
 from indexes.atomic import write_text
+from retrieval.kinds import kind_part
 from retrieval.quality.estimators import Estimator, QualityError, _bar
 
 
@@ -35,10 +36,8 @@ class _Features:
 
     def __init__(self, body: str = "minilm", device: str = "auto", max_length: Optional[int] = None,
                  normalize: bool = True):
-        from retrieval.dense.encoder import DenseEncoder
-
-        self.enc = DenseEncoder(body, pooling="mean", normalize=normalize, device=device, max_length=max_length,
-                                quiet=True)
+        encoder = kind_part("dense", "encoder").DenseEncoder
+        self.enc = encoder(body, pooling="mean", normalize=normalize, device=device, max_length=max_length, quiet=True)
 
     def __call__(self, texts: List[str], batch_size: int, quiet: bool, bar=None) -> np.ndarray:
         """``bar``: a caller's (anything with ``update(n)``) to move instead of a bar of its own; either
@@ -226,6 +225,21 @@ def fit_lexical_head(X: np.ndarray, T, y: np.ndarray, l2: float = 1.0) -> dict:
 FEATURES = ("tfidf+emb", "emb")
 
 
+def _fit_lexical(X: np.ndarray, texts: List[str], y: np.ndarray, l2: float, min_df: int):
+    """The ``tfidf+emb`` head over body features ``X`` and the tf-idf of ``texts`` (terms in at least
+    ``min_df`` of them), and its scores of the training passages."""
+    vocab, idf, T = _Lexical.fit(texts, min_df=min_df)
+    if not vocab:
+        raise QualityError(f"no term occurs in {min_df} or more training passages; lower min_df")
+    # The log token count column stays in the features (same extractor) with weight 0.
+    fit = fit_lexical_head(X[:, :-1], T, y, l2=l2)
+    head = {"mean": fit["mean"] + [0.0], "scale": fit["scale"] + [1.0], "weights": fit["weights"] + [0.0],
+            "bias": fit["bias"],
+            "lexical": {"vocabulary": vocab, "idf": [round(v, 6) for v in idf],
+                        "weights": fit["lexical_weights"], "min_df": min_df}}
+    return head, _apply(head, X, T)
+
+
 def train_head(sources: Sequence[Tuple[Iterable, Dict[str, Dict[str, int]]]], body: str = "minilm",
                neg_ratio: Optional[float] = None, l2: float = 1.0, seed: int = 0, name: str = "learned",
                describe_data: Optional[List[str]] = None, max_length: Optional[int] = None, normalize: bool = True,
@@ -247,25 +261,15 @@ def train_head(sources: Sequence[Tuple[Iterable, Dict[str, Dict[str, int]]]], bo
     texts, y, stats = training_pairs(sources, neg_ratio=neg_ratio, seed=seed)
     feat = _Features(body, device, max_length, normalize)
     X = (features(texts) if features is not None else feat(texts, batch_size, quiet)).astype(np.float64)
+    pooled = f"mean-pooled last layer{', L2-normalised' if normalize else ''}"
     if feature_set == "emb":
         head = fit_logistic(X, y, l2=l2, seed=seed)
         s = _apply(head, X)
-        model = (f"logistic regression on frozen {body} features (mean-pooled last layer"
-                 f"{', L2-normalised' if normalize else ''}, plus log token count), standardised")
+        model = f"logistic regression on frozen {body} features ({pooled}, plus log token count), standardised"
     else:
-        vocab, idf, T = _Lexical.fit(texts, min_df=min_df)
-        if not vocab:
-            raise QualityError(f"no term occurs in {min_df} or more training passages; lower min_df")
-        # The log token count column stays in the features (same extractor) with weight 0.
-        fit = fit_lexical_head(X[:, :-1], T, y, l2=l2)
-        head = {"mean": fit["mean"] + [0.0], "scale": fit["scale"] + [1.0], "weights": fit["weights"] + [0.0],
-                "bias": fit["bias"],
-                "lexical": {"vocabulary": vocab, "idf": [round(v, 6) for v in idf],
-                            "weights": fit["lexical_weights"], "min_df": min_df}}
-        s = _apply(head, X, T)
-        model = (f"logistic regression on sublinear tf-idf ({len(vocab)} terms, English stop words removed) "
-                 f"beside frozen {body} features (mean-pooled last layer"
-                 f"{', L2-normalised' if normalize else ''}), unstandardised")
+        head, s = _fit_lexical(X, texts, y, l2, min_df)
+        model = (f"logistic regression on sublinear tf-idf ({len(head['lexical']['vocabulary'])} terms, English "
+                 f"stop words removed) beside frozen {body} features ({pooled}), unstandardised")
     acc = float(((s > 0) == (y > 0)).mean())
     head.update({
         "name": name, "body": body, "max_length": feat.enc.max_length, "normalize": normalize,

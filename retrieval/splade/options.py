@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 from retrieval.kinds import KindOptions
-from retrieval.options import DEVICES, POSITIVE, SHARE_CLOSED_OPEN, Command, Option, Range, UsageError, training_options
+from retrieval.options import (DEVICES, POSITIVE, SHARE_CLOSED_OPEN, Command, Option, Range, UsageError, Values,
+                               training_options)
 from retrieval.splade.train import SpladeTrainConfig
 
 _D = SpladeTrainConfig()  # the training defaults, read by `retr train splade`'s options
@@ -23,8 +24,7 @@ _TRAIN_FLAGS = {"queries": "--queries", "qrels": "--qrels", "epochs": "--epochs"
                 "output": "--output"}
 
 
-def train_splade(corpus, queries, qrels, output, base, epochs, lr, batch_size, hard_negatives, positives_per_query,
-                 max_length, lambda_q, lambda_d, dev_share, index_dir, seed, device, threads, resume, overwrite, quiet):
+def train_splade(v: Values):
     """Fine-tune a SPLADE model on training qrels: in-batch and BM25 hard negatives, with the FLOPS
     sparsity penalty on queries and passages.
 
@@ -32,14 +32,11 @@ def train_splade(corpus, queries, qrels, output, base, epochs, lr, batch_size, h
     masked-LM folder with retr_train.json and README.md (the model card)."""
     from retrieval.splade.train import train
 
-    if queries is None or qrels is None:
+    if v.queries is None or v.qrels is None:
         raise UsageError("SPLADE trains on training queries: give --queries and --qrels")
-    cfg = SpladeTrainConfig(base=base or _D.base, epochs=epochs, lr=lr, batch_size=batch_size,
-                            hard_negatives=hard_negatives, positives_per_query=positives_per_query,
-                            max_length=max_length, lambda_q=lambda_q, lambda_d=lambda_d, dev_share=dev_share,
-                            seed=seed, device=device, threads=threads)
-    out = train(corpus, output, queries, qrels, cfg, index=index_dir, resume=resume, overwrite=overwrite,
-                quiet=quiet)
+    cfg = v.config(SpladeTrainConfig, base=v.base or _D.base)
+    out = train(v.corpus, v.output, v.queries, v.qrels, cfg, index=v.index_dir, resume=v.resume,
+                overwrite=v.overwrite, quiet=v.quiet)
     card = json.loads((out / "retr_train.json").read_text())
     best = card["history"][card["best_epoch"] - 1]
     print(f"fine-tuned SPLADE {len(card['history'])} epoch(s), kept epoch {best['epoch']} (held-out nDCG@10 "

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
@@ -103,7 +102,7 @@ def train(corpus, output, queries, qrels, cfg: Optional[SpladeTrainConfig] = Non
     if bad:
         raise ParameterError("unknown training setting(s): {_bad}", _bad=", ".join(bad))
     cfg = replace(cfg or SpladeTrainConfig(), **settings).validate()
-    from retrieval.tune import looks_like_test
+    from retrieval.datasets.qrels import looks_like_test
 
     if looks_like_test(qrels) and not allow_test:
         raise InputError("refusing to train on what looks like test qrels; train on a train/dev split", qrels)
@@ -184,15 +183,9 @@ class _Run:
         self.seconds["prepare"] = self.seconds.get("prepare", 0.0) + time.perf_counter() - t0
 
     def _bm25(self, corpus):
-        from retrieval.index import open_index
-        from retrieval.writer import build_index
+        from retrieval.pairs import mining_index
 
-        path = self.out / CHECKPOINT / "bm25"
-        try:
-            return open_index(path)
-        except Exception:  # absent or half-built: build it (again)
-            shutil.rmtree(path, ignore_errors=True)
-            return build_index(corpus, path, empty="skip", quiet=self.quiet)
+        return mining_index(corpus, self.out / CHECKPOINT / "bm25", quiet=self.quiet, empty="skip")
 
     def fit(self) -> None:
         import torch

@@ -15,14 +15,15 @@ from click.testing import CliRunner
 
 from cli import params
 from cli.main import main
-from retrieval.options import Command, Option, Range, UsageError
+from retrieval.options import Command, Option, Range, UsageError, Values
 
 
 def _parse(options, *argv):
     """Run a command declared as data on ``argv``: what its function received, or the CliRunner result."""
     got = {}
 
-    def run(**values):
+    def run(v):  # one value (retrieval.options.Values), each option's value an attribute of it
+        values = vars(v)
         if values.get("refuse"):
             raise UsageError("--refuse says no")
         got.update(values)
@@ -87,7 +88,7 @@ def test_a_declaration_s_mistakes_are_refused_when_it_is_made():
         with pytest.raises(ValueError):
             Option(**bad)
     with pytest.raises(ValueError, match="twice"):
-        Command("c", lambda **kw: None, options=(Option("--a"), Option("--b", name="a")))
+        Command("c", lambda v: None, options=(Option("--a"), Option("--b", name="a")))
     assert Option("--dev-share").name == "dev_share" and Option(("-o", "--output")).flag == "--output"
 
 
@@ -167,3 +168,33 @@ def test_starting_the_command_line_imports_no_numpy_torch_or_sub_index_code():
             "or (m.endswith('.subindex') and m != 'retrieval.bm25.subindex')))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[2])
     assert r.returncode == 0 and r.stdout.strip() == "[]", (r.stdout, r.stderr)
+
+
+def test_a_command_gets_one_value_and_makes_its_config_from_it():
+    from dataclasses import dataclass
+
+    @dataclass
+    class Cfg:
+        lr: float = 1.0
+        seed: int = 0
+
+    got, r = _parse((Option("--lr", type="float"), Option("--seed", type="int", default=0), Option("--output")),
+                    "--lr", "0.5", "--output", "o")
+    assert r.exit_code == 0, r.output
+    v = Values(got)
+    assert v.output == "o" and v.config(Cfg) == Cfg(lr=0.5, seed=0) and v.config(Cfg, seed=4) == Cfg(0.5, 4)
+    with pytest.raises(AttributeError):
+        v.missing
+    with pytest.raises(ValueError, match="config"):  # it would hide Values.config
+        Command("c", lambda v: None, options=(Option("--config"),))
+
+
+def test_an_index_option_hands_over_the_folder_opened(small_index, tmp_path):
+    from retrieval.index import Index
+
+    got, r = _parse((Option("--index", type="index", required=True),), "--index", str(small_index.path))
+    assert r.exit_code == 0, r.output
+    assert isinstance(got["index"], Index) and got["index"].path == small_index.path
+    got["index"].close()
+    got, r = _parse((Option("--index", type="index", required=True),), "--index", str(tmp_path / "none"))
+    assert r.exit_code != 0 and not got  # the library's error (one line at `retr`): no index there
