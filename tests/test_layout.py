@@ -598,7 +598,6 @@ _PRIVATE_CALLS_LEFT = {
     ("retrieval/sharded/shard.py", "idx._pick"),              # a shard's search -> the folder's pipeline steps
     ("retrieval/sharded/shard.py", "idx._filtered"),
     ("retrieval/sharded/shard.py", "s._index._allowed"),
-    ("retrieval/server/sharded.py", "ix._call"),              # the served sharded index -> ShardedIndex's call
     ("retrieval/server/run.py", "mcp._lifespan_manager"),     # the MCP library's session manager
 }
 
