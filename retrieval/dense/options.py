@@ -77,12 +77,12 @@ _TRAIN_FLAGS = {"queries": "--queries", "qrels": "--qrels", "pretrain": "--pretr
                 "output": "--output",
                 "resume": "--resume", "pretrain_passages": "--pretrain-passages", "hard_negatives": "--hard-negatives",
                 "negative_pool": "--hard-negatives", "positives_per_query": "--positives-per-query", "dev_share": "--dev-share", "pooling": "--pooling",
-                "device": "--device", "base": "--base", "threads": "--threads"}
+                "device": "--device", "base": "--base", "threads": "--threads", "precision": "--precision"}
 
 
 def train_dense(corpus, queries, qrels, output, base, pretrain, importance, mask_rate, pretrain_epochs,
                 pretrain_passages, epochs, lr, batch_size, hard_negatives, positives_per_query, max_length, pooling,
-                dev_share, index_dir, seed, device, threads, resume, overwrite, quiet):
+                dev_share, index_dir, seed, device, threads, resume, overwrite, quiet, precision="auto"):
     """Train the dense encoder: masked-LM pre-training on the corpus (--pretrain random|rom) and/or
     contrastive fine-tuning on training qrels (in-batch + BM25 hard negatives).
 
@@ -94,7 +94,8 @@ def train_dense(corpus, queries, qrels, output, base, pretrain, importance, mask
                            pretrain_epochs=pretrain_epochs, pretrain_passages=pretrain_passages, epochs=epochs,
                            lr=lr, batch_size=batch_size, hard_negatives=hard_negatives,
                            positives_per_query=positives_per_query, max_length=max_length,
-                           pooling=pooling, dev_share=dev_share, seed=seed, device=device, threads=threads)
+                           pooling=pooling, dev_share=dev_share, seed=seed, device=device, threads=threads,
+                           precision=precision)
     out = train(corpus, output, queries, qrels, cfg, index=index_dir, resume=resume, overwrite=overwrite,
                 quiet=quiet)
     card = json.loads((out / "retr_train.json").read_text())
@@ -142,6 +143,9 @@ DENSE_TRAIN = Command("dense", train_dense, group="train", flags=_TRAIN_FLAGS, o
     Option("--resume", type="bool", help="Continue an interrupted run from OUTPUT/.checkpoint."),
     Option("--overwrite", type="bool", help="Replace what is in --output."),
     Option(("--quiet", "-q"), type="bool", help="No progress output."),
+    Option("--precision", type="choice", choices=PRECISIONS, default=_D.precision,
+           help="Autocast precision of the forward passes (auto: bf16 on a GPU that has it, fp16 on one without, "
+                "with gradient scaling; fp32 on a CPU). Weights stay fp32."),
 ))
 
 
