@@ -396,6 +396,8 @@ class DenseStage:
     def setup(self, threads: Optional[int] = None, gpu: bool = False) -> None:
         if self._enc is None:
             dev = self.want if self.want != "auto" else ("cuda" if gpu else "cpu")
+            if self.config.get("backend", "torch") != "torch":
+                dev = "cpu"  # ONNX Runtime runs on the worker's CPU, as at the build
             self._enc = DenseEncoder.from_config(self.config, device=dev, quiet=True)
             if threads:
                 torch.set_num_threads(int(threads))

@@ -92,7 +92,7 @@ def _corpus(path):
     return path
 
 
-def test_index_records_backend_and_added_document_encodes_alike(tmp_path):
+def test_index_records_backend_and_added_document_encodes_alike(tmp_path, monkeypatch):
     """`retr index --dense --backend onnx` records the backend and the resolved precision; a document
     added later is encoded by the same backend (its stored vector is the onnx encoder's, not
     PyTorch's), and queries are encoded by it too."""
@@ -115,6 +115,12 @@ def test_index_records_backend_and_added_document_encodes_alike(tmp_path):
     torch_v = DenseEncoder(device="cpu").encode([new], quiet=True)[0]
     assert np.array_equal(got, onnx_v) and not np.array_equal(got, torch_v)
     assert idx.retriever("dense").encoder.backend == "onnx"
+    # RETR_QUERY_BACKEND overrides the recorded backend for queries only; a bad value is one error
+    monkeypatch.setenv("RETR_QUERY_BACKEND", "torch")
+    assert retrieval.open_index(tmp_path / "I").retriever("dense").encoder.backend == "torch"
+    monkeypatch.setenv("RETR_QUERY_BACKEND", "tensorrt")
+    with pytest.raises(InputError, match="not an encoder backend"):
+        retrieval.open_index(tmp_path / "I").retriever("dense").encoder
 
 
 @pytest.mark.parametrize("flag,value", [("--backend", "tensorrt"), ("--precision", "fp8")])
