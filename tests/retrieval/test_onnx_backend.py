@@ -138,3 +138,16 @@ def test_bad_values_in_the_api_name_the_parameter(tmp_path, kw, word):
 
     with pytest.raises(InputError, match=f"{word} .* is not"):
         DenseSpec(**kw).validate()
+
+
+def test_bad_training_precision_is_one_line(tmp_path):
+    from tests.conftest import run_retr
+
+    p = run_retr("train", "dense", "--corpus", _corpus(tmp_path / "c.jsonl"), "--output", tmp_path / "M",
+                 "--precision", "fp8")
+    assert p.returncode == 2
+    assert len(p.stderr.strip().splitlines()) == 1 and "fp8" in p.stderr and "--precision" in p.stderr
+    from retrieval.dense.train_config import DenseTrainConfig
+
+    with pytest.raises(InputError, match="precision .* is not a precision"):
+        DenseTrainConfig(precision="fp8").validate()
