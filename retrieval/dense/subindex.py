@@ -43,6 +43,10 @@ class DenseSpec:
 
         pooling = canonical_name(self.pooling)  # raises on an unknown pooling
         self.backend = check_backend(self.backend)
+        if self.backend != "torch" and pooling not in ("mean", "cls"):
+            from retrieval.dense.onnx_backend import OnnxUnavailable
+
+            raise OnnxUnavailable(f"backend {self.backend} runs mean or cls pooling, not {pooling} (use torch)")
         resolve_precision(self.precision, "cpu")  # an unknown name is one line, before any model loads
         if self.batch_size < 1 or self.shard_size < 1:
             raise InputError("batch size and shard size must be positive")
