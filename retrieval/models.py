@@ -236,3 +236,49 @@ def restores_torch_settings(fn):
             torch.set_num_threads(threads)
             torch.use_deterministic_algorithms(det, warn_only=warn)
     return wrapper
+
+
+#: Compute precisions an encoder or training run accepts (``--precision``); ``auto`` resolves per device.
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+#: Where the dense kind's transformer runs (``--backend``): PyTorch, or an ONNX Runtime export of the
+#: same weights (``onnx-int8``: its int8 dynamic quantisation), CPU only.
+BACKENDS = ("torch", "onnx", "onnx-int8")
+
+
+def resolve_precision(precision: Optional[str], device: str) -> str:
+    """``fp32`` | ``bf16`` | ``fp16`` for ``precision`` on ``device`` (as :func:`pick_device` gives it).
+    ``auto`` (or None): bf16 on a CUDA GPU that supports it, fp16 on one that does not, fp32 on a CPU
+    (half precision on a CPU is slower than fp32 there). An explicit choice is kept as given; an
+    unknown one is one :class:`ParameterError` line."""
+    p = "auto" if precision is None else str(precision).lower()
+    if p not in PRECISIONS:
+        raise ParameterError("{precision} {_got!r} is not a precision (choose from: %s)" % ", ".join(PRECISIONS),
+                             _got=precision)
+    if p != "auto":
+        return p
+    if not str(device).startswith("cuda"):
+        return "fp32"
+    import torch
+
+    return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+
+
+def check_backend(backend: Optional[str]) -> str:
+    """``backend`` (None: ``torch``) when it is one of :data:`BACKENDS`, else one :class:`ParameterError` line."""
+    b = "torch" if backend is None else str(backend).lower()
+    if b not in BACKENDS:
+        raise ParameterError("{backend} {_got!r} is not an encoder backend (choose from: %s)" % ", ".join(BACKENDS),
+                             _got=backend)
+    return b
+
+
+def autocast(precision: str, device: str):
+    """The context a forward (or a training step) runs in for a resolved ``precision``: nothing for
+    fp32, else ``torch.autocast`` to bf16/fp16 on the device's type. Weights stay fp32 (autocast casts
+    per op), so one model object serves every precision and training keeps fp32 master weights."""
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    import torch
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    return torch.autocast(device_type="cuda" if str(device).startswith("cuda") else "cpu", dtype=dtype)

@@ -28,8 +28,8 @@ import torch
 from torch import nn
 
 from indexes.atomic import atomic_path, follow_umask
-from retrieval.models import (ModelDirError, _quiet_transformers, check_safetensors, pick_device, resolve_model_path,
-                              torch_threads, weight_files)
+from retrieval.models import (ModelDirError, _quiet_transformers, autocast, check_safetensors, pick_device,
+                              resolve_model_path, resolve_precision, torch_threads, weight_files)
 from retrieval.progress import progress
 
 HEAD_FILE = "deepct_head.safetensors"
@@ -277,12 +277,14 @@ class DeepCTEncoder:
     """Runs a saved DeepCT model over passages or queries: ``{term: weight}``."""
 
     def __init__(self, model_dir: str | os.PathLike, device: str = "auto", max_length: Optional[int] = None,
-                 batch_size: int = 32, stride: Optional[int] = None, threads: Optional[int] = None):
+                 batch_size: int = 32, stride: Optional[int] = None, threads: Optional[int] = None,
+                 precision: str = "fp32"):
 
         self.model, self.tokenizer, self.card = load_model(model_dir)
         self.model_dir = Path(model_dir).expanduser().resolve()
         self.device = pick_device(device)
         self.model.to(self.device)
+        self.precision = resolve_precision(precision, self.device)  # autocast of each forward (models.autocast)
         limit = int(getattr(self.model.body.config, "max_position_embeddings", 512) or 512)
         self.max_length = int(max_length or self.card.get("max_length") or min(512, limit))
         self.max_length = min(self.max_length, limit)
@@ -298,11 +300,12 @@ class DeepCTEncoder:
     def config(self) -> dict:
         return {"model": str(self.model_dir), "model_sha256": self.model_hash, "max_length": self.max_length,
                 "stride": self.prep.stride, "base_model": self.card.get("base_model"),
-                "architecture": getattr(self.model.body.config, "model_type", None)}
+                "architecture": getattr(self.model.body.config, "model_type", None), "precision": self.precision}
 
     def _run(self, windows: List[Window]) -> List[torch.Tensor]:
         ids, mask = pad_batch(windows, self.pad_id)
-        out = self.model(ids.to(self.device), mask.to(self.device)).float().cpu()
+        with autocast(self.precision, self.device):
+            out = self.model(ids.to(self.device), mask.to(self.device)).float().cpu()
         return [out[r, w.positions] for r, w in enumerate(windows)]
 
     def encode(self, texts: Sequence[str], quiet: bool = True, chunk: int = 2048, desc: str = "DeepCT encoding"
@@ -348,7 +351,7 @@ class DeepCTEncoder:
     def stage(self, block_size: int = 2048) -> "DeepCTStage":
         """This encoder as an executor stage (:mod:`retrieval.executors`)."""
         return DeepCTStage(str(self.model_dir), self.max_length, self.prep.stride, self.batch_size,
-                           self.model_hash, block_size, encoder=self)
+                           self.model_hash, block_size, encoder=self, precision=self.precision)
 
     def query_weights(self, texts: Sequence[str]) -> List[Dict[str, float]]:
         """DeepCT-Query: the model's weight for each query term."""
@@ -378,7 +381,8 @@ class DeepCTStage:
     name = "deepct"
 
     def __init__(self, model_dir: str, max_length: int, stride: int, batch_size: int, sha256: str,
-                 block_size: int = 2048, encoder: Optional[DeepCTEncoder] = None):
+                 block_size: int = 2048, encoder: Optional[DeepCTEncoder] = None, precision: str = "fp32"):
+        self.precision = precision  # the build's, on every worker
         self.model_dir, self.max_length, self.stride = model_dir, int(max_length), int(stride)
         self.batch_size, self.sha256, self.block_size = int(batch_size), sha256, int(block_size)
         self._enc = encoder
@@ -389,7 +393,8 @@ class DeepCTStage:
     def setup(self, threads: Optional[int] = None, gpu: bool = False) -> None:
         if self._enc is None:
             self._enc = DeepCTEncoder(self.model_dir, device="cuda" if gpu else "cpu", max_length=self.max_length,
-                                      batch_size=self.batch_size, stride=self.stride, threads=threads)
+                                      batch_size=self.batch_size, stride=self.stride, threads=threads,
+                                      precision=self.precision)
             if self._enc.model_hash != self.sha256:
                 raise ModelDirError(f"DeepCT model at {self.model_dir} on this worker (sha256 {self._enc.model_hash}) "
                                     f"differs from the driver's ({self.sha256})")

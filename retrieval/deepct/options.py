@@ -114,7 +114,7 @@ class DeepCTOptions(KindOptions):
         Option("--deepct-scale", type="choice", choices=SCALES, applies_to="search",
                help="Override the DeepCT sub-index's default weight scale for this search."),
     )
-    flags = {"deepct": "--deepct", "mode": "--deepct-mode", "scale": "--deepct-scale"}
+    flags = {"deepct": "--deepct", "mode": "--deepct-mode", "scale": "--deepct-scale", "precision": "--precision"}
     commands = (TRAIN, TUNE)
 
     def specs(self, values):
@@ -124,7 +124,7 @@ class DeepCTOptions(KindOptions):
 
         return {"deepct": DeepCTSpec(model=str(values["deepct_model"]), mode=values["deepct_mode"],
                                      scale=values["deepct_scale"], device=values["device"],
-                                     batch_size=values["batch_size"])}
+                                     batch_size=values["batch_size"], precision=values.get("precision") or "auto")}
 
     def configure(self, values):
         return {"mode": values["deepct_mode"], "scale": values["deepct_scale"]}

@@ -57,6 +57,7 @@ class DeepCTSpec:
     threads: Optional[int] = 1
     index_threads: int = 2
     tune_fusion: bool = True         # then tune bm25+<name>'s default fusion on the same held-out queries
+    precision: str = "auto"          # auto | fp32 | bf16 | fp16 (recorded resolved in the encoder config)
 
     def validate(self) -> "DeepCTSpec":
         if self.mode not in MODES + ("auto",):
@@ -68,7 +69,9 @@ class DeepCTSpec:
         if self.batch_size < 1:
             raise ParameterError("{batch_size} must be positive, got {_got}", _got=self.batch_size)
         from retrieval.deepct.model import is_deepct_dir
-        from retrieval.models import ModelDirError, resolve_model_path
+        from retrieval.models import ModelDirError, resolve_model_path, resolve_precision
+
+        resolve_precision(self.precision, "cpu")  # an unknown name is one line
 
         p = Path(self.model).expanduser()
         if not p.exists():
@@ -85,7 +88,7 @@ def _spec_encoder(spec: DeepCTSpec):
     from retrieval.deepct.model import DeepCTEncoder
 
     return DeepCTEncoder(spec.model, device=spec.device, max_length=spec.max_length, batch_size=spec.batch_size,
-                         stride=spec.stride, threads=spec.threads)
+                         stride=spec.stride, threads=spec.threads, precision=spec.precision)
 
 
 def shared_weights(docs: Sequence, spec: Optional[DeepCTSpec] = None, entry: Optional[dict] = None,
@@ -179,7 +182,7 @@ def entry_encoder(entry: dict, purpose: str, threads: Optional[int] = 1, stride:
     if not m.get("path") or not Path(m["path"]).exists():
         raise ModelDirError(f"{purpose} needs the model this index was built with; not found: {m.get('path')}")
     enc = DeepCTEncoder(m["path"], max_length=cfg.get("max_length"), threads=threads,
-                        stride=cfg.get("stride") if stride else None)
+                        stride=cfg.get("stride") if stride else None, precision=cfg.get("precision", "fp32"))
     if m.get("sha256") and enc.model_hash != m["sha256"]:
         raise ModelDirError(f"model at {m['path']} (sha256 {enc.model_hash}) differs from the one this "
                             f"index was built with ({m['sha256']})")

@@ -26,8 +26,8 @@ from tqdm import tqdm
 from indexes.atomic import atomic_write, write_text
 from indexes.errors import InputError
 from retrieval.dense import ditto_store
-from retrieval.models import (ModelDirError, _quiet_transformers, bundled_model_path, model_hash, pick_device,
-                              resolve_model_path)
+from retrieval.models import (ModelDirError, _quiet_transformers, autocast, bundled_model_path, check_backend,
+                              model_hash, pick_device, resolve_model_path, resolve_precision)
 from retrieval.dense.pooling import UnknownPoolingError, canonical_name, get_pooler
 
 _DTYPES = {"float32": np.float32, "fp32": np.float32, "float16": np.float16, "fp16": np.float16}
@@ -53,14 +53,19 @@ class DenseEncoder:
         max_length: token limit; None = the model's ``sentence_bert_config.json`` value, else
             min(512, the position-embedding size).
         normalize: L2-normalise vectors (inner product = cosine).
-        dtype: ``float32`` or ``float16`` for the returned/stored vectors (compute stays fp32).
+        dtype: ``float32`` or ``float16`` for the returned/stored vectors.
+        precision: compute precision, ``auto`` | ``fp32`` | ``bf16`` | ``fp16`` (autocast; ``auto``: bf16 on
+            a GPU that has it, fp16 on one that does not, fp32 on a CPU; see :func:`retrieval.models.resolve_precision`).
+        backend: ``torch`` | ``onnx`` | ``onnx-int8``: the transformer body in PyTorch, or exported to ONNX
+            Runtime (CPU only; mean or cls pooling; see :mod:`retrieval.dense.onnx_backend`).
     """
 
     def __init__(self, model: str | os.PathLike | None = None, pooling: str = "mean",
                  ditto_layer_head: Optional[Sequence[int]] = None, device: str = "auto",
                  ditto_states: Optional[str] = None,
                  max_length: Optional[int] = None, normalize: bool = True, dtype: str = "float32",
-                 auto_select: bool = True, quiet: bool = False, sts_dir: str | os.PathLike | None = None):
+                 auto_select: bool = True, quiet: bool = False, sts_dir: str | os.PathLike | None = None,
+                 precision: str = "auto", backend: str = "torch"):
         if str(dtype).lower() not in _DTYPES:
             raise InputError(f"unknown vector dtype {dtype!r} (choose from: float32, float16)")
         self.out_dtype = _DTYPES[str(dtype).lower()]
@@ -68,6 +73,9 @@ class DenseEncoder:
         self._sts_dir = sts_dir  # where Ditto's (layer, head) is chosen when none is stored
         self.model_path = resolve_model_path(model)
         self.device = pick_device(device)
+        self.precision = resolve_precision(precision, self.device)
+        self.backend = check_backend(backend)
+        self._onnx = None  # the ONNX Runtime session, made on first use
         self.normalize = bool(normalize)
         _quiet_transformers()
         from transformers import AutoConfig, AutoModel, AutoTokenizer
@@ -90,6 +98,19 @@ class DenseEncoder:
         if self.pooling == "ditto":
             layer, head, states = self._resolve_ditto(ditto_layer_head, ditto_states, auto_select, quiet)
         self.pooler = get_pooler(self.pooling, layer, head, states)
+        if self.backend != "torch":
+            self._check_onnx()
+
+    def _check_onnx(self) -> None:
+        from retrieval.dense.onnx_backend import OnnxUnavailable
+
+        if self.pooler.needs_hidden_states or self.pooler.needs_attentions:
+            raise OnnxUnavailable(f"backend {self.backend} runs mean or cls pooling, not {self.pooling} (use torch)")
+        if self.device != "cpu":
+            raise OnnxUnavailable(f"backend {self.backend} runs on a CPU; on {self.device} use torch")
+        if self.precision != "fp32":
+            raise OnnxUnavailable(f"backend {self.backend} computes in its own precision; give precision fp32 or "
+                                  f"auto, not {self.precision}")
 
     # -- setup -----------------------------------------------------------------------------------
     def _default_max_length(self) -> int:
@@ -157,7 +178,8 @@ class DenseEncoder:
                 "pooling": self.pooling, "ditto_layer": lh[0] if lh else None, "ditto_head": lh[1] if lh else None,
                 "ditto_states": self.ditto_states,
                 "max_length": self.max_length, "normalize": self.normalize,
-                "dtype": np.dtype(self.out_dtype).name, "dim": self.dim}
+                "dtype": np.dtype(self.out_dtype).name, "dim": self.dim,
+                "precision": self.precision, "backend": self.backend}
 
     @classmethod
     def from_config(cls, cfg: dict, device: str = "auto", verify: bool = True, **overrides) -> "DenseEncoder":
@@ -178,7 +200,9 @@ class DenseEncoder:
         st = (cfg.get("ditto_states") or "first-last") if lh else None
         kw = dict(model=path, pooling=cfg.get("pooling", "mean"), ditto_layer_head=lh, ditto_states=st, device=device,
                   max_length=cfg.get("max_length"), normalize=cfg.get("normalize", True),
-                  dtype=cfg.get("dtype", "float32"))
+                  dtype=cfg.get("dtype", "float32"),
+                  # recorded since issue 46; an older index computed in fp32 PyTorch
+                  precision=cfg.get("precision", "fp32"), backend=cfg.get("backend", "torch"))
         kw.update(overrides)
         enc = cls(**kw)
         if verify and cfg.get("model_sha256") and enc.model_hash != cfg["model_sha256"]:
@@ -217,17 +241,44 @@ class DenseEncoder:
             raise InputError(f"batch size must be positive, got {batch_size}")
         if attentions and getattr(self.model.config, "_attn_implementation", "eager") != "eager":
             self.model.set_attn_implementation("eager")
-        ids = self.tokenize(texts)
-        order = np.argsort([-len(x) for x in ids], kind="stable")
-        with torch.inference_mode():
-            for s in range(0, len(order), batch_size):
-                idx = order[s:s + batch_size]
-                batch = self._pad([ids[i] for i in idx])
+        with torch.inference_mode(), autocast(self.precision, self.device):
+            for idx, batch in self._batches(texts, batch_size):
                 out = self.model(**batch, output_hidden_states=hidden_states, output_attentions=attentions,
                                  return_dict=True)
                 yield idx, out, batch["attention_mask"]
                 if bar is not None:
                     bar.update(len(idx))
+
+    def _batches(self, texts: Sequence[str], batch_size: int):
+        """``(original indices, padded batch)`` per length-sorted batch."""
+        ids = self.tokenize(texts)
+        order = np.argsort([-len(x) for x in ids], kind="stable")
+        for s in range(0, len(order), batch_size):
+            idx = order[s:s + batch_size]
+            yield idx, self._pad([ids[i] for i in idx])
+
+    @property
+    def onnx_body(self):
+        """The ONNX Runtime session of this encoder's body (exported and cached on first use)."""
+        if self._onnx is None:
+            from retrieval.dense import onnx_backend
+
+            names = ["input_ids", "attention_mask"] + \
+                (["token_type_ids"] if "token_type_ids" in self.tokenizer.model_input_names else [])
+            path = onnx_backend.exported(self.model, self.model_path, names, quantized=self.backend == "onnx-int8")
+            self._onnx = onnx_backend.OnnxBody(path, names)
+        return self._onnx
+
+    def _onnx_outputs(self, texts, batch_size, bar):
+        """:meth:`forward_batches` for the ONNX backends: the last hidden states only."""
+        from types import SimpleNamespace
+
+        body = self.onnx_body
+        for idx, batch in self._batches(texts, batch_size):
+            last = torch.from_numpy(body({k: v.numpy() for k, v in batch.items()}))
+            yield idx, SimpleNamespace(last_hidden_state=last), batch["attention_mask"]
+            if bar is not None:
+                bar.update(len(idx))
 
     def encode(self, texts: Sequence[str], batch_size: int = 64, quiet: bool = False, bar=None) -> np.ndarray:
         """Vectors for ``texts`` in input order: (N, dim) array of the configured dtype (float32 default).
@@ -248,9 +299,13 @@ class DenseEncoder:
         return out
 
     def _encode_into(self, texts, out, batch_size, bar) -> None:
-        for idx, o, mask in self.forward_batches(texts, batch_size, self.pooler.needs_hidden_states,
-                                                 self.pooler.needs_attentions, bar):
-            v = self.pooler(o, mask).float()
+        if self.backend != "torch":
+            batches = self._onnx_outputs(texts, batch_size, bar)
+        else:
+            batches = self.forward_batches(texts, batch_size, self.pooler.needs_hidden_states,
+                                           self.pooler.needs_attentions, bar)
+        for idx, o, mask in batches:
+            v = self.pooler(o, mask.to(o.last_hidden_state.device)).float()
             if self.normalize:
                 v = torch.nn.functional.normalize(v, dim=-1)
             out[idx] = v.cpu().numpy().astype(self.out_dtype, copy=False)
@@ -341,6 +396,8 @@ class DenseStage:
     def setup(self, threads: Optional[int] = None, gpu: bool = False) -> None:
         if self._enc is None:
             dev = self.want if self.want != "auto" else ("cuda" if gpu else "cpu")
+            if self.config.get("backend", "torch") != "torch":
+                dev = "cpu"  # ONNX Runtime runs on the worker's CPU, as at the build
             self._enc = DenseEncoder.from_config(self.config, device=dev, quiet=True)
             if threads:
                 torch.set_num_threads(int(threads))

@@ -67,9 +67,10 @@ def head_of(model):
     raise InputError(f"{type(model).__name__}: no masked-LM head found (expected a BERT-like model)")
 
 
-def importance_of(spec: str, texts: Sequence[str], tokenizer, max_length: int, quiet: bool = True
-                  ) -> List[np.ndarray]:
-    """One weight per whole word of each passage (as :func:`masking.words` splits it)."""
+def importance_of(spec: str, texts: Sequence[str], tokenizer, max_length: int, quiet: bool = True,
+                  device: str = "cpu", precision: str = "fp32") -> List[np.ndarray]:
+    """One weight per whole word of each passage (as :func:`masking.words` splits it); a DeepCT
+    model runs on ``device`` (the training's) in ``precision``."""
     ws = [masking.words(tokenizer, t, max_length) for t in texts]
     if spec == "bm25":
         df = Counter()
@@ -80,7 +81,7 @@ def importance_of(spec: str, texts: Sequence[str], tokenizer, max_length: int, q
     if spec.startswith("deepct:") and len(spec) > len("deepct:"):
         from retrieval.kinds import kind_part  # a kind's model, asked for by name: --importance deepct:
 
-        enc = kind_part("deepct", "model").DeepCTEncoder(spec[len("deepct:"):], device="cpu")
+        enc = kind_part("deepct", "model").DeepCTEncoder(spec[len("deepct:"):], device=device, precision=precision)
         weights = enc.encode_words(list(texts), quiet=quiet, desc="DeepCT importance")
         out = []
         for w, pairs in zip(ws, weights):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from retrieval.dense.train_config import PRETRAIN, DenseTrainConfig
 from retrieval.kinds import KindOptions
+from retrieval.models import BACKENDS, PRECISIONS
 from retrieval.options import (DEVICES, POSITIVE, SHARE_CLOSED_OPEN, SHARE_OPEN, SHARE_OPEN_CLOSED, Command, Option,
                                Range, UsageError, Values, training_options)
 
@@ -73,7 +74,7 @@ _TRAIN_FLAGS = {"queries": "--queries", "qrels": "--qrels", "pretrain": "--pretr
                 "output": "--output",
                 "resume": "--resume", "pretrain_passages": "--pretrain-passages", "hard_negatives": "--hard-negatives",
                 "negative_pool": "--hard-negatives", "positives_per_query": "--positives-per-query", "dev_share": "--dev-share", "pooling": "--pooling",
-                "device": "--device", "base": "--base", "threads": "--threads"}
+                "device": "--device", "base": "--base", "threads": "--threads", "precision": "--precision"}
 
 
 def train_dense(v: Values):
@@ -131,6 +132,9 @@ DENSE_TRAIN = Command("dense", train_dense, group="train", flags=_TRAIN_FLAGS, o
     Option("--resume", type="bool", help="Continue an interrupted run from OUTPUT/.checkpoint."),
     Option("--overwrite", type="bool", help="Replace what is in --output."),
     Option(("--quiet", "-q"), type="bool", help="No progress output."),
+    Option("--precision", type="choice", choices=PRECISIONS, default=_D.precision,
+           help="Autocast precision of the forward passes (auto: bf16 on a GPU that has it, fp16 on one without, "
+                "with gradient scaling; fp32 on a CPU). Weights stay fp32."),
 ))
 
 
@@ -169,6 +173,15 @@ class DenseOptions(KindOptions):
         Option("--dtype", type="choice", choices=("float32", "float16"), default="float32",
                default_from=_SPEC + "dtype", applies_to="index",
                help="Precision of the stored dense vectors."),
+        Option("--backend", type="choice", choices=BACKENDS, default="torch", default_from=_SPEC + "backend",
+               applies_to="index",
+               help="Where the dense transformer runs: PyTorch, or ONNX Runtime on a CPU (onnx: the same weights "
+                    "exported; onnx-int8: quantised to int8). Recorded, so added documents and queries encode the "
+                    "same way (RETR_QUERY_BACKEND overrides it for queries)."),
+        Option("--precision", type="choice", choices=PRECISIONS, default="auto", applies_to="index",
+               section="Encoders",
+               help="Compute precision of every encoder (dense, DeepCT, SPLADE, quality): auto = bf16 on a GPU "
+                    "that has it, fp16 on one without, fp32 on a CPU. Recorded in each sub-index's config."),
         Option("--sts-dir", type="path", path_kind="dir", applies_to="index",
                help="STS data folder, for --pooling ditto when no (layer, head) is stored for the model "
                     "(`retr ditto-select`) [default: $RETR_STS, $RETR_DATA/sts or ../shared/datasets/sts]."),
@@ -185,7 +198,7 @@ class DenseOptions(KindOptions):
     )
     flags = {"dense": "--dense", "pooling": "--pooling", "factory": "--faiss", "dtype": "--dtype",
              "alpha": "--alpha", "prf_k": "--prf-k", "dimsel": "--dimsel", "qrels": "--dimsel-qrels",
-             "sts_dir": "--sts-dir"}
+             "sts_dir": "--sts-dir", "backend": "--backend", "precision": "--precision"}
 
     def specs(self, values):
         if values["dense_model"] is None:
@@ -195,7 +208,8 @@ class DenseOptions(KindOptions):
         model = values["dense_model"]
         return {"dense": DenseSpec(model=None if model == "minilm" else model, pooling=values["pooling"],
                                    factory=values["factory"], dtype=values["dtype"], device=values["device"],
-                                   batch_size=values["batch_size"],
+                                   batch_size=values["batch_size"], backend=values["backend"],
+                                   precision=values.get("precision") or "auto",
                                    sts_dir=str(values["sts_dir"]) if values["sts_dir"] else None)}
 
     def search_args(self, values):

@@ -33,11 +33,21 @@ class DenseSpec:
     max_length: Optional[int] = None
     shard_size: int = 50_000              # encoding shards (resumable)
     sts_dir: Optional[str] = None         # STS data for choosing Ditto's (layer, head) when none is stored
+    backend: str = "torch"                # torch | onnx | onnx-int8 (CPU): recorded in the encoder's config
+    precision: str = "auto"               # auto | fp32 | bf16 | fp16: recorded resolved (fp32 on a CPU)
 
     def validate(self) -> "DenseSpec":
         from retrieval.dense.pooling import canonical_name
 
+        from retrieval.models import check_backend, resolve_precision
+
         pooling = canonical_name(self.pooling)  # raises on an unknown pooling
+        self.backend = check_backend(self.backend)
+        if self.backend != "torch" and pooling not in ("mean", "cls"):
+            from retrieval.dense.onnx_backend import OnnxUnavailable
+
+            raise OnnxUnavailable(f"backend {self.backend} runs mean or cls pooling, not {pooling} (use torch)")
+        resolve_precision(self.precision, "cpu")  # an unknown name is one line, before any model loads
         if self.batch_size < 1 or self.shard_size < 1:
             raise InputError("batch size and shard size must be positive")
         if pooling == "ditto":
@@ -67,7 +77,7 @@ def _docs(store_path: Path) -> Iterator[Tuple[str, str]]:
 
 # what must agree for vectors made by another component to stand in for this encoder's output
 _SAME_VECTORS = ("model_sha256", "pooling", "ditto_layer", "ditto_head", "ditto_states", "max_length",
-                 "normalize", "dim")
+                 "normalize", "dim", "precision", "backend")
 
 
 def _reusable(precomputed: Optional[dict], cfg: dict, docids: List[str]):
@@ -106,7 +116,8 @@ def build_dense(folder: Path, name: str, store_path: Path, spec: DenseSpec, fing
     spec.validate()
     t0 = time.perf_counter()
     enc = DenseEncoder(spec.model, pooling=spec.pooling, device=spec.device, max_length=spec.max_length,
-                       dtype=spec.dtype, quiet=quiet, sts_dir=spec.sts_dir)
+                       dtype=spec.dtype, quiet=quiet, sts_dir=spec.sts_dir,
+                       precision=spec.precision, backend=spec.backend)
     FaissIndex.create(enc.dim, spec.factory, use_gpu=False)  # reject a bad factory string before encoding
     cfg = enc.config()
     cache = _shard_cache(cache_base, cfg, fingerprint, spec)
@@ -211,7 +222,7 @@ def _dense_entry(name: str, spec: DenseSpec, enc, cfg: dict, doc_count: int, fai
         "config": {"factory": spec.factory, "pooling": enc.pooling, "dtype": spec.dtype,
                    "max_length": enc.max_length, "dim": enc.dim, "normalize": enc.normalize,
                    "ditto_layer_head": list(enc.ditto_layer_head) if enc.ditto_layer_head else None,
-                   "ditto_states": enc.ditto_states},
+                   "ditto_states": enc.ditto_states, "backend": enc.backend, "precision": enc.precision},
         "model": {"path": cfg["model"], "sha256": cfg["model_sha256"], "architecture": cfg.get("architecture")},
         "encoder": cfg, "faiss": faiss_info,
     }
@@ -302,6 +313,25 @@ def _vector_details(q, qk, d, normalized: bool, factory: str) -> dict:
                                for i in top]}
 
 
+QUERY_BACKEND_ENV = "RETR_QUERY_BACKEND"
+
+
+def query_backend() -> dict:
+    """The query encoder's backend when ``RETR_QUERY_BACKEND`` overrides the one the sub-index
+    recorded (``{}``: the recorded one, so queries encode as the passages did). Queries encoded
+    by another backend than the passages differ from them in the last bits (onnx) or by int8
+    rounding (onnx-int8), which rankings tolerate; benchmarks/results/encode.md measures it."""
+    import os
+
+    from retrieval.models import check_backend
+
+    raw = os.environ.get(QUERY_BACKEND_ENV, "").strip()
+    if not raw:
+        return {}
+    b = check_backend(raw)
+    return {"backend": b, "precision": "fp32"} if b != "torch" else {"backend": b}
+
+
 class DenseRetriever(RetrieverBase):
     """faiss search over vectors from the dense encoder recorded in the manifest.
     The encoder (torch + transformers) loads on the first query. A folder changed since
@@ -322,7 +352,7 @@ class DenseRetriever(RetrieverBase):
         if self._encoder is None:
             from retrieval.dense.encoder import DenseEncoder
 
-            self._encoder = DenseEncoder.from_config(self.entry["encoder"], quiet=True)
+            self._encoder = DenseEncoder.from_config(self.entry["encoder"], quiet=True, **query_backend())
         return self._encoder
 
     def encode_queries(self, texts: Sequence[str]):
@@ -499,7 +529,8 @@ class DenseKind(SubIndexKind):
 
         spec.validate()
         enc = DenseEncoder(spec.model, pooling=spec.pooling, device=spec.device, max_length=spec.max_length,
-                           dtype=spec.dtype, quiet=quiet, sts_dir=spec.sts_dir)
+                           dtype=spec.dtype, quiet=quiet, sts_dir=spec.sts_dir,
+                       precision=spec.precision, backend=spec.backend)
         with tempfile.TemporaryDirectory(prefix="retr-shard-vectors-") as tmp:
             paths = enc.encode_to_shards((d.contents for d in docs), tmp, shard_size=spec.shard_size,
                                          batch_size=spec.batch_size, quiet=quiet, total=len(docs))

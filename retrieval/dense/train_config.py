@@ -47,8 +47,12 @@ class DenseTrainConfig:
     seed: int = 0
     device: str = "auto"
     threads: Optional[int] = None       # torch threads (None: torch's default); part of determinism
+    precision: str = "auto"             # autocast: auto = bf16 (fp16) on a GPU, fp32 on a CPU
 
     def validate(self) -> "DenseTrainConfig":
+        from retrieval.models import resolve_precision
+
+        resolve_precision(self.precision, "cpu")  # an unknown name is one line
         if self.pretrain not in PRETRAIN:
             raise ParameterError("{pretrain} must be none, random or rom, got {got!r}", got=self.pretrain)
         if self.pretrain == "rom":
@@ -82,4 +86,5 @@ class DenseTrainConfig:
     def key(self) -> str:
         d = asdict(self)
         d.pop("device")
+        d.pop("precision")  # like the device: how the run computes, not what it trains (a checkpoint resumes)
         return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -35,7 +35,7 @@ import torch
 from indexes.atomic import atomic_path, write_text
 from indexes.errors import InputError, ParameterError
 from retrieval.dense.train_config import DenseTrainConfig  # noqa: F401 (also importable from here)
-from retrieval.models import restores_torch_settings
+from retrieval.models import autocast, restores_torch_settings
 from retrieval.optim import adamw_with_warmup
 from retrieval.progress import progress
 from retrieval.trainrun import CARD, CHECKPOINT, Trainer, TrainingStopped, prepare_output
@@ -117,11 +117,14 @@ class _Run:
         from retrieval.collections import read_corpus, read_queries
         from retrieval.datasets.qrels import read_qrels
         from retrieval.index import open_index
-        from retrieval.models import _quiet_transformers, pick_device, resolve_model_path
+        from retrieval.models import _quiet_transformers, pick_device, resolve_model_path, resolve_precision
         from retrieval.pairs import judged_queries
 
         _quiet_transformers()
         self.device = pick_device(self.cfg.device)
+        self.precision = resolve_precision(self.cfg.precision, self.device)
+        # fp16 needs its gradients scaled (bf16 has fp32's range and does not)
+        self.scaler = torch.amp.GradScaler("cuda") if self.precision == "fp16" else None
         if self.cfg.threads:
             torch.set_num_threads(int(self.cfg.threads))
         torch.use_deterministic_algorithms(True, warn_only=True)
@@ -187,7 +190,8 @@ class _Run:
         model = M.load_mlm(self.base)
         model.model.to(self.device)
         texts = self._pretrain_texts()
-        imp = (M.importance_of(cfg.importance, texts, model.tokenizer, cfg.pretrain_max_length, self.quiet)
+        imp = (M.importance_of(cfg.importance, texts, model.tokenizer, cfg.pretrain_max_length, self.quiet,
+                               device=self.device, precision=self.precision)
                if cfg.pretrain == "rom" else None)
         pt = M.Pretrainer(model, texts, strategy=cfg.pretrain, rate=cfg.mask_rate, max_length=cfg.pretrain_max_length,
                           batch_size=cfg.pretrain_batch_size, importance=imp, seed=cfg.seed, device=self.device,
@@ -211,7 +215,9 @@ class _Run:
                 losses = []
                 for b, batch in enumerate(pt.batches(epoch)):
                     pt.freeze_body(epoch * pt.steps_per_epoch + b < warm)
-                    losses.append(_step(pt.loss(*batch), model.model, opt, sched))
+                    with autocast(self.precision, self.device):
+                        loss = pt.loss(*batch)
+                    losses.append(_step(loss, model.model, opt, sched, self.scaler))
                     bar.update(1)
                     bar.set_postfix(epoch=epoch + 1, loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}")
                 self.seconds["pretrain"] = self.seconds.get("pretrain", 0.0) + time.perf_counter() - t1
@@ -281,7 +287,9 @@ class _Run:
                 losses = []
                 for rows in batches(train, cfg.batch_size, cfg.hard_negatives, cfg.seed, epoch,
                                       cfg.positives_per_query):
-                    losses.append(_step(C.step_loss(loss_fn, embed, rows), body, opt, sched))
+                    with autocast(self.precision, self.device):
+                        loss = C.step_loss(loss_fn, embed, rows)
+                    losses.append(_step(loss, body, opt, sched, self.scaler))
                     bar.update(1)
                     bar.set_postfix(epoch=epoch + 1, loss=f"{sum(losses[-20:]) / len(losses[-20:]):.4f}")
                 self.seconds["finetune"] = self.seconds.get("finetune", 0.0) + time.perf_counter() - t1
@@ -329,16 +337,25 @@ class _Run:
                 "settings": asdict(self.cfg), "pooling": self.cfg.pooling,
                 "best_epoch": self._best_epoch() if self.qrels is not None else None,
                 "history": self.history, "seconds": {k: round(v, 1) for k, v in self.seconds.items()},
-                "device": self.device, "threads": torch.get_num_threads(),
+                "device": self.device, "precision": self.precision, "threads": torch.get_num_threads(),
                 "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                              "sentence_transformers": sentence_transformers.__version__}}
 
 
-def _step(loss: torch.Tensor, model, opt, sched) -> float:
+def _step(loss: torch.Tensor, model, opt, sched, scaler=None) -> float:
+    """One optimiser step (``scaler``: fp16's gradient scaler, else None)."""
     opt.zero_grad(set_to_none=True)
-    loss.backward()
+    if scaler is None:
+        loss.backward()
+    else:
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt)
     torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
-    opt.step()
+    if scaler is None:
+        opt.step()
+    else:
+        scaler.step(opt)
+        scaler.update()
     sched.step()
     return float(loss.detach())
 

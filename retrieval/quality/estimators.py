@@ -179,6 +179,7 @@ class PseudoPerplexity(Estimator):
             raise QualityError("pseudo-ppl: positions and per_copy must be positive")
         self.model, self.positions, self.per_copy = model, int(positions), int(per_copy)
         self.max_length, self.seed, self.device = int(max_length), int(seed), device
+        self.precision = "auto"  # compute precision (retrieval.models.resolve_precision)
         self._m = None
 
     def _load(self):
@@ -198,12 +199,15 @@ class PseudoPerplexity(Estimator):
         the whole batch, the MLM head (a 30k-wide matmul per token) only where it is needed."""
         import torch
 
+        from retrieval.models import autocast, resolve_precision
+
         head = getattr(self._m, "cls", None)
-        if head is None:  # not a BERT-style MLM: full logits
-            logits = self._m(input_ids=ids, attention_mask=att).logits[rows, cols]
-        else:
-            hidden = self._m.bert(input_ids=ids, attention_mask=att).last_hidden_state
-            logits = head(hidden[rows, cols])
+        with autocast(resolve_precision(self.precision, self.dev), self.dev):  # auto: fp32 on a CPU
+            if head is None:  # not a BERT-style MLM: full logits
+                logits = self._m(input_ids=ids, attention_mask=att).logits[rows, cols]
+            else:
+                hidden = self._m.bert(input_ids=ids, attention_mask=att).last_hidden_state
+                logits = head(hidden[rows, cols])
         return torch.log_softmax(logits.float(), dim=-1)
 
     def _score(self, texts, batch_size, quiet):
@@ -282,7 +286,8 @@ class DeepCTWeight(Estimator):
     def _encoder(self, batch_size):
         if self._enc is None:
             encoder = kind_part("deepct", "model").DeepCTEncoder
-            self._enc = encoder(self.model, device=self.device, batch_size=batch_size)
+            self._enc = encoder(self.model, device=self.device, batch_size=batch_size,
+                                precision=getattr(self, "precision", "auto"))
         return self._enc
 
     def _stat(self, weights) -> np.ndarray:

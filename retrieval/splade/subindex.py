@@ -39,6 +39,8 @@ class SpladeSpec:
     device: str = "auto"
     threads: Optional[int] = 1
     index_threads: int = 2
+    batch: int = 1                   # texts per forward; 1 keeps impacts byte-identical to earlier builds
+    precision: str = "auto"          # auto | fp32 | bf16 | fp16 (recorded resolved in the encoder config)
 
     def validate(self) -> "SpladeSpec":
         if self.query not in QUERY_MODES:
@@ -46,8 +48,11 @@ class SpladeSpec:
                                  % ", ".join(QUERY_MODES), _got=self.query)
         if not isinstance(self.max_length, int) or not 8 <= self.max_length <= 4096:
             raise ParameterError("{max_length} must be an integer from 8 to 4096, got {_got!r}", _got=self.max_length)
-        from retrieval.models import resolve_model_path
+        if not isinstance(self.batch, int) or isinstance(self.batch, bool) or self.batch < 1:
+            raise ParameterError("{batch} must be a whole number of texts, at least 1, got {_got!r}", _got=self.batch)
+        from retrieval.models import resolve_model_path, resolve_precision
 
+        resolve_precision(self.precision, "cpu")  # an unknown name is one line
         resolve_model_path(self.model)  # a bundled name or a folder with config, weights and tokenizer
         return self
 
@@ -59,7 +64,8 @@ def _encoder(spec_or_entry, purpose: str = "", threads: Optional[int] = 1, devic
 
     if isinstance(spec_or_entry, SpladeSpec):
         s = spec_or_entry
-        return SpladeEncoder(s.model, device=s.device, max_length=s.max_length, threads=s.threads)
+        return SpladeEncoder(s.model, device=s.device, max_length=s.max_length, threads=s.threads, batch=s.batch,
+                             precision=s.precision)
     m = spec_or_entry.get("model") or {}
     name, sha = m.get("name"), m.get("sha256")
     if not isinstance(name, str) or not name:
@@ -67,7 +73,9 @@ def _encoder(spec_or_entry, purpose: str = "", threads: Optional[int] = 1, devic
     max_length = (spec_or_entry.get("spec") or {}).get("max_length", 256)
     if not isinstance(max_length, int) or not 8 <= max_length <= 4096:
         raise ModelDirError(f"{purpose}: the manifest's max_length {max_length!r} is not a length")
-    enc = SpladeEncoder(name, device=device, max_length=max_length, threads=threads)
+    recorded = spec_or_entry.get("encoder") or {}  # the build's batch policy and precision (issue 46)
+    enc = SpladeEncoder(name, device=device, max_length=max_length, threads=threads,
+                        batch=recorded.get("batch", 1), precision=recorded.get("precision", "fp32"))
     if sha and enc.model_hash != sha:
         raise ModelDirError(f"SPLADE model {name} (sha256 {enc.model_hash}) differs from the one this index was "
                             f"built with ({sha}); {purpose} needs that one")
