@@ -291,6 +291,6 @@ def echo_check_problems(index_dir, rep) -> None:
     for note in rep.notes:
         click.echo(f"note: {note}", err=True)
     if rep.problems:
-        for p in rep.problems:
-            click.echo(f"{index_dir}: {p}")
+        for p in rep.problems:  # a problem raised as an error already names the folder
+            click.echo(p if str(p).startswith(f"{index_dir}: ") else f"{index_dir}: {p}")
         raise click.exceptions.Exit(1)

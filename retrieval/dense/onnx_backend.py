@@ -6,8 +6,9 @@ The export only replaces the transformer body (token ids in, last hidden states 
 padding, pooling and normalising stay :class:`~retrieval.dense.encoder.DenseEncoder`'s, so a
 backend changes the floats of a vector, never how a text becomes one.
 
-The exported file is cached beside the model, in ``MODEL/.retr-onnx/`` (or, when that folder cannot
-be written, ``$RETR_ONNX_CACHE`` / ``~/.cache/retr/onnx``), named by a key over the weights' hash,
+The exported file is cached in ``$RETR_ONNX_CACHE`` when that is set, else beside the model in
+``MODEL/.retr-onnx/`` (a model folder of your own), else in ``~/.cache/retr/onnx`` (a model inside
+site-packages is never written to), named by a key over the weights' hash,
 the model's ``config.json``, the exporter's opset and whether it is quantised: changed weights get a
 new export, the same weights reuse the file. A file is written to a temporary name and renamed, so a
 concurrent or interrupted export never leaves half a model under the cached name.

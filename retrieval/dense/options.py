@@ -179,7 +179,7 @@ class DenseOptions(KindOptions):
                     "exported; onnx-int8: quantised to int8). Recorded, so added documents and queries encode the "
                     "same way (RETR_QUERY_BACKEND overrides it for queries)."),
         Option("--precision", type="choice", choices=PRECISIONS, default="auto", applies_to="index",
-               help="Compute precision of every encoder (dense, DeepCT, SPLADE, quality): auto = bf16 on a GPU "
+               help="Compute precision of the dense, DeepCT and SPLADE encoders: auto = bf16 on a GPU "
                     "that has it, fp16 on one without, fp32 on a CPU. Recorded in each sub-index's config."),
         Option("--sts-dir", type="path", path_kind="dir", applies_to="index",
                help="STS data folder, for --pooling ditto when no (layer, head) is stored for the model "

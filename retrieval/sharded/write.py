@@ -373,7 +373,7 @@ def compact(path: Union[str, Path], quiet: bool = False, report: Optional[dict] 
             writer.compact(p, quiet=quiet, report=rep).close()
             done += [f"{p.name}/{n}" for n in rep.get("compacted", [])]
     if report is not None:
-        report.update(compacted=done)
+        report.update(compacted=done, shards_changed=len({d.split("/", 1)[0] for d in done}))
 
 
 def check_sharded(path: Union[str, Path], full: bool = False, sample: int = 1000, strict: bool = False,

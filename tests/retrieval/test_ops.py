@@ -92,6 +92,7 @@ def test_the_same_changes_give_the_same_counts_and_runs(both, small_corpus, tmp_
     assert (a.deleted, a.missing, a.total) == (13, 1, 395)
     a, b = _each(both, lambda p: ops.compact(p, quiet=True))
     assert a.compacted == ("bm25",) and set(b.compacted) == {f"shard-00{i}/bm25" for i in range(3)}
+    assert b.shards_changed == 3  # every shard it compacted is counted (the CLI line says so)
     assert _run(one, queries) == _run(three, queries)  # compacted: the same statistics, the same runs
     # everything that was there is still there, and nothing deleted
     kept = [d for d in old if d not in gone] + [f"ops-{i}" for i in range(7) if i != 3] + ["ops-new"]
