@@ -9,7 +9,6 @@ import click
 from cli import params
 from indexes import folder
 from indexes.errors import InputError
-from retrieval.kinds import PRIMARY
 from retrieval.runs import run_tag
 
 
@@ -26,9 +25,11 @@ from retrieval.runs import run_tag
                    "(qid<TAB>docid<TAB>rank, as Pyserini writes it).")
 @click.option("--qrels", type=click.Path(path_type=Path), help="Search only the queries that appear in these qrels.")
 @click.option("--split", help="Search only the queries of this BEIR split (qrels/SPLIT.tsv beside the queries).")
-@click.option("--retriever", default=PRIMARY, show_default=True,
+@click.option("--retriever", default=None,
               help="A sub-index (bm25, dense, ...) or a fused pipeline: bm25+dense, bm25+dense:rrf(k=60), "
-                   "bm25+dense:weighted(bm25=0.3,dense=0.7,norm=zscore).")
+                   "bm25+dense:weighted(bm25=0.3,dense=0.7,norm=zscore) [default: the index's default pipeline: "
+                   "its tuned one (retr tune), else every sub-index it holds fused, e.g. bm25+dense; retr info "
+                   "names it].")
 @click.option("--fusion", default=None,
               help="Fusion for a+b retrievers: rrf[(k=60)], combsum|combmnz[(norm=minmax|zscore"
                    "[,confidence=SLOPE,centre=C])], weighted(a=w,b=w[,norm=...]) [default: the index's tuned "
@@ -73,6 +74,8 @@ def search_cmd(text, index_dir, queries, output, fmt, qrels, split, retriever, f
         if not isinstance(idx, Index):
             raise click.UsageError("--per-document does not apply to a sharded index yet")
     spec, extra = params.configured_pipeline(idx, retriever, fusion, kind_values)
+    if params.asked_retriever(retriever, kind_values) is None and not quiet:
+        click.echo(f"retr: pipeline {idx.default_pipeline()}", err=True)
     if per_document:
         extra = dict(extra, per_document=True)
     tag = tag or run_tag(spec, [o.tag(kind_values) for o in params.each_kind()])

@@ -34,7 +34,8 @@ from retrieval.filters import Allowed, MetadataTable, first_allowed, parse_filte
 from retrieval.fusion import Pipeline, explain_fusion, fuse, list_confidences, parse_pipeline
 from retrieval.kinds import PRIMARY, Explained, Retriever, kind_of
 from retrieval.progress import progress
-from retrieval.types import Document, Hit, QueriesArg, as_queries
+from retrieval.request import DefaultPipeline, default_pipeline
+from retrieval.types import Document, Hit, Hits, QueriesArg, as_queries
 
 DEPTH = 100  # candidates each fused retriever returns, at least (more when k is larger)
 FOLLOW_GRACE = 2.0  # seconds a reader answers from its generation while the newest one cannot be opened
@@ -377,6 +378,7 @@ class Index:
                                        "stats": {} if e.get("alias_of") else kind_of(e).stats(self.path / e["path"], e)}
         out["pipelines"] = {base: {k: v for k, v in rec.items() if k != "top"}
                             for base, rec in m.get("pipelines", {}).items()}
+        out["default_pipeline"] = self.default_pipeline().to_dict()
         out["fields"] = self.fields()
         store = folder.docstore_path(self.path, m)
         out["docstore_bytes"] = sum(p.stat().st_size for p in (store, Path(f"{store}-wal")) if p.exists())
@@ -430,12 +432,20 @@ class Index:
         return done
 
     # -- search --------------------------------------------------------
-    def pipeline(self, retriever: str = PRIMARY, fusion: Optional[str] = None) -> Pipeline:
+    def pipeline(self, retriever: Optional[str] = None, fusion: Optional[str] = None) -> Pipeline:
         """Parse a retriever spec; a bare ``a+b`` takes the folder's tuned fusion (``retr tune``), else
-        ``retrieval.fusion.DEFAULT_FUSION`` (chosen without training queries, benchmarks/results/defaults.md)."""
+        ``retrieval.fusion.DEFAULT_FUSION`` (chosen without training queries, benchmarks/results/defaults.md).
+        None: the folder's default pipeline (:meth:`default_pipeline`)."""
         return self._pipeline(self.manifest, retriever, fusion)
 
-    def _pipeline(self, m: dict, retriever: str, fusion: Optional[str]) -> Pipeline:
+    def default_pipeline(self) -> DefaultPipeline:
+        """What a search that names no retriever runs, and why: :func:`retrieval.request.default_pipeline`."""
+        m = self.manifest
+        return default_pipeline(m.get("subindexes", {}), m.get("pipelines", {}))
+
+    def _pipeline(self, m: dict, retriever: Optional[str], fusion: Optional[str]) -> Pipeline:
+        if retriever is None:
+            retriever = default_pipeline(m.get("subindexes", {}), m.get("pipelines", {})).spec
         base = retriever.split(":", 1)[0].strip()
         tuned = m.get("pipelines", {}).get(base, {}).get("spec")
         p = parse_pipeline(retriever, fusion, default=tuned)
@@ -477,7 +487,7 @@ class Index:
         :class:`~indexes.errors.FilterWarning` of :meth:`search` names)."""
         return self._current().metadata.unknown(parse_filter(filter))
 
-    def search(self, query: str, k: int = 10, retriever: str = PRIMARY, fusion: Optional[str] = None,
+    def search(self, query: str, k: int = 10, retriever: Optional[str] = None, fusion: Optional[str] = None,
                text: bool = True, depth: Optional[int] = None, timings: Optional[Dict[str, float]] = None,
                dimsel=None, filter=None, ranks: bool = False, prf=None, per_document: bool = False) -> List[Hit]:
         """Top-``k`` hits for one query, with title, text and metadata unless ``text=False``.
@@ -519,11 +529,11 @@ class Index:
         if not isinstance(query, str) or not query.strip():
             raise InputError("query text is empty")
         _check_k(k)
-        if per_document:
-            return per_document_hits(
-                lambda kk: self._search(g, query, kk, retriever, fusion, True, depth, timings, dimsel, filter,
-                                        ranks, prf), k, int(g.manifest["corpus"]["doc_count"]), text)
         p = self._pipeline(g.manifest, retriever, fusion)
+        if per_document:
+            return Hits(per_document_hits(
+                lambda kk: self._search(g, query, kk, retriever, fusion, True, depth, timings, dimsel, filter,
+                                        ranks, prf), k, int(g.manifest["corpus"]["doc_count"]), text), str(p))
         allowed = self._allowed(g, filter)
         lists, rs = {}, _per_search(p, {n: self._pick(g, n, dimsel, p.fused) for n in p.retrievers}, prf)
         for name in p.retrievers:
@@ -536,9 +546,9 @@ class Index:
         hits = self._result(g, p, lists, k, text, None, timings, conf and conf[0])
         if ranks:
             _member_ranks(hits, p, lists)
-        return hits
+        return Hits(hits, str(p))
 
-    def highlight(self, query: str, texts: Sequence[str], retriever: str = PRIMARY,
+    def highlight(self, query: str, texts: Sequence[str], retriever: Optional[str] = None,
                   fusion: Optional[str] = None) -> Optional[List[List[Tuple[int, int]]]]:
         """Per text, the ``(start, end)`` character spans of its words that match ``query``'s terms
         as a retriever's own analysis matches them (BM25: Anserini's English analyser, so
@@ -586,7 +596,7 @@ class Index:
         return r.search_filtered(query, k, allowed)
 
     def batch_search(self, queries: QueriesArg, qids: Optional[Sequence[str]] = None, k: int = 10,
-                     retriever: str = PRIMARY, fusion: Optional[str] = None, threads: int = 1, text: bool = False,
+                     retriever: Optional[str] = None, fusion: Optional[str] = None, threads: int = 1, text: bool = False,
                      quiet: bool = True, depth: Optional[int] = None, batch_size: Optional[int] = None,
                      timings: Optional[Dict[str, float]] = None, dimsel=None, filter=None, as_frame: bool = False,
                      prf=None, per_document: bool = False) -> Dict[str, List[Hit]]:
@@ -613,7 +623,7 @@ class Index:
         finally:
             self._leave(g)
 
-    def search_df(self, query: str, k: int = 10, retriever: str = PRIMARY, fusion: Optional[str] = None,
+    def search_df(self, query: str, k: int = 10, retriever: Optional[str] = None, fusion: Optional[str] = None,
                   qid: str = "1", text: bool = False, **options):
         """:meth:`search` as a pandas DataFrame with PyTerrier's columns ``qid, query, docno, score,
         rank`` (rank 0-based, as PyTerrier numbers ranks; ``qid`` "1" as its ``Transformer.search``),
@@ -624,6 +634,7 @@ class Index:
     def _batch_search(self, g: "_Generation", queries, k, retriever, fusion, threads, text, quiet, depth,
                       batch_size, timings, dimsel, filter, prf=None, per_document=False) -> Dict[str, List[Hit]]:
         _check_k(k)
+        p = self._pipeline(g.manifest, retriever, fusion)
         if per_document:
             # the whole batch read PER_DOCUMENT times deeper, then the queries still short of k
             # documents (a long document's passages fill the list) one by one, deeper
@@ -640,10 +651,9 @@ class Index:
                         lambda n, q=q: [dataclasses.replace(h, qid=q.qid) for h in self._search(
                             g, q.text, n, retriever, fusion, True, depth, timings, dimsel, filter, False, prf)],
                         k, total, True, start=kk * PER_DOCUMENT)
-                out[q.qid] = _plain(got, text)
+                out[q.qid] = Hits(_plain(got, text), str(p))
             return out
         qs = queries
-        p = self._pipeline(g.manifest, retriever, fusion)
         allowed = self._allowed(g, filter)
         rs = _per_search(p, {name: self._pick(g, name, dimsel, p.fused) for name in p.retrievers}, prf)
         kk = k if not p.fused else max(k, depth or DEPTH)
@@ -665,12 +675,12 @@ class Index:
                                          {n: [res[n].get(q.qid, []) for q in chunk] for n in rs}, timings)
                 with no_gc():  # a batch's hits at once: see indexes.bulk
                     for j, q in enumerate(chunk):
-                        out[q.qid] = self._result(g, p, {n: res[n].get(q.qid, []) for n in rs}, k, text,
-                                                  q.qid, timings, conf and conf[j])
+                        out[q.qid] = Hits(self._result(g, p, {n: res[n].get(q.qid, []) for n in rs}, k, text,
+                                                       q.qid, timings, conf and conf[j]), str(p))
                 bar.update(len(chunk))
         return out
 
-    def explain(self, query: str, docid: str, retriever: str = PRIMARY, fusion: Optional[str] = None,
+    def explain(self, query: str, docid: str, retriever: Optional[str] = None, fusion: Optional[str] = None,
                 depth: Optional[int] = None, dimsel=None, filter=None) -> dict:
         """How ``docid`` got its score and rank for ``query`` under the pipeline ``retriever`` (with
         ``fusion``, ``dimsel``, ``filter`` as :meth:`search` takes them), as a JSON-ready dict:
@@ -725,7 +735,9 @@ class Index:
 
     def _result(self, g: _Generation, p: Pipeline, lists, k, text, qid, timings, conf=None) -> List[Hit]:
         if not p.fused:
-            hits = [Hit(docid=d, score=s, rank=i, qid=qid) for i, (d, s) in enumerate(lists[p.retrievers[0]], 1)]
+            one = p.retrievers[0]
+            hits = [Hit(docid=d, score=s, rank=i, qid=qid, scores={one: s})
+                    for i, (d, s) in enumerate(lists[one], 1)]
         else:
             t0 = time.perf_counter()
             hits = [Hit(docid=d, score=s, rank=i, qid=qid, scores=raw)
@@ -892,7 +904,7 @@ class _View:
     def retriever(self, name: str):
         return self._index._pick(self._g, name)
 
-    def pipeline(self, retriever: str = PRIMARY, fusion: Optional[str] = None) -> Pipeline:
+    def pipeline(self, retriever: Optional[str] = None, fusion: Optional[str] = None) -> Pipeline:
         """:meth:`Index.pipeline` as this generation's manifest has it (its tuned defaults)."""
         return self._index._pipeline(self.manifest, retriever, fusion)
 
@@ -903,7 +915,7 @@ class _View:
 class Snapshot(_View):
     """One generation of an :class:`Index`, held until closed (see :meth:`Index.snapshot`)."""
 
-    def search(self, query: str, k: int = 10, retriever: str = PRIMARY, fusion: Optional[str] = None,
+    def search(self, query: str, k: int = 10, retriever: Optional[str] = None, fusion: Optional[str] = None,
                text: bool = True, depth: Optional[int] = None, timings: Optional[Dict[str, float]] = None,
                dimsel=None, filter=None, ranks: bool = False, prf=None, per_document: bool = False) -> List[Hit]:
         """:meth:`Index.search` on this generation."""
@@ -911,7 +923,7 @@ class Snapshot(_View):
                                    ranks, prf, per_document)
 
     def batch_search(self, queries: QueriesArg, qids: Optional[Sequence[str]] = None, k: int = 10,
-                     retriever: str = PRIMARY, fusion: Optional[str] = None, threads: int = 1, text: bool = False,
+                     retriever: Optional[str] = None, fusion: Optional[str] = None, threads: int = 1, text: bool = False,
                      quiet: bool = True, depth: Optional[int] = None, batch_size: Optional[int] = None,
                      timings: Optional[Dict[str, float]] = None, dimsel=None, filter=None, as_frame: bool = False,
                      prf=None, per_document: bool = False) -> Dict[str, List[Hit]]:
@@ -921,12 +933,12 @@ class Snapshot(_View):
                                                       depth, batch_size, timings, dimsel, filter, prf, per_document),
                             qs, text, as_frame)
 
-    def search_df(self, query: str, k: int = 10, retriever: str = PRIMARY, fusion: Optional[str] = None,
+    def search_df(self, query: str, k: int = 10, retriever: Optional[str] = None, fusion: Optional[str] = None,
                   qid: str = "1", text: bool = False, **options):
         """:meth:`Index.search_df` on this generation."""
         return search_df(self, query, qid, text, k=k, retriever=retriever, fusion=fusion, **options)
 
-    def explain(self, query: str, docid: str, retriever: str = PRIMARY, fusion: Optional[str] = None,
+    def explain(self, query: str, docid: str, retriever: Optional[str] = None, fusion: Optional[str] = None,
                 depth: Optional[int] = None, dimsel=None, filter=None) -> dict:
         """:meth:`Index.explain` on this generation."""
         return self._index._explain(self._g, query, docid, retriever, fusion, depth, dimsel, filter)

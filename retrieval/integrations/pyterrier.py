@@ -28,7 +28,7 @@ import pyterrier as pt
 
 from retrieval.frames import TEXT_COLUMNS
 from retrieval.integrations import check_k, open_source
-from retrieval.kinds import PRIMARY
+from retrieval.request import RUN_K
 
 RESULT_COLUMNS = ["docno", "score", "rank"]
 
@@ -39,7 +39,7 @@ class RetrRetriever(pt.Transformer):
     PyTerrier retriever returning each query's top ``k``. ``fusion``, ``filter`` and ``threads`` are
     ``batch_search``'s; ``search_kwargs`` any of its other arguments (``depth``, ``dimsel``, ...)."""
 
-    def __init__(self, index: Union[str, PathLike, Any], retriever: str = PRIMARY, k: int = 1000,
+    def __init__(self, index: Union[str, PathLike, Any], retriever: Optional[str] = None, k: int = RUN_K,
                  fusion: Optional[str] = None, filter: Optional[Dict[str, Any]] = None, text: bool = False,
                  threads: int = 1, search_kwargs: Optional[Dict[str, Any]] = None):
         self.k = check_k(k)

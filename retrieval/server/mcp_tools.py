@@ -15,13 +15,14 @@ from typing import Annotated, Any, Dict, List, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from indexes.errors import RetrError
-from retrieval.kinds import PRIMARY
+from retrieval.types import hit_dict
 from retrieval.server import guard as G
 from retrieval.server import schemas as S
 from retrieval.server.registry import Registry
 
 MAX_DOCID_CHARS = 512  # as schemas.IdsRequest / DocumentIn
-SEARCH_DOC = (f"Search an index. retriever: bm25, dense, deepct or a fused pipeline such as bm25+dense. "
+SEARCH_DOC = (f"Search an index. retriever: bm25, dense, deepct or a fused pipeline such as bm25+dense (unset: the "
+              f"index's default pipeline, its tuned one else every sub-index fused; pipeline_source says which). "
               f"fusion: for a fused pipeline, e.g. rrf(k=60) or combmnz(norm=zscore). depth: candidates per fused "
               f"retriever. dimsel: query-aware dimension selection for dense retrievers, e.g. "
               f"{{\"mode\": \"prf\", \"alpha\": 0.5}}. "
@@ -147,7 +148,7 @@ def _add_search_tool(mcp, pick, run, budget: int) -> None:
     async def search(query: Annotated[str, Field(min_length=1, max_length=S.MAX_QUERY_CHARS)],
                      index: Optional[str] = None,
                      k: Annotated[int, Field(ge=1, le=S.MAX_K, description="Hits to return.")] = 10,
-                     retriever: Annotated[str, Field(min_length=1, max_length=S.MAX_SPEC_CHARS)] = PRIMARY,
+                     retriever: Annotated[Optional[str], Field(min_length=1, max_length=S.MAX_SPEC_CHARS)] = None,
                      fusion: Annotated[Optional[str], Field(max_length=S.MAX_SPEC_CHARS)] = None,
                      depth: Annotated[Optional[int], Field(ge=1, le=S.MAX_DEPTH)] = None,
                      dimsel: Optional[Dimsel] = None,
@@ -170,11 +171,9 @@ def _add_search_tool(mcp, pick, run, budget: int) -> None:
                               dimsel=G.dimsel_options(req.dimsel), filter=req.filter,
                               **({"prf": S.prf_options(req.prf)} if req.prf is not None else {}))
             G.check_hits(hits, True, req.text_chars, budget)
-            return {"index": name, "retriever": str(p), "hits": [
-                {"docid": h.docid, "rank": h.rank, "score": h.score,
-                 "scores": h.scores or {p.retrievers[0]: h.score}, "title": h.title,
-                 "text": h.text if req.text_chars is None else h.text[:req.text_chars], "metadata": h.metadata or {}}
-                for h in hits]}
+            source = "named" if req.retriever is not None else idx.default_pipeline().source
+            return {"index": name, "retriever": str(p), "pipeline_source": source,
+                    "hits": [hit_dict(h, True, req.text_chars) for h in hits]}
         return await run(go)
 
 
@@ -191,7 +190,7 @@ def _add_explain_tool(mcp, pick, run, budget: int) -> None:
     async def explain(query: Annotated[str, Field(min_length=1, max_length=S.MAX_QUERY_CHARS)],
                       docid: Annotated[str, Field(min_length=1, max_length=MAX_DOCID_CHARS)],
                       index: Optional[str] = None,
-                      retriever: Annotated[str, Field(min_length=1, max_length=S.MAX_SPEC_CHARS)] = PRIMARY,
+                      retriever: Annotated[Optional[str], Field(min_length=1, max_length=S.MAX_SPEC_CHARS)] = None,
                       fusion: Annotated[Optional[str], Field(max_length=S.MAX_SPEC_CHARS)] = None,
                       depth: Annotated[Optional[int], Field(ge=1, le=S.MAX_DEPTH)] = None,
                       dimsel: Optional[Dimsel] = None,

@@ -93,11 +93,17 @@ PARTIAL_DOC = ("A sharded index (retr serve --sharded): when some shard has no l
                "by an index that is not sharded.")
 
 
+SOURCE_DOC = ("Why this pipeline ran: \"named\" (the request named it), else why it is the index's default: "
+              "\"tuned\" (retr tune), \"untuned fusion\" (every sub-index fused) or \"only sub-index\".")
+
+
 class SearchOptions(Strict):
     k: int = Field(10, ge=1, le=MAX_K, strict=True, description="Hits to return.")
-    retriever: str = Field(PRIMARY, min_length=1, max_length=MAX_SPEC_CHARS,
-                           description="A sub-index (bm25, dense, deepct, ...) or a fused pipeline such as "
-                                       "bm25+dense or bm25+dense:rrf(k=60).")
+    retriever: Optional[str] = Field(None, min_length=1, max_length=MAX_SPEC_CHARS,
+                                     description="A sub-index (bm25, dense, deepct, ...) or a fused pipeline such "
+                                                 "as bm25+dense or bm25+dense:rrf(k=60). Unset: the index's "
+                                                 "default pipeline (its tuned one, else the untuned fusion of "
+                                                 "every sub-index it holds; GET /v1/NAME names it).")
     fusion: Optional[str] = Field(None, min_length=1, max_length=MAX_SPEC_CHARS,
                                   description="Fusion for a+b retrievers, e.g. rrf(k=60), combmnz(norm=zscore).")
     depth: Optional[int] = Field(None, ge=1, le=MAX_DEPTH, strict=True, description="Candidates per fused retriever.")
@@ -133,8 +139,9 @@ class SearchRequest(SearchOptions):
 class ExplainRequest(Strict):
     query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, description="Query text.")
     docid: str = Field(min_length=1, max_length=512, description="The document to explain.")
-    retriever: str = Field(PRIMARY, min_length=1, max_length=MAX_SPEC_CHARS,
-                           description="A sub-index or a fused pipeline, as search takes it.")
+    retriever: Optional[str] = Field(None, min_length=1, max_length=MAX_SPEC_CHARS,
+                                     description="A sub-index or a fused pipeline, as search takes it (unset: the "
+                                                 "index's default pipeline).")
     fusion: Optional[str] = Field(None, min_length=1, max_length=MAX_SPEC_CHARS,
                                   description="Fusion for a+b retrievers.")
     depth: Optional[int] = Field(None, ge=1, le=MAX_DEPTH, strict=True,
@@ -234,6 +241,7 @@ class SearchResponse(BaseModel):
     index: str
     query: str
     retriever: str = Field(description="The pipeline as run, with its fusion spelled out.")
+    pipeline_source: str = Field(description=SOURCE_DOC)
     k: int
     hits: List[HitOut]
     warnings: Optional[List[str]] = Field(None, description="Only where the filter names metadata fields no "
@@ -251,6 +259,7 @@ class QueryHits(BaseModel):
 class BatchSearchResponse(BaseModel):
     index: str
     retriever: str
+    pipeline_source: str = Field(description=SOURCE_DOC)
     k: int
     results: List[QueryHits]
     warnings: Optional[List[str]] = Field(None, description="Only where the filter names metadata fields no "

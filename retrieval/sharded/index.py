@@ -16,7 +16,8 @@ from retrieval.filters import DOCID, parse_filter, unknown_fields_message
 from retrieval.fusion import Pipeline, parse_pipeline
 from retrieval.kinds import PRIMARY
 from retrieval.sharded import merge
-from retrieval.types import Document, Hit, QueriesArg, as_queries
+from retrieval.request import DefaultPipeline, default_pipeline
+from retrieval.types import Document, Hit, Hits, QueriesArg, as_queries
 
 DEPTH = 100  # as retrieval.index.DEPTH: candidates per fused member, at least
 
@@ -127,9 +128,18 @@ class ShardedIndex:
         return {"path": str(self.path) if self.path else None, "sharded": True, "shards": len(infos),
                 "id": infos[0].get("id"), "documents": sum(d["documents"] for d in infos),
                 "generations": [d["generation"] for d in infos], "retrievers": infos[0]["retrievers"],
-                "fields": self.fields()}
+                "default_pipeline": self.default_pipeline().to_dict(), "fields": self.fields()}
 
-    def pipeline(self, retriever: str = PRIMARY, fusion: Optional[str] = None) -> Pipeline:
+    def default_pipeline(self) -> DefaultPipeline:
+        """What a search that names no retriever runs, and why: the shards' (one folder's) default,
+        :func:`retrieval.request.default_pipeline` of their sub-indexes and tuned pipelines."""
+        d = self._info[0]
+        return default_pipeline(d.get("subindexes") or {n: {} for n in d["retrievers"]}, d.get("pipelines", {}))
+
+    def pipeline(self, retriever: Optional[str] = None, fusion: Optional[str] = None) -> Pipeline:
+        """As :meth:`retrieval.index.Index.pipeline` (None: :meth:`default_pipeline`)."""
+        if retriever is None:
+            retriever = self.default_pipeline().spec
         base = retriever.split(":", 1)[0].strip()
         tuned = self._info[0].get("pipelines", {}).get(base, {}).get("spec")
         p = parse_pipeline(retriever, fusion, default=tuned)
@@ -197,7 +207,7 @@ class ShardedIndex:
         return takers
 
     # -- search ----------------------------------------------------------------------------
-    def search(self, query: str, k: int = 10, retriever: str = PRIMARY, fusion: Optional[str] = None,
+    def search(self, query: str, k: int = 10, retriever: Optional[str] = None, fusion: Optional[str] = None,
                text: bool = True, depth: Optional[int] = None, timings: Optional[Dict[str, float]] = None,
                dimsel=None, filter=None, ranks: bool = False, prf=None) -> List[Hit]:
         """:meth:`retrieval.index.Index.search` across the shards (``prf``: this search's pseudo-relevance
@@ -211,7 +221,7 @@ class ShardedIndex:
         return hits
 
     def batch_search(self, queries: QueriesArg, qids: Optional[Sequence[str]] = None, k: int = 10,
-                     retriever: str = PRIMARY, fusion: Optional[str] = None, threads: int = 1, text: bool = False,
+                     retriever: Optional[str] = None, fusion: Optional[str] = None, threads: int = 1, text: bool = False,
                      quiet: bool = True, depth: Optional[int] = None, batch_size: Optional[int] = None,
                      timings: Optional[Dict[str, float]] = None, dimsel=None, filter=None, prf=None
                      ) -> Dict[str, List[Hit]]:
@@ -256,7 +266,8 @@ class ShardedIndex:
         conf = self._confidence(p, texts, {n: [lists[n][q] for q, _ in queries] for n in names}, stats)
         out = {}
         for j, (qid, _t) in enumerate(queries):
-            out[qid] = self._hits(p, {n: lists[n][qid] for n in names}, k, qid, conf and conf[j], ranks)
+            out[qid] = Hits(self._hits(p, {n: lists[n][qid] for n in names}, k, qid, conf and conf[j], ranks),
+                            str(p))
         if text:
             t0 = time.perf_counter()
             self._texts([h for hs in out.values() for h in hs], rows)
@@ -312,7 +323,7 @@ class ShardedIndex:
         return self._call(self.shards[:1], "confidence", (texts, per, stats, self._options), {})[0]
 
     # -- explain ---------------------------------------------------------------------------
-    def explain(self, query: str, docid: str, retriever: str = PRIMARY, fusion: Optional[str] = None,
+    def explain(self, query: str, docid: str, retriever: Optional[str] = None, fusion: Optional[str] = None,
                 depth: Optional[int] = None, dimsel=None, filter=None) -> dict:
         """:meth:`retrieval.index.Index.explain` across the shards: the same JSON-ready dict one
         folder holding every shard's documents answers. The members' lists are the merged global
@@ -428,7 +439,8 @@ class ShardedIndex:
     @staticmethod
     def _hits(p: Pipeline, lists, k: int, qid: str, conf, ranks: bool) -> List[Hit]:
         if not p.fused:
-            hits = [Hit(docid=d, score=s, rank=i, qid=qid) for i, (d, s) in enumerate(lists[p.retrievers[0]], 1)]
+            one = p.retrievers[0]
+            hits = [Hit(docid=d, score=s, rank=i, qid=qid, scores={one: s}) for i, (d, s) in enumerate(lists[one], 1)]
         else:
             hits = [Hit(docid=d, score=s, rank=i, qid=qid, scores=raw)
                     for i, (d, s, raw) in enumerate(merge.fuse_lists(p, lists, k, conf), 1)]
@@ -651,8 +663,11 @@ class ShardedSnapshot:
     def retrievers(self) -> List[str]:
         return self._ix.retrievers
 
-    def pipeline(self, retriever: str = PRIMARY, fusion: Optional[str] = None) -> Pipeline:
+    def pipeline(self, retriever: Optional[str] = None, fusion: Optional[str] = None) -> Pipeline:
         return self._ix.pipeline(retriever, fusion)
+
+    def default_pipeline(self) -> DefaultPipeline:
+        return self._ix.default_pipeline()
 
     def fields(self) -> Dict[str, int]:
         with self._inside():
