@@ -74,14 +74,23 @@ def search_cmd(text, index_dir, queries, output, fmt, qrels, split, retriever, f
         if not isinstance(idx, Index):
             raise click.UsageError("--per-document does not apply to a sharded index yet")
     spec, extra = params.configured_pipeline(idx, retriever, fusion, kind_values)
-    if params.asked_retriever(retriever, kind_values) is None and not quiet:
-        click.echo(f"retr: pipeline {idx.default_pipeline()}", err=True)
     if per_document:
         extra = dict(extra, per_document=True)
     tag = tag or run_tag(spec, [o.tag(kind_values) for o in params.each_kind()])
     with params.flags(dict(params.kind_flags(), retriever="--retriever", fusion="--fusion")):
         _search(idx, text, queries, output, fmt, qrels, split, spec, depth, k, threads, tag, quiet,
                 dict(extra, batch_size=batch_size))
+    _say_default(idx, params.asked_retriever(retriever, kind_values), quiet)
+
+
+def _say_default(idx, asked, quiet) -> None:
+    """After a search that named no retriever, one stderr line naming the default that ran, where it is
+    more than the folder's only sub-index (``retr: pipeline bm25+dense (untuned fusion)``)."""
+    from retrieval.request import ONLY
+
+    dp = idx.default_pipeline()
+    if asked is None and not quiet and dp.source != ONLY:
+        click.echo(f"retr: pipeline {dp}", err=True)
 
 
 def _alias(ours, theirs, flag, alias):
