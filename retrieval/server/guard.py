@@ -199,7 +199,10 @@ def describe_index(s, writable: bool) -> Dict[str, Any]:
     subs = {n: {"kind": e.get("kind", ""), "documents": e.get("doc_count"), "config": _scrub(e.get("config", {}))}
             for n, e in m.get("subindexes", {}).items()}
     pipes = {n: p.get("spec", "") for n, p in (m.get("pipelines") or {}).items()}
+    from retrieval.request import default_pipeline
+
     out = {"name": s.name, "documents": count, "generation": gen, "retrievers": subs, "pipelines": pipes,
+           "default_pipeline": default_pipeline(m.get("subindexes", {}), m.get("pipelines") or {}).to_dict(),
            "writable": writable, "created_at": m.get("created_at"), "updated_at": m.get("updated_at"),
            "fields": idx.fields()}
     if shards is not None:

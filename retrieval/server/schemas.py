@@ -335,6 +335,9 @@ class IndexOut(BaseModel):
     generation: int = Field(0, description="The folder's generation these figures are of (each change makes one).")
     retrievers: Dict[str, SubIndexOut]
     pipelines: Dict[str, str] = Field(default_factory=dict, description="Tuned default fusion per retriever combination.")
+    default_pipeline: Optional[Dict[str, str]] = Field(None, description="What a search that names no retriever runs: "
+                                                                        "spec and source (tuned, untuned fusion, only "
+                                                                        "sub-index).")
     fields: Dict[str, int] = Field(default_factory=dict, description="The metadata fields filters can name, with the "
                                                                     "number of documents carrying each (docid is "
                                                                     "always there).")

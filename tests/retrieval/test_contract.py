@@ -159,3 +159,9 @@ def test_a_sharded_folder_has_the_folder_s_default(pair):
     assert _rows(ba["0"]) == _rows(bb["0"]) and bb["0"].pipeline == a.pipeline
     one = sharded.search(Q, k=3, retriever="bm25")
     assert [h.scores for h in one] == [{"bm25": h.score} for h in one]
+
+
+def test_http_index_description_names_the_default(served):
+    d = served.get("/v1/hy").json()
+    assert d["default_pipeline"] == {"spec": "bm25+dense", "source": UNTUNED}
+    assert served.get("/v1/sf").json()["default_pipeline"] == {"spec": "bm25", "source": ONLY}
