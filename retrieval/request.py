@@ -8,9 +8,10 @@ retriever unset and gets this answer through ``Index.pipeline(None)``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Dict, Mapping, Optional
 
+from indexes.errors import InputError
 from retrieval.kinds import PRIMARY
 
 DEFAULT_K = 10     # hits for one query when the caller names no k
@@ -57,3 +58,97 @@ def default_pipeline(subindexes: Mapping[str, Mapping], pipelines: Mapping[str, 
     if len(names) == 1:
         return DefaultPipeline(names[0], ONLY)
     return DefaultPipeline(everything, UNTUNED)
+
+
+# ------------------------------------------------------------------ one search request
+
+class RequestError(InputError, ValueError):
+    """A search request with a bad value: one line saying which and why (the CLI prints it, the
+    server answers it as a 400)."""
+
+
+def _positive(name: str, v: Any, optional: bool = False) -> None:
+    if optional and v is None:
+        return
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise RequestError(f"{name} must be a positive integer, got {v!r}")
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    """What one search asks for, beside its queries, checked once when it is made.
+
+    ``k`` hits per query; ``retriever`` a sub-index or a pipeline spec (None: the folder's default
+    pipeline, :func:`default_pipeline`); ``fusion`` for a bare ``a+b``; ``depth`` candidates per
+    fused member; ``dimsel`` dimension selection; ``filter`` metadata conditions
+    (:mod:`retrieval.filters`); ``prf`` this search's pseudo-relevance feedback; ``text`` title, text
+    and metadata with each hit; ``highlight`` and ``ranks`` as the server's request takes them;
+    ``per_document`` one hit per document; ``allow_partial`` a sharded answer without the shards that
+    did not answer; ``timings`` a dict that gathers seconds per stage (not part of the value)."""
+
+    k: int = DEFAULT_K
+    retriever: Optional[str] = None
+    fusion: Optional[str] = None
+    depth: Optional[int] = None
+    dimsel: Any = None
+    filter: Any = None
+    prf: Any = None
+    text: bool = True
+    highlight: bool = False
+    ranks: bool = False
+    per_document: bool = False
+    allow_partial: bool = False
+    timings: Optional[Dict[str, float]] = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        _positive("k", self.k)
+        _positive("depth", self.depth, optional=True)
+        for name in ("retriever", "fusion"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, str) or not v.strip()):
+                raise RequestError(f"{name} must be a non-empty string (a pipeline spec), got {v!r}")
+        for name in ("text", "highlight", "ranks", "per_document", "allow_partial"):
+            if not isinstance(getattr(self, name), bool):
+                raise RequestError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if self.timings is not None and not isinstance(self.timings, dict):
+            raise RequestError(f"timings must be a dict (seconds per stage are added to it), got {self.timings!r}")
+        if self.filter is not None:
+            from retrieval.filters import parse_filter
+
+            try:
+                parse_filter(self.filter)
+            except InputError as e:
+                raise RequestError(str(e)) from None
+
+    @classmethod
+    def of(cls, **options) -> "SearchRequest":
+        """A request from keyword options (an unknown one is a RequestError naming those there are)."""
+        names = [f.name for f in fields(cls)]
+        unknown = sorted(set(options) - set(names))
+        if unknown:
+            raise RequestError(f"unknown search option(s) {', '.join(unknown)}; a search takes {', '.join(names)}")
+        return cls(**options)
+
+    def but(self, **changes) -> "SearchRequest":
+        """This request with ``changes`` (checked again)."""
+        return replace(self, **changes)
+
+    def options(self) -> Dict[str, Any]:
+        """The fields that differ from a default request, as keyword arguments (``timings`` included when set)."""
+        base = SearchRequest()
+        out = {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) != getattr(base, f.name)}
+        return out
+
+
+def request_of(request: Optional[SearchRequest], **options) -> SearchRequest:
+    """``request`` when given (then ``options`` must all be their defaults: one request, not two), else
+    a request of ``options``: what the public ``search(q, k=..., ..., request=None)`` methods make."""
+    if request is None:
+        return SearchRequest.of(**options)
+    if not isinstance(request, SearchRequest):
+        raise RequestError(f"request must be a retrieval.SearchRequest, got {type(request).__name__}")
+    given = SearchRequest.of(**options).options()
+    if given:
+        raise RequestError(f"give the search options either as request= or as keywords, not both "
+                           f"(keywords given: {', '.join(sorted(given))})")
+    return request

@@ -16,7 +16,7 @@ from retrieval.filters import DOCID, parse_filter, unknown_fields_message
 from retrieval.fusion import Pipeline, parse_pipeline
 from retrieval.kinds import PRIMARY
 from retrieval.sharded import merge
-from retrieval.request import DefaultPipeline, default_pipeline
+from retrieval.request import DEFAULT_K, DefaultPipeline, SearchRequest, default_pipeline, request_of
 from retrieval.types import Document, Hit, Hits, QueriesArg, as_queries
 
 DEPTH = 100  # as retrieval.index.DEPTH: candidates per fused member, at least
@@ -207,62 +207,66 @@ class ShardedIndex:
         return takers
 
     # -- search ----------------------------------------------------------------------------
-    def search(self, query: str, k: int = 10, retriever: Optional[str] = None, fusion: Optional[str] = None,
+    def search(self, query: str, k: int = DEFAULT_K, retriever: Optional[str] = None, fusion: Optional[str] = None,
                text: bool = True, depth: Optional[int] = None, timings: Optional[Dict[str, float]] = None,
-               dimsel=None, filter=None, ranks: bool = False, prf=None) -> List[Hit]:
+               dimsel=None, filter=None, ranks: bool = False, prf=None, per_document: bool = False,
+               request: Optional[SearchRequest] = None) -> Hits:
         """:meth:`retrieval.index.Index.search` across the shards (``prf``: this search's pseudo-relevance
         feedback, run over the whole index: :mod:`retrieval.sharded.prf`)."""
+        req = request_of(request, k=k, retriever=retriever, fusion=fusion, text=text, depth=depth, timings=timings,
+                         dimsel=dimsel, filter=filter, ranks=ranks, prf=prf, per_document=per_document)
         if not isinstance(query, str) or not query.strip():
             raise InputError("query text is empty")
-        hits = self._run([("0", query)], k, retriever, fusion, text, depth, timings, dimsel, filter, ranks,
-                         prf=prf)["0"]
+        hits = self._run([("0", query)], req)["0"]
         for h in hits:
             h.qid = None
         return hits
 
-    def batch_search(self, queries: QueriesArg, qids: Optional[Sequence[str]] = None, k: int = 10,
+    def batch_search(self, queries: QueriesArg, qids: Optional[Sequence[str]] = None, k: int = DEFAULT_K,
                      retriever: Optional[str] = None, fusion: Optional[str] = None, threads: int = 1, text: bool = False,
                      quiet: bool = True, depth: Optional[int] = None, batch_size: Optional[int] = None,
-                     timings: Optional[Dict[str, float]] = None, dimsel=None, filter=None, prf=None
+                     timings: Optional[Dict[str, float]] = None, dimsel=None, filter=None, as_frame: bool = False,
+                     prf=None, per_document: bool = False, request: Optional[SearchRequest] = None
                      ) -> Dict[str, List[Hit]]:
         """:meth:`retrieval.index.Index.batch_search` across the shards (every form of ``queries``)."""
+        from retrieval.frames import batch_result
+
         qs, k = as_queries(queries, qids, k)
+        req = request_of(request, k=k, retriever=retriever, fusion=fusion, text=text, depth=depth, timings=timings,
+                         dimsel=dimsel, filter=filter, prf=prf, per_document=per_document)
         size = batch_size or max(len(qs), 1)
         out: Dict[str, List[Hit]] = {}
         for i in range(0, len(qs), size):
             chunk = [(q.qid, q.text) for q in qs[i:i + size]]
-            out.update(self._run(chunk, k, retriever, fusion, text, depth, timings, dimsel, filter, False, threads,
-                                 prf))
-        return out
+            out.update(self._run(chunk, req.but(ranks=False), threads))
+        return batch_result(out, qs, req.text, as_frame)
 
-    def _run(self, queries: List[Tuple[str, str]], k, retriever, fusion, text, depth, timings, dimsel, filter,
-             ranks, threads: int = 1, prf=None) -> Dict[str, List[Hit]]:
-        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-            raise InputError(f"k must be a positive integer, got {k!r}")
-        _no_document_dimsel(dimsel)
+    def _run(self, queries: List[Tuple[str, str]], req: SearchRequest, threads: int = 1) -> Dict[str, List[Hit]]:
+        if req.per_document:
+            raise InputError("per_document does not apply to a sharded index yet")
+        _no_document_dimsel(req.dimsel)
         from retrieval.sharded.pins import MovedOn
 
         for attempt in range(3):
             try:
                 with self.reading():  # every round reads the same commit of every shard
-                    return self._rounds(queries, k, retriever, fusion, text, depth, timings, dimsel, filter, ranks,
-                                        threads, prf)
+                    return self._rounds(queries, req, threads)
             except MovedOn:  # a replica moved past the commit read (restarted, a commit between): the newest
                 if attempt == 2 or (self._pins is not None and self._pins.gate.inside()):
                     raise
         raise AssertionError("unreachable")
 
-    def _rounds(self, queries: List[Tuple[str, str]], k, retriever, fusion, text, depth, timings, dimsel, filter,
-                ranks, threads, prf=None) -> Dict[str, List[Hit]]:
+    def _rounds(self, queries: List[Tuple[str, str]], req: SearchRequest, threads: int) -> Dict[str, List[Hit]]:
         from retrieval.sharded import prf as fb
 
-        p = self.pipeline(retriever, fusion)
-        feedback = fb.settings(self, p, prf, self._prf)  # {member: Feedback}: expanded by this router
-        self._warn_fields(filter)
-        kk = k if not p.fused else max(k, depth or DEPTH)
+        p = self.pipeline(req.retriever, req.fusion)
+        feedback = fb.settings(self, p, req.prf, self._prf)  # {member: Feedback}: expanded by this router
+        self._warn_fields(req.filter)
+        k, text, timings, ranks = req.k, req.text, req.timings, req.ranks
+        kk = k if not p.fused else max(k, req.depth or DEPTH)
         texts = [t for _, t in queries]
         names = list(p.retrievers)
-        stats, lists, rows = self._lists(p, queries, kk, filter, dimsel, threads, text, timings, feedback)
+        stats, lists, rows = self._lists(p, queries, kk, req, threads, feedback)
         conf = self._confidence(p, texts, {n: [lists[n][q] for q, _ in queries] for n in names}, stats)
         out = {}
         for j, (qid, _t) in enumerate(queries):
@@ -274,13 +278,15 @@ class ShardedIndex:
             _tick(timings, "text", t0)
         return out
 
-    def _lists(self, p: Pipeline, queries: List[Tuple[str, str]], kk: int, filter, dimsel, threads: int = 1,
-               text: bool = False, timings: Optional[Dict[str, float]] = None, feedback=None):
+    def _lists(self, p: Pipeline, queries: List[Tuple[str, str]], kk: int, req: SearchRequest, threads: int = 1,
+               feedback=None):
         """Rounds 1 to 3 for the members of ``p``: (the global statistics, ``{name: {qid: the merged
         global list of its first kk}}``, the texts the search round sent along or None). ``feedback``:
-        {member: Feedback} expanded by this router (:mod:`retrieval.sharded.prf`)."""
+        {member: Feedback} expanded by this router (:mod:`retrieval.sharded.prf`). Of ``req`` it reads
+        the filter, the dimension selection, ``text`` and ``timings``."""
         from retrieval.sharded import prf as fb
 
+        filter, dimsel, text, timings = req.filter, req.dimsel, req.text, req.timings
         feedback = feedback or {}
         texts = [t for _, t in queries]
         names = list(p.retrievers)
@@ -324,7 +330,7 @@ class ShardedIndex:
 
     # -- explain ---------------------------------------------------------------------------
     def explain(self, query: str, docid: str, retriever: Optional[str] = None, fusion: Optional[str] = None,
-                depth: Optional[int] = None, dimsel=None, filter=None) -> dict:
+                depth: Optional[int] = None, dimsel=None, filter=None, request: Optional[SearchRequest] = None) -> dict:
         """:meth:`retrieval.index.Index.explain` across the shards: the same JSON-ready dict one
         folder holding every shard's documents answers. The members' lists are the merged global
         lists (rounds 1 to 3 of a search, ``depth or 100`` deep, the filter applied as a search
@@ -340,18 +346,18 @@ class ShardedIndex:
         from retrieval.kinds import Explained
         from retrieval.sharded.pins import MovedOn
 
+        req = request_of(request, retriever=retriever, fusion=fusion, depth=depth, dimsel=dimsel, filter=filter)
+        depth, dimsel, filter = req.depth, req.dimsel, req.filter
         if not isinstance(query, str) or not query.strip():
             raise InputError("query text is empty")
         _no_document_dimsel(dimsel)
-        p = self.pipeline(retriever, fusion)
+        p = self.pipeline(req.retriever, req.fusion)
         if any(n in self._prf for n in p.retrievers):  # one folder explains its configured expansion; not built here
             from indexes.errors import ParameterError
 
             raise ParameterError("explain is not available on a sharded index whose {_p} is configured with "
                                  "{prf} (pseudo-relevance feedback): configure it off to explain the query as typed",
                                  _p=str(p))
-        if depth is not None and (not isinstance(depth, int) or isinstance(depth, bool) or depth < 1):
-            raise InputError(f"depth must be a positive integer, got {depth!r}")
         if not isinstance(docid, str) or not docid:
             raise NotFound(f"no document {str(docid)[:200]!r} in the index")
         n = depth or DEPTH
@@ -362,7 +368,7 @@ class ShardedIndex:
                 with self.reading():  # every round reads the same commit of every shard
                     if not self._call([owner], "fetch", ([docid],), {})[0]:
                         raise NotFound(f"no document {str(docid)[:200]!r} in the index")
-                    stats, lists, _rows = self._lists(p, [("0", query)], n, filter, dimsel)
+                    stats, lists, _rows = self._lists(p, [("0", query)], n, req.but(text=False))
                     lists = {name: per["0"] for name, per in lists.items()}
                     conf = self._confidence(p, [query], {name: [v] for name, v in lists.items()}, stats)
                     got = self._call([owner], "explain", (query, docid, lists, stats, self._options, filter,
