@@ -21,6 +21,7 @@ from urllib.parse import quote, urlsplit
 
 from indexes.errors import InputError, RetrError
 from retrieval.frames import batch_result, search_df
+from retrieval.request import DEFAULT_K, SearchRequest, request_of
 from retrieval.types import Document, Hit, Hits, QueriesArg, as_queries
 
 MAX_BATCH = 1_000  # queries per request: the server's limit (retrieval.server.schemas.MAX_BATCH, not imported here)
@@ -218,44 +219,55 @@ class Client:
                          metadata=r.get("metadata"), ranks=r.get("ranks")) for r in rows], pipeline)
 
     @staticmethod
-    def _options(k, retriever, fusion, text, depth, dimsel, filter, text_chars, prf=None) -> Dict[str, Any]:
-        body: Dict[str, Any] = {"k": k, "text": text}
-        for key, v in (("retriever", retriever), ("fusion", fusion), ("depth", depth), ("filter", filter), ("text_chars", text_chars)):
+    def _body(req: SearchRequest, text_chars: Optional[int] = None, one: bool = True) -> Dict[str, Any]:
+        """The JSON body of ``req`` (``one``: a single query's, which takes ranks and highlights)."""
+        body: Dict[str, Any] = {"k": req.k, "text": req.text}
+        for key, v in (("retriever", req.retriever), ("fusion", req.fusion), ("depth", req.depth),
+                       ("filter", req.filter), ("text_chars", text_chars)):
             if v is not None:
                 body[key] = v
-        if dimsel is not None:
-            body["dimsel"] = {"mode": dimsel} if isinstance(dimsel, str) else dict(dimsel)
-        feedback = prf_body(prf)
+        flags = ("ranks", "highlight", "per_document", "allow_partial") if one else ("per_document", "allow_partial")
+        body.update({f: True for f in flags if getattr(req, f)})
+        if req.dimsel is not None:
+            body["dimsel"] = {"mode": req.dimsel} if isinstance(req.dimsel, str) else dict(req.dimsel)
+        feedback = prf_body(req.prf)
         if feedback is not None:
             body["prf"] = feedback
         return body
 
-    def search(self, query: str, k: int = 10, retriever: Optional[str] = None, fusion: Optional[str] = None,
+    def search(self, query: str, k: int = DEFAULT_K, retriever: Optional[str] = None, fusion: Optional[str] = None,
                text: bool = True, depth: Optional[int] = None, timings=None, dimsel=None, filter=None,
-               text_chars: Optional[int] = None, prf=None) -> List[Hit]:
+               text_chars: Optional[int] = None, prf=None, ranks: bool = False, per_document: bool = False,
+               request: Optional[SearchRequest] = None) -> List[Hit]:
         """As :meth:`retrieval.index.Index.search`, answered by the server (``timings`` is ignored;
         ``prf`` in Index.search's forms, sent as the request's ``"prf"``: :func:`prf_body`)."""
-        body = self._options(k, retriever, fusion, text, depth, dimsel, filter, text_chars, prf)
+        req = request_of(request, k=k, retriever=retriever, fusion=fusion, text=text, depth=depth, dimsel=dimsel,
+                         filter=filter, prf=prf, ranks=ranks, per_document=per_document)
+        body = self._body(req, text_chars)
         body["query"] = query
         out = self.request("POST", self._path("/search"), body)
         return self._hits(out["hits"], out["retriever"])
 
-    async def asearch(self, query: str, k: int = 10, retriever: Optional[str] = None, fusion: Optional[str] = None,
-                      text: bool = True, depth: Optional[int] = None, timings=None, dimsel=None, filter=None,
-                      text_chars: Optional[int] = None, prf=None) -> List[Hit]:
+    async def asearch(self, query: str, k: int = DEFAULT_K, retriever: Optional[str] = None,
+                      fusion: Optional[str] = None, text: bool = True, depth: Optional[int] = None, timings=None,
+                      dimsel=None, filter=None, text_chars: Optional[int] = None, prf=None, ranks: bool = False,
+                      per_document: bool = False, request: Optional[SearchRequest] = None) -> List[Hit]:
         """:meth:`search` for asyncio: the request goes through the loop's ``httpx.AsyncClient`` (a 429
         is retried after its Retry-After with ``asyncio.sleep``), so the event loop keeps running and
         several searches wait on the server at once."""
-        body = self._options(k, retriever, fusion, text, depth, dimsel, filter, text_chars, prf)
+        req = request_of(request, k=k, retriever=retriever, fusion=fusion, text=text, depth=depth, dimsel=dimsel,
+                         filter=filter, prf=prf, ranks=ranks, per_document=per_document)
+        body = self._body(req, text_chars)
         body["query"] = query
         out = await self.arequest("POST", self._path("/search"), body)
         return self._hits(out["hits"], out["retriever"])
 
-    def batch_search(self, queries: QueriesArg, qids: Optional[Sequence[str]] = None, k: int = 10,
+    def batch_search(self, queries: QueriesArg, qids: Optional[Sequence[str]] = None, k: int = DEFAULT_K,
                      retriever: Optional[str] = None, fusion: Optional[str] = None, threads: int = 1, text: bool = False,
                      quiet: bool = True, depth: Optional[int] = None, batch_size: Optional[int] = None,
                      timings=None, dimsel=None, filter=None, text_chars: Optional[int] = None,
-                     as_frame: bool = False, prf=None) -> Dict[str, List[Hit]]:
+                     as_frame: bool = False, prf=None, per_document: bool = False,
+                     request: Optional[SearchRequest] = None) -> Dict[str, List[Hit]]:
         """As :meth:`retrieval.index.Index.batch_search` (the same forms of ``queries``: Query objects,
         ``{qid: text}``, texts with ``qids``, a topics DataFrame): ``{qid: hits}`` in the order of ``queries``,
         or with ``as_frame`` a PyTerrier-style DataFrame (:mod:`retrieval.frames`)
@@ -264,14 +276,16 @@ class Client:
         qs, k = as_queries(queries, qids, k)
         size = min(batch_size or MAX_BATCH, MAX_BATCH)
         out: Dict[str, List[Hit]] = {}
-        base = self._options(k, retriever, fusion, text, depth, dimsel, filter, text_chars, prf)
+        req = request_of(request, False, k=k, retriever=retriever, fusion=fusion, text=text, depth=depth, dimsel=dimsel,
+                         filter=filter, prf=prf, per_document=per_document)
+        base = self._body(req, text_chars, one=False)
         for i in range(0, len(qs), size):
             body = dict(base)
             body["queries"] = [{"qid": q.qid, "query": q.text} for q in qs[i:i + size]]
             # streamed (one line per query), so the server's response budget bounds a query, not the batch
             for r in self._stream(self._path("/batch_search/stream"), body):
                 out[r["qid"]] = self._hits(r["hits"], r.get("retriever"), r["qid"])
-        return batch_result(out, qs, text, as_frame)
+        return batch_result(out, qs, req.text, as_frame)
 
     def search_df(self, query: str, k: int = 10, retriever: Optional[str] = None, fusion: Optional[str] = None,
                   qid: str = "1", text: bool = False, **options):

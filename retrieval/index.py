@@ -621,8 +621,8 @@ class Index:
         :mod:`retrieval.frames`. ``request``: the search options as one
         :class:`retrieval.request.SearchRequest`, as :meth:`search` takes it."""
         qs, k = as_queries(queries, qids, k)
-        req = request_of(request, k=k, retriever=retriever, fusion=fusion, text=text, depth=depth, timings=timings,
-                         dimsel=dimsel, filter=filter, prf=prf, per_document=per_document)
+        req = request_of(request, False, k=k, retriever=retriever, fusion=fusion, text=text, depth=depth,
+                         timings=timings, dimsel=dimsel, filter=filter, prf=prf, per_document=per_document)
         g = self._enter()
         try:
             return batch_result(self._batch_search(g, qs, req, threads, quiet, batch_size), qs, req.text, as_frame)
@@ -943,8 +943,8 @@ class Snapshot(_View):
                      ) -> Dict[str, List[Hit]]:
         """:meth:`Index.batch_search` on this generation (the same forms of ``queries``, ``as_frame``)."""
         qs, k = as_queries(queries, qids, k)
-        req = request_of(request, k=k, retriever=retriever, fusion=fusion, text=text, depth=depth, timings=timings,
-                         dimsel=dimsel, filter=filter, prf=prf, per_document=per_document)
+        req = request_of(request, False, k=k, retriever=retriever, fusion=fusion, text=text, depth=depth,
+                         timings=timings, dimsel=dimsel, filter=filter, prf=prf, per_document=per_document)
         return batch_result(self._index._batch_search(self._g, qs, req, threads, quiet, batch_size), qs, req.text,
                             as_frame)
 

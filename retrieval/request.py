@@ -140,13 +140,16 @@ class SearchRequest:
         return out
 
 
-def request_of(request: Optional[SearchRequest], **options) -> SearchRequest:
-    """``request`` when given (then ``options`` must all be their defaults: one request, not two), else
-    a request of ``options``: what the public ``search(q, k=..., ..., request=None)`` methods make."""
+def request_of(request: Optional[SearchRequest], text_default: bool = True, **options) -> SearchRequest:
+    """``request`` when given (then ``options`` must all be their defaults: one request, not two;
+    ``text_default``: the caller's default of ``text``, False for a batch), else a request of
+    ``options``: what the public ``search(q, k=..., ..., request=None)`` methods make."""
     if request is None:
         return SearchRequest.of(**options)
     if not isinstance(request, SearchRequest):
         raise RequestError(f"request must be a retrieval.SearchRequest, got {type(request).__name__}")
+    if options.get("text") == text_default:
+        options.pop("text")
     given = SearchRequest.of(**options).options()
     if given:
         raise RequestError(f"give the search options either as request= or as keywords, not both "

@@ -63,14 +63,19 @@ def check_k(k: Any) -> int:
 def search_options(k: int, retriever: Optional[str], fusion: Optional[str], filter: Optional[dict],
                    search_kwargs: Optional[dict], call_kwargs: Optional[dict] = None) -> Dict[str, Any]:
     """The ``search`` keyword arguments: the fields, then ``search_kwargs``, then the call's own."""
+    from retrieval.request import SearchRequest
+
     opts: Dict[str, Any] = {"k": k, "retriever": retriever, "fusion": fusion, "filter": filter}
-    if retriever is None:  # the index's default pipeline (retrieval.request.default_pipeline)
-        del opts["retriever"]
     opts.update(search_kwargs or {})
     opts.update(call_kwargs or {})
     check_k(opts["k"])
     opts["text"] = True
-    return opts
+    extra = {key: opts.pop(key) for key in SOURCE_ONLY if key in opts}
+    return {"request": SearchRequest.of(**opts), **extra}
+
+
+#: search arguments that are a source's own, not the request's (a Client's ``text_chars``)
+SOURCE_ONLY = ("text_chars",)
 
 
 def run_search(source, query: str, options: Dict[str, Any]) -> List:

@@ -167,9 +167,7 @@ def _add_search_tool(mcp, pick, run, budget: int) -> None:
             idx = s.index()
             p = idx.pipeline(req.retriever, req.fusion)
             G.check_planned(1, req.k, True, req.text_chars, budget)
-            hits = idx.search(req.query, k=req.k, retriever=str(p), depth=req.depth,
-                              dimsel=G.dimsel_options(req.dimsel), filter=req.filter,
-                              **({"prf": S.prf_options(req.prf)} if req.prf is not None else {}))
+            hits = idx.search(req.query, request=G.search_request(req, p))
             G.check_hits(hits, True, req.text_chars, budget)
             source = "named" if req.retriever is not None else idx.default_pipeline().source
             return {"index": name, "retriever": str(p), "pipeline_source": source,
@@ -206,8 +204,7 @@ def _add_explain_tool(mcp, pick, run, budget: int) -> None:
         def go():
             idx = s.index()
             p = idx.pipeline(req.retriever, req.fusion)
-            out = idx.explain(req.query, req.docid, retriever=str(p), depth=req.depth,
-                              dimsel=G.dimsel_options(req.dimsel), filter=req.filter)
+            out = idx.explain(req.query, req.docid, request=G.search_request(req, p))
             G.check_explanation(len(json.dumps(out, default=str)), budget)
             return out
         return await run(go)

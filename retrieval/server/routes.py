@@ -91,16 +91,6 @@ def _source(idx, body) -> str:
     return "named" if body.retriever is not None else idx.default_pipeline().source
 
 
-_dimsel = G.dimsel_options  # shared with the MCP search tool
-
-
-def _prf(body) -> Dict[str, Any]:
-    """The request's ``prf`` as Index.search's keyword, given only when set (a sharded index runs it
-    over the whole index: retrieval.sharded.prf)."""
-    prf = S.prf_options(body.prf)
-    return {} if prf is None else {"prf": prf}
-
-
 # ---------------------------------------------------------------------- health
 def add_health_routes(router: Union[FastAPI, APIRouter], st: Shared) -> None:
     """/healthz, /readyz, /metrics (registered on the app itself, no prefix). On the event
@@ -180,8 +170,7 @@ def _search(st: Shared, index: str, body: S.SearchRequest, request: Request):
     request.state.retriever = p.base
     G.check_planned(1, body.k, body.text, body.text_chars, st.budget)
     with partial_results(body.allow_partial) as scope:  # which shards of a sharded index did not answer
-        hits = idx.search(body.query, k=body.k, retriever=str(p), text=body.text, depth=body.depth,
-                          dimsel=_dimsel(body.dimsel), filter=body.filter, ranks=body.ranks, **_prf(body))
+        hits = idx.search(body.query, request=G.search_request(body, p))
     if body.text:  # without text, check_planned already counted every hit
         G.check_hits(hits, body.text, body.text_chars, st.budget)
     out = [_hit(h, body.text, body.text_chars) for h in hits]
@@ -249,8 +238,7 @@ def _batch_search(st: Shared, index: str, body: S.BatchSearchRequest, request: R
     qs = _queries(body)
     G.check_planned(len(qs), body.k, body.text, body.text_chars, st.budget)
     with partial_results(body.allow_partial) as scope:
-        res = idx.batch_search(qs, k=body.k, retriever=str(p), text=body.text, depth=body.depth,
-                               dimsel=_dimsel(body.dimsel), filter=body.filter, **_prf(body))
+        res = idx.batch_search(qs, request=G.search_request(body, p))
     if body.text:
         G.check_hits((h for q in qs for h in res.get(q.qid, [])), body.text, body.text_chars, st.budget)
     out = {"index": index, "retriever": str(p), "pipeline_source": _source(idx, body), "k": body.k,
@@ -281,8 +269,7 @@ def _stream(st: Shared, index: str, body: S.BatchSearchRequest, request: Request
 
         def chunk(part):
             with partial_results(body.allow_partial) as scope:  # per chunk: its lines name missing shards
-                res = snap.batch_search(part, k=body.k, retriever=str(p), text=body.text, depth=body.depth,
-                                        dimsel=_dimsel(body.dimsel), filter=body.filter, **_prf(body))
+                res = snap.batch_search(part, request=G.search_request(body, p))
             lines = []
             for q in part:
                 hits = res.get(q.qid, [])
@@ -336,8 +323,7 @@ def _explain(st: Shared, index: str, body: S.ExplainRequest, request: Request):
     p = idx.pipeline(body.retriever, body.fusion)
     request.state.retriever = p.base
     try:
-        out = idx.explain(body.query, body.docid, retriever=str(p), depth=body.depth, dimsel=_dimsel(body.dimsel),
-                          filter=body.filter)
+        out = idx.explain(body.query, body.docid, request=G.search_request(body, p))
     except NotFound as e:
         raise ApiError(404, clean(input_message(e), st.registry)) from None
     data = encode(out)

@@ -113,6 +113,9 @@ class SearchOptions(Strict):
                                       description="Cut each hit's text to this many characters.")
     dimsel: Optional[DimselOptions] = None
     prf: Optional[PrfOptions] = None
+    per_document: bool = Field(False, strict=True, description="One hit per document, its best passage (the passages "
+                                                               "of a chunked document share its id in their "
+                                                               "metadata); k documents. Not on a sharded index yet.")
 
     @field_validator("retriever", "fusion")
     @classmethod

@@ -232,8 +232,8 @@ class ShardedIndex:
         from retrieval.frames import batch_result
 
         qs, k = as_queries(queries, qids, k)
-        req = request_of(request, k=k, retriever=retriever, fusion=fusion, text=text, depth=depth, timings=timings,
-                         dimsel=dimsel, filter=filter, prf=prf, per_document=per_document)
+        req = request_of(request, False, k=k, retriever=retriever, fusion=fusion, text=text, depth=depth,
+                         timings=timings, dimsel=dimsel, filter=filter, prf=prf, per_document=per_document)
         size = batch_size or max(len(qs), 1)
         out: Dict[str, List[Hit]] = {}
         for i in range(0, len(qs), size):
