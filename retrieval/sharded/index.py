@@ -115,8 +115,12 @@ class ShardedIndex:
     def __len__(self) -> int:
         return sum(self._all("count"))
 
-    def fields(self, fresh: bool = True) -> Dict[str, int]:
-        """The metadata fields of every shard's documents (``fresh=False``: as the last ``describe`` saw them)."""
+    def fields(self) -> Dict[str, int]:
+        """The metadata fields of every shard's documents."""
+        return self._fields(fresh=True)
+
+    def _fields(self, fresh: bool) -> Dict[str, int]:
+        """:meth:`fields` (``fresh=False``: as the last ``describe`` saw them)."""
         out: Dict[str, int] = {}
         for d in (self.describe() if fresh else self._info):
             for f, n in d.get("fields", {}).items():
@@ -205,6 +209,36 @@ class ShardedIndex:
             else:
                 self._prf.pop(n, None)
         return takers
+
+    @property
+    def generation(self) -> int:
+        """The sum of the shards' generations (each change of a shard makes one), as
+        :attr:`ShardedSnapshot.generation` counts them."""
+        return sum(int(d["generation"]) for d in self.describe())
+
+    def refresh(self) -> bool:
+        """Read every shard's description anew (sub-indexes, tuned pipelines, generations); True when
+        some shard moved on since the last. Searches always read the newest commit (:meth:`reading`)."""
+        before = [d["generation"] for d in self._info]
+        return [d["generation"] for d in self.describe()] != before
+
+    def highlight(self, query: str, texts: Sequence[str], retriever: Optional[str] = None,
+                  fusion: Optional[str] = None) -> Optional[List[List[Tuple[int, int]]]]:
+        """:meth:`retrieval.index.Index.highlight` through the first shard (the analysis of a query's
+        words is the same in every shard)."""
+        spec = str(self.pipeline(retriever, fusion))
+        with self.reading():
+            local = getattr(self.shards[0], "index", None)
+            if local is not None:
+                return local.highlight(query, list(texts), retriever=spec)
+            return self._call(self.shards[:1], "highlight", (query, list(texts), spec), {})[0]
+
+    def search_df(self, query: str, k: int = DEFAULT_K, retriever: Optional[str] = None, fusion: Optional[str] = None,
+                  qid: str = "1", text: bool = False, **options):
+        """:meth:`retrieval.index.Index.search_df` across the shards."""
+        from retrieval.frames import search_df
+
+        return search_df(self, query, qid, text, k=k, retriever=retriever, fusion=fusion, **options)
 
     # -- search ----------------------------------------------------------------------------
     def search(self, query: str, k: int = DEFAULT_K, retriever: Optional[str] = None, fusion: Optional[str] = None,
@@ -489,7 +523,7 @@ class ShardedIndex:
         def unknown_in(fields):
             return list(dict.fromkeys(f for f, _, _ in flt.conditions if f != DOCID and f not in fields))
 
-        fields = self.fields(fresh=False)
+        fields = self._fields(fresh=False)
         unknown = unknown_in(fields)
         if unknown:  # perhaps added since: ask the shards again
             fields = self.fields()

@@ -165,3 +165,67 @@ def test_http_index_description_names_the_default(served):
     d = served.get("/v1/hy").json()
     assert d["default_pipeline"] == {"spec": "bm25+dense", "source": UNTUNED}
     assert served.get("/v1/sf").json()["default_pipeline"] == {"spec": "bm25", "source": ONLY}
+
+
+# -------------------------------------------------------------------- one Searcher surface
+
+# The public names one class has and the other lacks, and the shared methods whose signatures still
+# differ: each entry is a difference still to remove (the list only shrinks).
+ONLY_INDEX = {"allowed", "follow", "hold", "manifest", "metadata", "pin", "retriever", "unknown_fields",
+              "use_retriever"}
+ONLY_SHARDED = {"confidences", "describe", "hold_commit", "local", "reading", "summary"}
+SIGNATURES_DIFFER = {"open"}
+
+
+def _public(cls):
+    import inspect
+
+    return {n: m for n, m in inspect.getmembers(cls) if not n.startswith("_")}
+
+
+def test_a_folder_and_a_sharded_folder_share_one_surface():
+    import inspect
+
+    from retrieval.index import Index
+    from retrieval.searcher import SURFACE, Searcher
+    from retrieval.sharded.index import ShardedIndex
+
+    a, b = _public(Index), _public(ShardedIndex)
+    assert set(a) - set(b) == ONLY_INDEX
+    assert set(b) - set(a) == ONLY_SHARDED
+    def params(f):  # the parameters, not the return type (a snapshot of each returns its own class)
+        return list(inspect.signature(f).parameters.values())
+
+    differ = {name for name in set(a) & set(b) if callable(a[name]) and callable(b[name])
+              and params(a[name]) != params(b[name])}
+    assert differ == SIGNATURES_DIFFER
+    for name in SURFACE:  # the protocol's surface: present on both, the same signature, none allowed to differ
+        assert hasattr(Index, name) and hasattr(ShardedIndex, name), name
+        assert name not in SIGNATURES_DIFFER
+        if name not in ("retrievers",):
+            assert params(getattr(Index, name)) == params(getattr(ShardedIndex, name)), name
+    assert all(name in dir(Searcher) for name in SURFACE)
+
+
+def test_both_are_searchers(small_index, pair):
+    from retrieval.searcher import Searcher
+
+    _single, sharded, _base = pair
+    assert isinstance(small_index, Searcher) and isinstance(sharded, Searcher)
+    assert sharded.highlight("aspirin", ["Aspirin and cancer"]) == small_index.highlight("aspirin", ["Aspirin and cancer"])
+    assert sharded.refresh() is False
+
+
+def test_a_request_value_is_checked_once(small_index):
+    from retrieval.request import RequestError, SearchRequest
+
+    for bad in ({"k": 0}, {"k": True}, {"depth": -1}, {"retriever": ""}, {"text": "yes"},
+                {"filter": {"year": {"bogus": 1}}}, {"nope": 1}):
+        with pytest.raises(RequestError):
+            SearchRequest.of(**bad)
+    req = SearchRequest(k=3, retriever="bm25")
+    assert _rows(small_index.search(Q, request=req)) == _rows(small_index.search(Q, k=3, retriever="bm25"))
+    with pytest.raises(RequestError, match="either"):
+        small_index.search(Q, k=5, request=req)
+    assert _rows(small_index.batch_search([Q], request=req.but(text=False))["0"]) == \
+        _rows(small_index.batch_search([Q], k=3, retriever="bm25")["0"])
