@@ -28,7 +28,7 @@ SEARCH_DOC = (f"Search an index. retriever: bm25, dense, deepct or a fused pipel
               f"{{\"mode\": \"prf\", \"alpha\": 0.5}}. "
               f"filter: metadata conditions, e.g. {{\"year\": {{\"gte\": 2000}}}}, {{\"shard\": \"odd\"}}, "
               f"{{\"docid\": {{\"in\": [...]}}}}. prf: pseudo-relevance feedback (BM25), e.g. {{\"method\": \"rm3\", "
-              f"\"fb_terms\": 20}} or {{\"method\": \"rocchio\"}}. Returns ranked hits with docid, score, title, text and metadata. "
+              f"\"fb_terms\": 20}} or {{\"method\": \"rocchio\"}}. per_document: one hit per document (its best passage). Returns ranked hits with docid, score, title, text and metadata. "
               f"query: at most {S.MAX_QUERY_CHARS:,} characters; k: 1 to {S.MAX_K:,}; text_chars: each hit's "
               f"text is cut to that many characters (null: the whole text).")
 
@@ -154,11 +154,11 @@ def _add_search_tool(mcp, pick, run, budget: int) -> None:
                      dimsel: Optional[Dimsel] = None,
                      filter: Optional[Dict[str, Any]] = None,
                      text_chars: Annotated[Optional[int], Field(ge=0, le=1_000_000)] = 1000,
-                     prf: Optional[S.PrfOptions] = None) -> Dict[str, Any]:
+                     prf: Optional[S.PrfOptions] = None, per_document: bool = False) -> Dict[str, Any]:
         try:
             req = G.validate_search(query=query, k=k, retriever=retriever, fusion=fusion, depth=depth,
                                     dimsel=dimsel.model_dump() if dimsel is not None else None, filter=filter,
-                                    text_chars=text_chars, prf=S.prf_options(prf))
+                                    text_chars=text_chars, prf=S.prf_options(prf), per_document=per_document)
         except ValueError as e:
             raise ToolError(str(e)) from None
         name, s = pick(index)

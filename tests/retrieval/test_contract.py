@@ -229,3 +229,23 @@ def test_a_request_value_is_checked_once(small_index):
         small_index.search(Q, k=5, request=req)
     assert _rows(small_index.batch_search([Q], request=req.but(text=False))["0"]) == \
         _rows(small_index.batch_search([Q], k=3, retriever="bm25")["0"])
+
+
+def test_per_document_is_a_request_option_everywhere(served, small_dense_index, pair):
+    """per_document goes through the request in Python, HTTP and the Client alike (a passage without a
+    document id in its metadata is a document of its own), and a sharded folder refuses it in one line."""
+    from retrieval.client import Client
+    from retrieval.request import SearchRequest
+    from retrieval.types import hit_dict
+
+    want = small_dense_index.search(Q, k=4, retriever="bm25", per_document=True)
+    assert [h.docid for h in want] == [h.docid for h in small_dense_index.search(Q, k=4, retriever="bm25")]
+    body = served.post("/v1/hy/search", json={"query": Q, "k": 4, "retriever": "bm25", "per_document": True}).json()
+    assert body["hits"] == [hit_dict(h) for h in want]
+    got = Client(served.url, index="hy").search(Q, request=SearchRequest(k=4, retriever="bm25", per_document=True))
+    assert _rows(got) == _rows(want)
+    _single, sharded, _base = pair
+    from indexes.errors import InputError
+
+    with pytest.raises(InputError, match="per_document"):
+        sharded.search(Q, k=4, per_document=True)
