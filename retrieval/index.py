@@ -572,6 +572,12 @@ class Index:
         finally:
             self._leave(g)
 
+    def confidences(self, texts: Sequence[str], lists: Dict[str, Sequence[list]]) -> List[dict]:
+        """Per text, each retriever's ``(kind, value)`` confidence in its list (``lists``: {name: one
+        list per text}), as a fused search weighs them (:func:`retrieval.fusion.list_confidences`);
+        a sharded index answers the same under its global statistics."""
+        return list_confidences({n: self.retriever(n) for n in lists}, list(texts), lists)
+
     @staticmethod
     def _confidences(g, p: Pipeline, rs, texts, lists, timings):
         """Per query, each fused list's (kind, value) confidence for a fusion that weighs by it

@@ -50,6 +50,8 @@ class Searcher(Protocol):
     def highlight(self, query: str, texts: Sequence[str], retriever: Optional[str] = None,
                   fusion: Optional[str] = None) -> Optional[List[List[Tuple[int, int]]]]: ...
 
+    def confidences(self, texts: Sequence[str], lists: Dict[str, Sequence[list]]) -> List[dict]: ...
+
     def get(self, docid: str) -> Optional[Document]: ...
 
     def snapshot(self): ...
@@ -61,4 +63,4 @@ class Searcher(Protocol):
 
 #: the methods and properties of :class:`Searcher`, in the order above
 SURFACE = ("retrievers", "__len__", "info", "fields", "default_pipeline", "pipeline", "search", "batch_search",
-           "search_df", "explain", "highlight", "get", "snapshot", "refresh", "close")
+           "search_df", "explain", "highlight", "confidences", "get", "snapshot", "refresh", "close")

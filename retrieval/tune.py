@@ -19,7 +19,7 @@ from typing import Dict, List, Optional, Sequence
 from indexes import folder
 from indexes import manifest as mf
 from indexes.errors import InputError, ParameterError
-from retrieval.fusion import DEFAULT_FUSION, Fusion, Pipeline, fuse, list_confidences
+from retrieval.fusion import DEFAULT_FUSION, Fusion, Pipeline, fuse
 from retrieval.progress import progress
 from retrieval.types import Query
 
@@ -128,8 +128,7 @@ def member_runs(index, names: Sequence[str], qs: Sequence[Query], depth: int, th
              for name in names}
     per = {n: [lists[n][q.qid] for q in qs] for n in names}
     texts = [q.text for q in qs]
-    conf = dict(zip((q.qid for q in qs), index.confidences(texts, per) if _is_sharded(index) else
-                    list_confidences({n: index.retriever(n) for n in names}, texts, per)))
+    conf = dict(zip((q.qid for q in qs), index.confidences(texts, per)))  # any Searcher answers it
     return lists, conf
 
 

@@ -173,7 +173,7 @@ def test_http_index_description_names_the_default(served):
 # differ: each entry is a difference still to remove (the list only shrinks).
 ONLY_INDEX = {"allowed", "follow", "hold", "manifest", "metadata", "pin", "retriever", "unknown_fields",
               "use_retriever"}
-ONLY_SHARDED = {"confidences", "describe", "hold_commit", "local", "reading", "summary"}
+ONLY_SHARDED = {"describe", "hold_commit", "local", "reading", "summary"}
 SIGNATURES_DIFFER = {"open"}
 
 
@@ -249,3 +249,22 @@ def test_per_document_is_a_request_option_everywhere(served, small_dense_index, 
 
     with pytest.raises(InputError, match="per_document"):
         sharded.search(Q, k=4, per_document=True)
+
+
+def test_a_tuned_folder_answers_with_its_tuned_pipeline(tmp_path, small_dense_index, small_corpus):
+    import shutil
+
+    import retrieval
+    from retrieval.collections import read_queries
+    from retrieval.datasets.qrels import read_qrels
+    from retrieval.tune import tune
+
+    shutil.copytree(small_dense_index.path, tmp_path / "T")
+    idx = retrieval.open_index(tmp_path / "T")
+    rep = tune(idx, read_queries(small_corpus / "queries.jsonl"), read_qrels(small_corpus / "qrels" / "test.tsv"),
+               depth=100, threads=1, allow_test=True, quiet=True)
+    assert (idx.default_pipeline().spec, idx.default_pipeline().source) == ("bm25+dense", TUNED)
+    hits = idx.search(Q, k=5)
+    assert hits.pipeline == rep["spec"] and _rows(hits) == _rows(idx.search(Q, k=5, retriever=rep["spec"]))
+    r = retr_in_process("search", "--index", tmp_path / "T", "--k", "3", Q)
+    assert r.returncode == 0 and "retr: pipeline bm25+dense (tuned)" in r.stderr
