@@ -39,7 +39,7 @@ def effectiveness(cols, threads):
         idx = retrieval.build_index(c.corpus, path, overwrite=True, threads=threads, empty="skip", quiet=True)
         build_s = time.perf_counter() - t0
         qs = c.queries()
-        res = idx.batch_search(qs, k=1000, threads=threads)
+        res = idx.batch_search(qs, k=1000, retriever="bm25", threads=threads)
         identical = _identical_to_pyserini(idx, qs, res, threads)
         # a test query BM25 returns nothing for (NFCorpus has 15 one-word
         # queries absent from the corpus) counts as 0, the evaluator's default, as in every other benchmark here.
@@ -207,7 +207,7 @@ def single_speed(sc: SpeedCorpus, ref, old, bm, repeats: int):
     out, identical = {}, {}
     for k in (10, 1000):
         systems = {
-            "retr": lambda t: sc.idx.search(t, k=k, text=False),
+            "retr": lambda t: sc.idx.search(t, k=k, retriever="bm25", text=False),
             "retr before #16 (SimpleSearcher via pyjnius)": lambda t: [(h.docid, float(h.score)) for h in
                                                                     old.search(t, k)],
             "Pyserini LuceneSearcher.search": lambda t: [(h.docid, h.score) for h in ref.search(t, k=k)],
@@ -258,7 +258,7 @@ def batch_speed(sc: SpeedCorpus, ref, bm, threads_list, repeats: int, k: int = 1
     for th in threads_list:
         systems = {
             OURS: lambda th=th: r.batch_search(qs, k, th),
-            "retr Index.batch_search (Hit objects)": lambda th=th: sc.idx.batch_search(qs, k=k, threads=th),
+            "retr Index.batch_search (Hit objects)": lambda th=th: sc.idx.batch_search(qs, k=k, retriever="bm25", threads=th),
             "Pyserini LuceneSearcher.batch_search": lambda th=th: {
                 q: [(h.docid, h.score) for h in hs] for q, hs in ref.batch_search(texts, qids, k=k, threads=th).items()},
             "bm25s (tokenize + retrieve + ids)": lambda th=th: bm.pairs(texts, k, th),
@@ -354,7 +354,7 @@ def search_speed(names, synthetic_n, threads_list, repeats, k1, b):
                "batch_k1000": batch_speed(sc, ref, bm, threads_list, repeats),
                "paths": path_choice(sc), "bm25s_version": bm.version, "bm25s_index_seconds": bm.index_seconds}
         if sc.qrels is not None:
-            res = sc.idx.batch_search(sc.queries, k=1000, threads=max(threads_list))
+            res = sc.idx.batch_search(sc.queries, k=1000, retriever="bm25", threads=max(threads_list))
             got = dict(zip([q.qid for q in sc.queries], bm.pairs([q.text for q in sc.queries], 1000, 1)))
             row["nDCG@10"] = {"retr": evaluate(sc.qrels, run_dict(res), ["nDCG@10"])["nDCG@10"],
                               "bm25s": evaluate(sc.qrels, {q: dict(h) for q, h in got.items()}, ["nDCG@10"])["nDCG@10"]}

@@ -46,7 +46,7 @@ def make_runs(dataset: Path, qrels: Path, work: Path, title_only: bool = False, 
             path = work / f"{variant}-k1{k1}-b{b}.trec"
             if not path.exists():
                 _retr("search", "--index", str(index), "--queries", str(dataset / "queries.jsonl"), "--qrels",
-                      str(qrels), "--k", str(depth), "--k1", str(k1), "--b", str(b), "--tag",
+                      str(qrels), "--k", str(depth), "--retriever", "bm25", "--k1", str(k1), "--b", str(b), "--tag",
                       name.replace(" ", ""), "-o", str(path), "--quiet")
             runs[name] = path
     return runs

@@ -253,8 +253,8 @@ def main():
     out["rebuild_written_bytes"] = io_written() - w0
     out["rebuild_folder_bytes"] = folder_bytes(fresh_path)
     probe = qs[:200]
-    same_bm25 = all([(h.docid, round(h.score, 4)) for h in idx.search(q, k=100, text=False)]
-                    == [(h.docid, round(h.score, 4)) for h in fresh.search(q, k=100, text=False)] for q in probe)
+    same_bm25 = all([(h.docid, round(h.score, 4)) for h in idx.search(q, k=100, retriever="bm25", text=False)]
+                    == [(h.docid, round(h.score, 4)) for h in fresh.search(q, k=100, retriever="bm25", text=False)] for q in probe)
     dense_diff = 0.0
     for q in probe[:50]:
         a = {h.docid: h.score for h in idx.search(q, k=10, retriever="dense", text=False)}

@@ -53,12 +53,12 @@ def one(c, idx, qs, qrels, name, prf, setup, k):
         for side in ((0, 1) if i % 2 == 0 else (1, 0)):
             t0 = time.perf_counter()
             if side == 0:
-                ours[q.qid] = [(h.docid, h.score) for h in idx.search(q.text, k=k, text=False)]
+                ours[q.qid] = [(h.docid, h.score) for h in idx.search(q.text, k=k, retriever="bm25", text=False)]
                 ours_t.append(time.perf_counter() - t0)
             else:
                 theirs[q.qid] = [(h.docid, h.score) for h in ref.search(q.text, k=k)]
                 theirs_t.append(time.perf_counter() - t0)
-    batch = idx.batch_search(qs, k=k, threads=2)
+    batch = idx.batch_search(qs, k=k, retriever="bm25", threads=2)
     same_batch = all([(h.docid, h.score) for h in batch[q.qid]] == ours[q.qid] for q in qs)
     identical = sum(ours[q.qid] == theirs[q.qid] for q in qs)
     ranked = sum([d for d, _ in ours[q.qid]] == [d for d, _ in theirs[q.qid]] for q in qs)

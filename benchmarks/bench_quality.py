@@ -97,7 +97,7 @@ def select_features(data, folds=2, seeds=(0, 1), ps=(0.2, 0.3), l2s=(0.3, 1.0, 3
     texts = [d.contents for d in docs]
     train = col.qrels("train")
     qs = col.queries("train")
-    run = {q: [(h.docid, h.score) for h in hs] for q, hs in data["scifact"]["idx"].batch_search(qs, k=1000).items()}
+    run = {q: [(h.docid, h.score) for h in hs] for q, hs in data["scifact"]["idx"].batch_search(qs, k=1000, retriever="bm25").items()}
     T = _Lexical.fit(texts)[2]
     qids = sorted(q for q in train if q in run)
     res = {}
@@ -195,7 +195,7 @@ def bm25_run(docs, keep, queries, tmp):
     if tmp.exists():
         shutil.rmtree(tmp)
     idx = retrieval.build_index([d for d in docs if d.docid in keep], tmp, quiet=True)
-    res = idx.batch_search(queries, k=1000)
+    res = idx.batch_search(queries, k=1000, retriever="bm25")
     return {q: [(h.docid, h.score) for h in hits] for q, hits in res.items()}
 
 

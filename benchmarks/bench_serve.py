@@ -189,11 +189,11 @@ def build(work: Path, quiet=True) -> Path:
                     "DefaultLuceneDocumentGenerator", "-threads", "2", "-storePositions", "-storeDocvectors",
                     "-storeRaw"], check=True, capture_output=True, env=dict(os.environ, JAVA_HOME=jvm.java_home()))
     idx = add_subindex(idx, DenseSpec(), quiet=quiet)
-    before = {q: [h.docid for h in idx.search(q, k=10, text=False)] for q in ("aspirin cancer", "vitamin D")}
+    before = {q: [h.docid for h in idx.search(q, k=10, retriever="bm25", text=False)] for q in ("aspirin cancer", "vitamin D")}
     shutil.rmtree(idx_dir / "bm25")
     shutil.move(str(stored), str(idx_dir / "bm25"))
     idx = retrieval.open_index(idx_dir)
-    assert {q: [h.docid for h in idx.search(q, k=10, text=False)] for q in before} == before
+    assert {q: [h.docid for h in idx.search(q, k=10, retriever="bm25", text=False)] for q in before} == before
     (work / "bm25-raw.done").write_text("bm25/ rebuilt with -storeRaw\n")
     return idx_dir
 
@@ -215,7 +215,7 @@ def main():
     queries = [json.loads(l)["text"] for l in open(DATA / "scifact" / "queries.jsonl", encoding="utf-8")
                if json.loads(l)["_id"] in test_ids]
     random.Random(0).shuffle(queries)
-    retr_body = lambda extra=None: [json.dumps({"query": q, "k": 10, **(extra or {})}).encode() for q in queries]  # noqa: E731
+    retr_body = lambda extra=None: [json.dumps({"query": q, "k": 10, "retriever": "bm25", **(extra or {})}).encode() for q in queries]  # noqa: E731
     pys_body = [json.dumps({"query": q, "hits": 10}).encode() for q in queries]
     token = secrets.token_hex(16)
     tok = args.work / "token"

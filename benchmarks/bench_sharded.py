@@ -203,17 +203,17 @@ def cost(single_path, shard_paths, queries, ks=(10, 1000), rounds=2) -> list:
     for k in ks:
         for idx in [single, *sharded.values()]:  # warm: JVM, readers, term caches
             for t in texts[:50]:
-                idx.search(t, k=k, text=False)
+                idx.search(t, k=k, retriever="bm25", text=False)
         spent = {"single": 0.0, **{n: 0.0 for n in sharded}}
         stats = {n: {} for n in sharded}
         for _ in range(rounds):
             for t in texts:
                 t0 = time.perf_counter()
-                single.search(t, k=k, text=False)
+                single.search(t, k=k, retriever="bm25", text=False)
                 spent["single"] += time.perf_counter() - t0
                 for n, idx in sharded.items():
                     t0 = time.perf_counter()
-                    idx.search(t, k=k, text=False, timings=stats[n])
+                    idx.search(t, k=k, retriever="bm25", text=False, timings=stats[n])
                     spent[n] += time.perf_counter() - t0
         per = {key: 1000 * v / (rounds * len(texts)) for key, v in spent.items()}
         for n in sharded:

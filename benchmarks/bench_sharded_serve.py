@@ -75,7 +75,7 @@ def post(port, path, body):
 
 
 def ranking(port, q, k=10):
-    status, body = post(port, "/v1/sf/search", {"query": q, "k": k, "text": False})
+    status, body = post(port, "/v1/sf/search", {"query": q, "k": k, "retriever": "bm25", "text": False})
     return [(h["docid"], h["score"]) for h in body["hits"]] if status == 200 else status
 
 
@@ -104,7 +104,7 @@ def replica_rss():
 # ------------------------------------------------------------------------------ part 1
 def part_router(a, qs):
     plain, sharded = indexes()
-    bodies = [json.dumps({"query": q, "k": 10}).encode() for q in qs]
+    bodies = [json.dumps({"query": q, "k": 10, "retriever": "bm25"}).encode() for q in qs]
     p1, port1 = serve(["--index", f"sf={plain}"], W / "plain.log")
     p2, port2 = serve(["--sharded", f"sf={sharded}", "--ray-address", "local", "--replica-cpus", "0.5"],
                       W / "router.log")
@@ -140,7 +140,7 @@ def _timeline(port, qs, want, stop, out, partial=False, conc=4):
             i += conc
             t = time.time()
             try:
-                status, body = post(port, "/v1/sf/search", {"query": q, "k": 10, "text": False,
+                status, body = post(port, "/v1/sf/search", {"query": q, "k": 10, "retriever": "bm25", "text": False,
                                                              "allow_partial": partial})
             except OSError:
                 status, body = -1, None
@@ -241,9 +241,9 @@ import retrieval
 qs = json.loads(sys.argv[2]); out = {"bm25": []}
 for path in sys.argv[3:]:
     idx = retrieval.open_index(path)
-    for q in qs[:20]: idx.search(q, k=10, text=False)
+    for q in qs[:20]: idx.search(q, k=10, retriever="bm25", text=False)
     t = time.perf_counter()
-    for q in qs: idx.search(q, k=10, text=False)
+    for q in qs: idx.search(q, k=10, retriever="bm25", text=False)
     out["bm25"].append({"docs": len(idx), "ms": (time.perf_counter() - t) / len(qs) * 1000})
 import faiss
 faiss.omp_set_num_threads(1)

@@ -63,7 +63,7 @@ def main() -> int:
             while not stop_clients.is_set():
                 n += 1
                 try:
-                    r = c.post("/v1/soak/search", json={"query": CLIENT_QUERIES[(i + n) % 4], "k": 20, "text": True})
+                    r = c.post("/v1/soak/search", json={"query": CLIENT_QUERIES[(i + n) % 4], "k": 20, "retriever": "bm25", "text": True})
                     ok = r.status_code == 200 and all("common" in h["text"].split() for h in r.json()["hits"])
                     msg = r.text[:200]
                 except httpx.HTTPError as e:

@@ -8,15 +8,15 @@ from pathlib import Path
 import click
 
 from cli import params
-from retrieval.kinds import PRIMARY
 
 
 @click.command("explain", cls=params.SectionedCommand)
 @click.option("--index", "index_dir", required=True, type=click.Path(path_type=Path), help="Index folder.")
 @click.option("--query", required=True, help="Query text.")
 @click.option("--docid", required=True, help="The document to explain.")
-@click.option("--retriever", default=PRIMARY, show_default=True,
-              help="A sub-index or a fused pipeline, as `retr search --retriever` takes it.")
+@click.option("--retriever", default=None,
+              help="A sub-index or a fused pipeline, as `retr search --retriever` takes it [default: the index's "
+                   "default pipeline, as retr search's].")
 @click.option("--fusion", default=None, help="Fusion for a+b retrievers, as `retr search --fusion` takes it.")
 @click.option("--depth", type=click.IntRange(min=1), default=None,
               help="Candidates per retriever: the list the document's rank is looked up in [default: 100].")

@@ -210,6 +210,8 @@ def info_cmd(index_dir, as_json):
     for base, rec in (info.get("pipelines") or {}).items():
         click.echo(f"tuned      {base} -> {rec.get('spec')}   ({rec.get('metric')} {rec.get('value', 0):.4f} on "
                    f"{rec.get('queries')} queries of {rec.get('tuned_on')}, {rec.get('tuned_at')})")
+    dp = info["default_pipeline"]
+    click.echo(f"default    {dp['spec']}   ({dp['source']}: what a search that names no retriever runs)")
     fields = info.get("fields") or {}
     click.echo("fields     " + (", ".join(f"{f} ({n:,} docs)" for f, n in fields.items()) if fields
                                 else "none (no document carries metadata; filters can use docid)"))

@@ -9,7 +9,6 @@ import click
 from cli import params
 from indexes import folder
 from indexes.errors import InputError
-from retrieval.kinds import PRIMARY
 from retrieval.runs import run_tag
 
 
@@ -26,9 +25,11 @@ from retrieval.runs import run_tag
                    "(qid<TAB>docid<TAB>rank, as Pyserini writes it).")
 @click.option("--qrels", type=click.Path(path_type=Path), help="Search only the queries that appear in these qrels.")
 @click.option("--split", help="Search only the queries of this BEIR split (qrels/SPLIT.tsv beside the queries).")
-@click.option("--retriever", default=PRIMARY, show_default=True,
+@click.option("--retriever", default=None,
               help="A sub-index (bm25, dense, ...) or a fused pipeline: bm25+dense, bm25+dense:rrf(k=60), "
-                   "bm25+dense:weighted(bm25=0.3,dense=0.7,norm=zscore).")
+                   "bm25+dense:weighted(bm25=0.3,dense=0.7,norm=zscore) [default: the index's default pipeline: "
+                   "its tuned one (retr tune), else every sub-index it holds fused, e.g. bm25+dense; retr info "
+                   "names it].")
 @click.option("--fusion", default=None,
               help="Fusion for a+b retrievers: rrf[(k=60)], combsum|combmnz[(norm=minmax|zscore"
                    "[,confidence=SLOPE,centre=C])], weighted(a=w,b=w[,norm=...]) [default: the index's tuned "
@@ -79,6 +80,17 @@ def search_cmd(text, index_dir, queries, output, fmt, qrels, split, retriever, f
     with params.flags(dict(params.kind_flags(), retriever="--retriever", fusion="--fusion")):
         _search(idx, text, queries, output, fmt, qrels, split, spec, depth, k, threads, tag, quiet,
                 dict(extra, batch_size=batch_size))
+    _say_default(idx, params.asked_retriever(retriever, kind_values), quiet)
+
+
+def _say_default(idx, asked, quiet) -> None:
+    """After a search that named no retriever, one stderr line naming the default that ran, where it is
+    more than the folder's only sub-index (``retr: pipeline bm25+dense (untuned fusion)``)."""
+    from retrieval.request import ONLY
+
+    dp = idx.default_pipeline()
+    if asked is None and not quiet and dp.source != ONLY:
+        click.echo(f"retr: pipeline {dp}", err=True)
 
 
 def _alias(ours, theirs, flag, alias):

@@ -31,5 +31,7 @@ def info(out: dict) -> None:
     click.echo(f"documents  {out['documents']:,}")
     click.echo(f"shards     generations {', '.join(map(str, out['generations']))}")
     click.echo(f"retrievers {', '.join(out['retrievers'])}")
+    dp = out["default_pipeline"]
+    click.echo(f"default    {dp['spec']}   ({dp['source']}: what a search that names no retriever runs)")
     fields = out.get("fields") or {}
     click.echo("fields     " + (", ".join(f"{f} ({n:,} docs)" for f, n in fields.items()) if fields else "none"))

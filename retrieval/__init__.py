@@ -8,7 +8,7 @@ Public API::
         print(hit.rank, hit.docid, hit.score, hit.title)
 """
 from indexes.errors import FilterWarning, InputError, IndexFormatError, RetrError
-from retrieval.types import Document, Hit, Query
+from retrieval.types import Document, Hit, Hits, Query
 
 __version__ = "0.1.0"
 
@@ -27,6 +27,14 @@ def __getattr__(name):
     if name == "sync_index":
         from retrieval.sync import sync_index
         return sync_index
+    if name in ("SearchRequest", "RequestError"):
+        from retrieval import request as _request
+
+        return getattr(_request, name)
+    if name == "Searcher":
+        from retrieval.searcher import Searcher
+
+        return Searcher
     if name == "Client":
         from retrieval.client import Client
         return Client
@@ -36,6 +44,6 @@ def __getattr__(name):
     raise AttributeError(f"module 'retrieval' has no attribute {name!r}")
 
 
-__all__ = ["Document", "Query", "Hit", "open_index", "build_index", "index_corpus", "add_documents",
+__all__ = ["Document", "Query", "Hit", "Hits", "SearchRequest", "RequestError", "Searcher", "open_index", "build_index", "index_corpus", "add_documents",
            "update_documents", "delete_documents", "compact", "sync_index", "Index",
            "read_corpus", "read_queries", "Client", "RetrError", "FilterWarning", "InputError", "IndexFormatError"]

@@ -21,8 +21,8 @@ from urllib.parse import quote, urlsplit
 
 from indexes.errors import InputError, RetrError
 from retrieval.frames import batch_result, search_df
-from retrieval.kinds import PRIMARY
-from retrieval.types import Document, Hit, QueriesArg, as_queries
+from retrieval.request import DEFAULT_K, SearchRequest, request_of
+from retrieval.types import Document, Hit, Hits, QueriesArg, as_queries
 
 MAX_BATCH = 1_000  # queries per request: the server's limit (retrieval.server.schemas.MAX_BATCH, not imported here)
 MAX_WAIT = 30.0    # seconds: the longest wait before retrying a 429, whatever its Retry-After says
@@ -212,50 +212,62 @@ class Client:
 
     # -- the Index API ----------------------------------------------------------------------------
     @staticmethod
-    def _hits(rows: List[dict], fused: bool, qid: Optional[str] = None) -> List[Hit]:
-        return [Hit(docid=r["docid"], score=r["score"], rank=r["rank"], title=r.get("title") or "",
-                    text=r.get("text") or "", scores=dict(r["scores"]) if fused else None, qid=qid,
-                    metadata=r.get("metadata")) for r in rows]
+    def _hits(rows: List[dict], pipeline: Optional[str], qid: Optional[str] = None) -> Hits:
+        """The answer's hits as :class:`Hit` objects equal to what the index gives in-process."""
+        return Hits([Hit(docid=r["docid"], score=r["score"], rank=r["rank"], title=r.get("title") or "",
+                         text=r.get("text") or "", scores=dict(r.get("scores") or {}), qid=qid,
+                         metadata=r.get("metadata"), ranks=r.get("ranks")) for r in rows], pipeline)
 
     @staticmethod
-    def _options(k, retriever, fusion, text, depth, dimsel, filter, text_chars, prf=None) -> Dict[str, Any]:
-        body: Dict[str, Any] = {"k": k, "retriever": retriever, "text": text}
-        for key, v in (("fusion", fusion), ("depth", depth), ("filter", filter), ("text_chars", text_chars)):
+    def _body(req: SearchRequest, text_chars: Optional[int] = None, one: bool = True) -> Dict[str, Any]:
+        """The JSON body of ``req`` (``one``: a single query's, which takes ranks and highlights)."""
+        body: Dict[str, Any] = {"k": req.k, "text": req.text}
+        for key, v in (("retriever", req.retriever), ("fusion", req.fusion), ("depth", req.depth),
+                       ("filter", req.filter), ("text_chars", text_chars)):
             if v is not None:
                 body[key] = v
-        if dimsel is not None:
-            body["dimsel"] = {"mode": dimsel} if isinstance(dimsel, str) else dict(dimsel)
-        feedback = prf_body(prf)
+        flags = ("ranks", "highlight", "per_document", "allow_partial") if one else ("per_document", "allow_partial")
+        body.update({f: True for f in flags if getattr(req, f)})
+        if req.dimsel is not None:
+            body["dimsel"] = {"mode": req.dimsel} if isinstance(req.dimsel, str) else dict(req.dimsel)
+        feedback = prf_body(req.prf)
         if feedback is not None:
             body["prf"] = feedback
         return body
 
-    def search(self, query: str, k: int = 10, retriever: str = PRIMARY, fusion: Optional[str] = None,
+    def search(self, query: str, k: int = DEFAULT_K, retriever: Optional[str] = None, fusion: Optional[str] = None,
                text: bool = True, depth: Optional[int] = None, timings=None, dimsel=None, filter=None,
-               text_chars: Optional[int] = None, prf=None) -> List[Hit]:
+               text_chars: Optional[int] = None, prf=None, ranks: bool = False, per_document: bool = False,
+               request: Optional[SearchRequest] = None) -> List[Hit]:
         """As :meth:`retrieval.index.Index.search`, answered by the server (``timings`` is ignored;
         ``prf`` in Index.search's forms, sent as the request's ``"prf"``: :func:`prf_body`)."""
-        body = self._options(k, retriever, fusion, text, depth, dimsel, filter, text_chars, prf)
+        req = request_of(request, k=k, retriever=retriever, fusion=fusion, text=text, depth=depth, dimsel=dimsel,
+                         filter=filter, prf=prf, ranks=ranks, per_document=per_document)
+        body = self._body(req, text_chars)
         body["query"] = query
         out = self.request("POST", self._path("/search"), body)
-        return self._hits(out["hits"], "+" in out["retriever"])
+        return self._hits(out["hits"], out["retriever"])
 
-    async def asearch(self, query: str, k: int = 10, retriever: str = PRIMARY, fusion: Optional[str] = None,
-                      text: bool = True, depth: Optional[int] = None, timings=None, dimsel=None, filter=None,
-                      text_chars: Optional[int] = None, prf=None) -> List[Hit]:
+    async def asearch(self, query: str, k: int = DEFAULT_K, retriever: Optional[str] = None,
+                      fusion: Optional[str] = None, text: bool = True, depth: Optional[int] = None, timings=None,
+                      dimsel=None, filter=None, text_chars: Optional[int] = None, prf=None, ranks: bool = False,
+                      per_document: bool = False, request: Optional[SearchRequest] = None) -> List[Hit]:
         """:meth:`search` for asyncio: the request goes through the loop's ``httpx.AsyncClient`` (a 429
         is retried after its Retry-After with ``asyncio.sleep``), so the event loop keeps running and
         several searches wait on the server at once."""
-        body = self._options(k, retriever, fusion, text, depth, dimsel, filter, text_chars, prf)
+        req = request_of(request, k=k, retriever=retriever, fusion=fusion, text=text, depth=depth, dimsel=dimsel,
+                         filter=filter, prf=prf, ranks=ranks, per_document=per_document)
+        body = self._body(req, text_chars)
         body["query"] = query
         out = await self.arequest("POST", self._path("/search"), body)
-        return self._hits(out["hits"], "+" in out["retriever"])
+        return self._hits(out["hits"], out["retriever"])
 
-    def batch_search(self, queries: QueriesArg, qids: Optional[Sequence[str]] = None, k: int = 10,
-                     retriever: str = PRIMARY, fusion: Optional[str] = None, threads: int = 1, text: bool = False,
+    def batch_search(self, queries: QueriesArg, qids: Optional[Sequence[str]] = None, k: int = DEFAULT_K,
+                     retriever: Optional[str] = None, fusion: Optional[str] = None, threads: int = 1, text: bool = False,
                      quiet: bool = True, depth: Optional[int] = None, batch_size: Optional[int] = None,
                      timings=None, dimsel=None, filter=None, text_chars: Optional[int] = None,
-                     as_frame: bool = False, prf=None) -> Dict[str, List[Hit]]:
+                     as_frame: bool = False, prf=None, per_document: bool = False,
+                     request: Optional[SearchRequest] = None) -> Dict[str, List[Hit]]:
         """As :meth:`retrieval.index.Index.batch_search` (the same forms of ``queries``: Query objects,
         ``{qid: text}``, texts with ``qids``, a topics DataFrame): ``{qid: hits}`` in the order of ``queries``,
         or with ``as_frame`` a PyTerrier-style DataFrame (:mod:`retrieval.frames`)
@@ -263,18 +275,19 @@ class Client:
         most, each request streamed back a query at a time; ``prf`` as in :meth:`search`, for every query)."""
         qs, k = as_queries(queries, qids, k)
         size = min(batch_size or MAX_BATCH, MAX_BATCH)
-        fused = "+" in retriever
         out: Dict[str, List[Hit]] = {}
-        base = self._options(k, retriever, fusion, text, depth, dimsel, filter, text_chars, prf)
+        req = request_of(request, False, k=k, retriever=retriever, fusion=fusion, text=text, depth=depth, dimsel=dimsel,
+                         filter=filter, prf=prf, per_document=per_document)
+        base = self._body(req, text_chars, one=False)
         for i in range(0, len(qs), size):
             body = dict(base)
             body["queries"] = [{"qid": q.qid, "query": q.text} for q in qs[i:i + size]]
             # streamed (one line per query), so the server's response budget bounds a query, not the batch
             for r in self._stream(self._path("/batch_search/stream"), body):
-                out[r["qid"]] = self._hits(r["hits"], fused, r["qid"])
-        return batch_result(out, qs, text, as_frame)
+                out[r["qid"]] = self._hits(r["hits"], r.get("retriever"), r["qid"])
+        return batch_result(out, qs, req.text, as_frame)
 
-    def search_df(self, query: str, k: int = 10, retriever: str = PRIMARY, fusion: Optional[str] = None,
+    def search_df(self, query: str, k: int = 10, retriever: Optional[str] = None, fusion: Optional[str] = None,
                   qid: str = "1", text: bool = False, **options):
         """As :meth:`retrieval.index.Index.search_df`: :meth:`search` as a PyTerrier-style DataFrame."""
         return search_df(self, query, qid, text, k=k, retriever=retriever, fusion=fusion, **options)
@@ -306,12 +319,12 @@ class Client:
                 raise self._unreachable(e) from None
             time.sleep(wait)
 
-    def explain(self, query: str, docid: str, retriever: str = PRIMARY, fusion: Optional[str] = None,
+    def explain(self, query: str, docid: str, retriever: Optional[str] = None, fusion: Optional[str] = None,
                 depth: Optional[int] = None, dimsel=None, filter=None) -> dict:
         """As :meth:`retrieval.index.Index.explain`, answered by the server (a document the index
         lacks: :class:`ServerError` with status 404)."""
-        body: Dict[str, Any] = {"query": query, "docid": docid, "retriever": retriever}
-        for key, v in (("fusion", fusion), ("depth", depth), ("filter", filter)):
+        body: Dict[str, Any] = {"query": query, "docid": docid}
+        for key, v in (("retriever", retriever), ("fusion", fusion), ("depth", depth), ("filter", filter)):
             if v is not None:
                 body[key] = v
         if dimsel is not None:

@@ -34,7 +34,8 @@ from retrieval.filters import Allowed, MetadataTable, first_allowed, parse_filte
 from retrieval.fusion import Pipeline, explain_fusion, fuse, list_confidences, parse_pipeline
 from retrieval.kinds import PRIMARY, Explained, Retriever, kind_of
 from retrieval.progress import progress
-from retrieval.types import Document, Hit, QueriesArg, as_queries
+from retrieval.request import DEFAULT_K, DefaultPipeline, SearchRequest, default_pipeline, request_of
+from retrieval.types import Document, Hit, Hits, QueriesArg, Query, as_queries
 
 DEPTH = 100  # candidates each fused retriever returns, at least (more when k is larger)
 FOLLOW_GRACE = 2.0  # seconds a reader answers from its generation while the newest one cannot be opened
@@ -377,6 +378,7 @@ class Index:
                                        "stats": {} if e.get("alias_of") else kind_of(e).stats(self.path / e["path"], e)}
         out["pipelines"] = {base: {k: v for k, v in rec.items() if k != "top"}
                             for base, rec in m.get("pipelines", {}).items()}
+        out["default_pipeline"] = self.default_pipeline().to_dict()
         out["fields"] = self.fields()
         store = folder.docstore_path(self.path, m)
         out["docstore_bytes"] = sum(p.stat().st_size for p in (store, Path(f"{store}-wal")) if p.exists())
@@ -430,12 +432,20 @@ class Index:
         return done
 
     # -- search --------------------------------------------------------
-    def pipeline(self, retriever: str = PRIMARY, fusion: Optional[str] = None) -> Pipeline:
+    def pipeline(self, retriever: Optional[str] = None, fusion: Optional[str] = None) -> Pipeline:
         """Parse a retriever spec; a bare ``a+b`` takes the folder's tuned fusion (``retr tune``), else
-        ``retrieval.fusion.DEFAULT_FUSION`` (chosen without training queries, benchmarks/results/defaults.md)."""
+        ``retrieval.fusion.DEFAULT_FUSION`` (chosen without training queries, benchmarks/results/defaults.md).
+        None: the folder's default pipeline (:meth:`default_pipeline`)."""
         return self._pipeline(self.manifest, retriever, fusion)
 
-    def _pipeline(self, m: dict, retriever: str, fusion: Optional[str]) -> Pipeline:
+    def default_pipeline(self) -> DefaultPipeline:
+        """What a search that names no retriever runs, and why: :func:`retrieval.request.default_pipeline`."""
+        m = self.manifest
+        return default_pipeline(m.get("subindexes", {}), m.get("pipelines", {}))
+
+    def _pipeline(self, m: dict, retriever: Optional[str], fusion: Optional[str]) -> Pipeline:
+        if retriever is None:
+            retriever = default_pipeline(m.get("subindexes", {}), m.get("pipelines", {})).spec
         base = retriever.split(":", 1)[0].strip()
         tuned = m.get("pipelines", {}).get(base, {}).get("spec")
         p = parse_pipeline(retriever, fusion, default=tuned)
@@ -477,9 +487,10 @@ class Index:
         :class:`~indexes.errors.FilterWarning` of :meth:`search` names)."""
         return self._current().metadata.unknown(parse_filter(filter))
 
-    def search(self, query: str, k: int = 10, retriever: str = PRIMARY, fusion: Optional[str] = None,
+    def search(self, query: str, k: int = DEFAULT_K, retriever: Optional[str] = None, fusion: Optional[str] = None,
                text: bool = True, depth: Optional[int] = None, timings: Optional[Dict[str, float]] = None,
-               dimsel=None, filter=None, ranks: bool = False, prf=None, per_document: bool = False) -> List[Hit]:
+               dimsel=None, filter=None, ranks: bool = False, prf=None, per_document: bool = False,
+               request: Optional[SearchRequest] = None) -> Hits:
         """Top-``k`` hits for one query, with title, text and metadata unless ``text=False``.
 
         ``retriever`` is a sub-index name or a fused pipeline spec such as
@@ -506,39 +517,42 @@ class Index:
         ``per_document``: at most one hit per document, its best passage (the passages of a chunked
         document share their metadata's ``document``, :mod:`retrieval.chunking`; a passage without
         it is a document of its own): the ranking is read deeper until it holds ``k`` documents or
-        ends, and ranks count documents. A hit keeps its passage's id."""
+        ends, and ranks count documents. A hit keeps its passage's id.
+
+        ``request``: these options as one :class:`retrieval.request.SearchRequest` (then give no
+        other option). Returns :class:`~retrieval.types.Hits`, whose ``pipeline`` names what ran (the
+        folder's default pipeline when ``retriever`` is None: :meth:`default_pipeline`)."""
+        req = request_of(request, k=k, retriever=retriever, fusion=fusion, text=text, depth=depth, timings=timings,
+                         dimsel=dimsel, filter=filter, ranks=ranks, prf=prf, per_document=per_document)
         g = self._enter()
         try:
-            return self._search(g, query, k, retriever, fusion, text, depth, timings, dimsel, filter, ranks, prf,
-                                per_document)
+            return self._search(g, query, req)
         finally:
             self._leave(g)
 
-    def _search(self, g: "_Generation", query, k, retriever, fusion, text, depth, timings, dimsel, filter,
-                ranks=False, prf=None, per_document=False):
+    def _search(self, g: "_Generation", query: str, req: SearchRequest) -> Hits:
         if not isinstance(query, str) or not query.strip():
             raise InputError("query text is empty")
-        _check_k(k)
-        if per_document:
-            return per_document_hits(
-                lambda kk: self._search(g, query, kk, retriever, fusion, True, depth, timings, dimsel, filter,
-                                        ranks, prf), k, int(g.manifest["corpus"]["doc_count"]), text)
-        p = self._pipeline(g.manifest, retriever, fusion)
-        allowed = self._allowed(g, filter)
-        lists, rs = {}, _per_search(p, {n: self._pick(g, n, dimsel, p.fused) for n in p.retrievers}, prf)
+        p = self._pipeline(g.manifest, req.retriever, req.fusion)
+        if req.per_document:
+            return Hits(per_document_hits(
+                lambda kk: self._search(g, query, req.but(k=kk, text=True, per_document=False)),
+                req.k, int(g.manifest["corpus"]["doc_count"]), req.text), str(p))
+        allowed = self._allowed(g, req.filter)
+        lists, rs = {}, _per_search(p, {n: self._pick(g, n, req.dimsel, p.fused) for n in p.retrievers}, req.prf)
+        kk = req.k if not p.fused else max(req.k, req.depth or DEPTH)
         for name in p.retrievers:
             t0 = time.perf_counter()
             r = rs[name]
-            kk = k if not p.fused else max(k, depth or DEPTH)
             lists[name] = r.search(query, kk) if allowed is None else self._filtered(g, r, query, kk, allowed)
-            _tick(timings, name, t0)
-        conf = self._confidences(g, p, rs, [query], {n: [v] for n, v in lists.items()}, timings)
-        hits = self._result(g, p, lists, k, text, None, timings, conf and conf[0])
-        if ranks:
+            _tick(req.timings, name, t0)
+        conf = self._confidences(g, p, rs, [query], {n: [v] for n, v in lists.items()}, req.timings)
+        hits = self._result(g, p, lists, req.k, req.text, None, req.timings, conf and conf[0])
+        if req.ranks:
             _member_ranks(hits, p, lists)
-        return hits
+        return Hits(hits, str(p))
 
-    def highlight(self, query: str, texts: Sequence[str], retriever: str = PRIMARY,
+    def highlight(self, query: str, texts: Sequence[str], retriever: Optional[str] = None,
                   fusion: Optional[str] = None) -> Optional[List[List[Tuple[int, int]]]]:
         """Per text, the ``(start, end)`` character spans of its words that match ``query``'s terms
         as a retriever's own analysis matches them (BM25: Anserini's English analyser, so
@@ -557,6 +571,12 @@ class Index:
             return None
         finally:
             self._leave(g)
+
+    def confidences(self, texts: Sequence[str], lists: Dict[str, Sequence[list]]) -> List[dict]:
+        """Per text, each retriever's ``(kind, value)`` confidence in its list (``lists``: {name: one
+        list per text}), as a fused search weighs them (:func:`retrieval.fusion.list_confidences`);
+        a sharded index answers the same under its global statistics."""
+        return list_confidences({n: self.retriever(n) for n in lists}, list(texts), lists)
 
     @staticmethod
     def _confidences(g, p: Pipeline, rs, texts, lists, timings):
@@ -585,11 +605,12 @@ class Index:
                                  depth=None if native else total)[0]
         return r.search_filtered(query, k, allowed)
 
-    def batch_search(self, queries: QueriesArg, qids: Optional[Sequence[str]] = None, k: int = 10,
-                     retriever: str = PRIMARY, fusion: Optional[str] = None, threads: int = 1, text: bool = False,
+    def batch_search(self, queries: QueriesArg, qids: Optional[Sequence[str]] = None, k: int = DEFAULT_K,
+                     retriever: Optional[str] = None, fusion: Optional[str] = None, threads: int = 1, text: bool = False,
                      quiet: bool = True, depth: Optional[int] = None, batch_size: Optional[int] = None,
                      timings: Optional[Dict[str, float]] = None, dimsel=None, filter=None, as_frame: bool = False,
-                     prf=None, per_document: bool = False) -> Dict[str, List[Hit]]:
+                     prf=None, per_document: bool = False, request: Optional[SearchRequest] = None
+                     ) -> Dict[str, List[Hit]]:
         """Search many queries; returns ``{qid: hits}`` in the order of ``queries``.
 
         ``queries`` is a list of :class:`Query`, a mapping ``{qid: text}``, a list of
@@ -603,17 +624,18 @@ class Index:
 
         ``as_frame``: a pandas DataFrame instead, PyTerrier's columns ``qid, query, docno, score,
         rank`` (rank 0-based, as PyTerrier's; ``title`` and ``text`` too with ``text=True``): see
-        :mod:`retrieval.frames`."""
+        :mod:`retrieval.frames`. ``request``: the search options as one
+        :class:`retrieval.request.SearchRequest`, as :meth:`search` takes it."""
         qs, k = as_queries(queries, qids, k)
+        req = request_of(request, False, k=k, retriever=retriever, fusion=fusion, text=text, depth=depth,
+                         timings=timings, dimsel=dimsel, filter=filter, prf=prf, per_document=per_document)
         g = self._enter()
         try:
-            return batch_result(self._batch_search(g, qs, k, retriever, fusion, threads, text, quiet, depth,
-                                                   batch_size, timings, dimsel, filter, prf, per_document),
-                                qs, text, as_frame)
+            return batch_result(self._batch_search(g, qs, req, threads, quiet, batch_size), qs, req.text, as_frame)
         finally:
             self._leave(g)
 
-    def search_df(self, query: str, k: int = 10, retriever: str = PRIMARY, fusion: Optional[str] = None,
+    def search_df(self, query: str, k: int = DEFAULT_K, retriever: Optional[str] = None, fusion: Optional[str] = None,
                   qid: str = "1", text: bool = False, **options):
         """:meth:`search` as a pandas DataFrame with PyTerrier's columns ``qid, query, docno, score,
         rank`` (rank 0-based, as PyTerrier numbers ranks; ``qid`` "1" as its ``Transformer.search``),
@@ -621,32 +643,15 @@ class Index:
         (``depth``, ``dimsel``, ``filter``). See :mod:`retrieval.frames`."""
         return search_df(self, query, qid, text, k=k, retriever=retriever, fusion=fusion, **options)
 
-    def _batch_search(self, g: "_Generation", queries, k, retriever, fusion, threads, text, quiet, depth,
-                      batch_size, timings, dimsel, filter, prf=None, per_document=False) -> Dict[str, List[Hit]]:
-        _check_k(k)
-        if per_document:
-            # the whole batch read PER_DOCUMENT times deeper, then the queries still short of k
-            # documents (a long document's passages fill the list) one by one, deeper
-            total = int(g.manifest["corpus"]["doc_count"])
-            kk = min(max(k * PER_DOCUMENT, k), max(total, 1))
-            first = self._batch_search(g, queries, kk, retriever, fusion, threads, True, quiet, depth, batch_size,
-                                       timings, dimsel, filter, prf)
-            out = {}
-            for q in queries:
-                hits = first.get(q.qid, [])
-                got = collapse(hits, k)
-                if len(got) < k and len(hits) >= kk and kk < total:
-                    got = per_document_hits(
-                        lambda n, q=q: [dataclasses.replace(h, qid=q.qid) for h in self._search(
-                            g, q.text, n, retriever, fusion, True, depth, timings, dimsel, filter, False, prf)],
-                        k, total, True, start=kk * PER_DOCUMENT)
-                out[q.qid] = _plain(got, text)
-            return out
-        qs = queries
-        p = self._pipeline(g.manifest, retriever, fusion)
-        allowed = self._allowed(g, filter)
-        rs = _per_search(p, {name: self._pick(g, name, dimsel, p.fused) for name in p.retrievers}, prf)
-        kk = k if not p.fused else max(k, depth or DEPTH)
+    def _batch_search(self, g: "_Generation", queries: List[Query], req: SearchRequest, threads: int = 1,
+                      quiet: bool = True, batch_size: Optional[int] = None) -> Dict[str, List[Hit]]:
+        if req.per_document:
+            return self._batch_documents(g, queries, req, threads, quiet, batch_size)
+        p = self._pipeline(g.manifest, req.retriever, req.fusion)
+        qs, k, text, timings = queries, req.k, req.text, req.timings
+        allowed = self._allowed(g, req.filter)
+        rs = _per_search(p, {name: self._pick(g, name, req.dimsel, p.fused) for name in p.retrievers}, req.prf)
+        kk = k if not p.fused else max(k, req.depth or DEPTH)
         if batch_size is None:
             batch_size = max(len(qs), 1) if quiet else max(256, len(qs) // 20)
         out: Dict[str, List[Hit]] = {}
@@ -665,13 +670,34 @@ class Index:
                                          {n: [res[n].get(q.qid, []) for q in chunk] for n in rs}, timings)
                 with no_gc():  # a batch's hits at once: see indexes.bulk
                     for j, q in enumerate(chunk):
-                        out[q.qid] = self._result(g, p, {n: res[n].get(q.qid, []) for n in rs}, k, text,
-                                                  q.qid, timings, conf and conf[j])
+                        out[q.qid] = Hits(self._result(g, p, {n: res[n].get(q.qid, []) for n in rs}, k, text,
+                                                       q.qid, timings, conf and conf[j]), str(p))
                 bar.update(len(chunk))
         return out
 
-    def explain(self, query: str, docid: str, retriever: str = PRIMARY, fusion: Optional[str] = None,
-                depth: Optional[int] = None, dimsel=None, filter=None) -> dict:
+    def _batch_documents(self, g: "_Generation", queries: List[Query], req: SearchRequest, threads: int,
+                         quiet: bool, batch_size: Optional[int]) -> Dict[str, List[Hit]]:
+        """A per-document batch: the whole batch read PER_DOCUMENT times deeper, then the queries still
+        short of k documents (a long document's passages fill the list) one by one, deeper."""
+        p = self._pipeline(g.manifest, req.retriever, req.fusion)
+        total, k = int(g.manifest["corpus"]["doc_count"]), req.k
+        kk = min(max(k * PER_DOCUMENT, k), max(total, 1))
+        first = self._batch_search(g, queries, req.but(k=kk, text=True, per_document=False), threads, quiet,
+                                   batch_size)
+        out = {}
+        for q in queries:
+            hits = first.get(q.qid, [])
+            got = collapse(hits, k)
+            if len(got) < k and len(hits) >= kk and kk < total:
+                got = per_document_hits(
+                    lambda n, q=q: [dataclasses.replace(h, qid=q.qid) for h in self._search(
+                        g, q.text, req.but(k=n, text=True, per_document=False, ranks=False))],
+                    k, total, True, start=kk * PER_DOCUMENT)
+            out[q.qid] = Hits(_plain(got, req.text), str(p))
+        return out
+
+    def explain(self, query: str, docid: str, retriever: Optional[str] = None, fusion: Optional[str] = None,
+                depth: Optional[int] = None, dimsel=None, filter=None, request: Optional[SearchRequest] = None) -> dict:
         """How ``docid`` got its score and rank for ``query`` under the pipeline ``retriever`` (with
         ``fusion``, ``dimsel``, ``filter`` as :meth:`search` takes them), as a JSON-ready dict:
 
@@ -689,19 +715,20 @@ class Index:
 
         A document a list does not hold within its depth says so in the member's ``notes`` (its
         score is still explained: what its retriever gives it). An unknown ``docid`` raises
-        :class:`indexes.errors.NotFound`; an unknown retriever InputError."""
+        :class:`indexes.errors.NotFound`; an unknown retriever InputError. ``request``: these options
+        as one :class:`retrieval.request.SearchRequest` (its ``k`` and hit options are not used)."""
+        req = request_of(request, retriever=retriever, fusion=fusion, depth=depth, dimsel=dimsel, filter=filter)
         g = self._enter()
         try:
-            return self._explain(g, query, docid, retriever, fusion, depth, dimsel, filter)
+            return self._explain(g, query, docid, req)
         finally:
             self._leave(g)
 
-    def _explain(self, g: "_Generation", query, docid, retriever, fusion, depth, dimsel, filter) -> dict:
+    def _explain(self, g: "_Generation", query: str, docid: str, req: SearchRequest) -> dict:
         if not isinstance(query, str) or not query.strip():
             raise InputError("query text is empty")
-        p = self._pipeline(g.manifest, retriever, fusion)
-        if depth is not None and (not isinstance(depth, int) or isinstance(depth, bool) or depth < 1):
-            raise InputError(f"depth must be a positive integer, got {depth!r}")
+        p = self._pipeline(g.manifest, req.retriever, req.fusion)
+        depth, dimsel, filter = req.depth, req.dimsel, req.filter
         if not isinstance(docid, str) or not docid or g.docstore.get(docid) is None:
             raise NotFound(f"no document {str(docid)[:200]!r} in the index")
         n = depth or DEPTH
@@ -725,7 +752,9 @@ class Index:
 
     def _result(self, g: _Generation, p: Pipeline, lists, k, text, qid, timings, conf=None) -> List[Hit]:
         if not p.fused:
-            hits = [Hit(docid=d, score=s, rank=i, qid=qid) for i, (d, s) in enumerate(lists[p.retrievers[0]], 1)]
+            one = p.retrievers[0]
+            hits = [Hit(docid=d, score=s, rank=i, qid=qid, scores={one: s})
+                    for i, (d, s) in enumerate(lists[one], 1)]
         else:
             t0 = time.perf_counter()
             hits = [Hit(docid=d, score=s, rank=i, qid=qid, scores=raw)
@@ -892,7 +921,7 @@ class _View:
     def retriever(self, name: str):
         return self._index._pick(self._g, name)
 
-    def pipeline(self, retriever: str = PRIMARY, fusion: Optional[str] = None) -> Pipeline:
+    def pipeline(self, retriever: Optional[str] = None, fusion: Optional[str] = None) -> Pipeline:
         """:meth:`Index.pipeline` as this generation's manifest has it (its tuned defaults)."""
         return self._index._pipeline(self.manifest, retriever, fusion)
 
@@ -903,33 +932,38 @@ class _View:
 class Snapshot(_View):
     """One generation of an :class:`Index`, held until closed (see :meth:`Index.snapshot`)."""
 
-    def search(self, query: str, k: int = 10, retriever: str = PRIMARY, fusion: Optional[str] = None,
+    def search(self, query: str, k: int = DEFAULT_K, retriever: Optional[str] = None, fusion: Optional[str] = None,
                text: bool = True, depth: Optional[int] = None, timings: Optional[Dict[str, float]] = None,
-               dimsel=None, filter=None, ranks: bool = False, prf=None, per_document: bool = False) -> List[Hit]:
+               dimsel=None, filter=None, ranks: bool = False, prf=None, per_document: bool = False,
+               request: Optional[SearchRequest] = None) -> Hits:
         """:meth:`Index.search` on this generation."""
-        return self._index._search(self._g, query, k, retriever, fusion, text, depth, timings, dimsel, filter,
-                                   ranks, prf, per_document)
+        req = request_of(request, k=k, retriever=retriever, fusion=fusion, text=text, depth=depth, timings=timings,
+                         dimsel=dimsel, filter=filter, ranks=ranks, prf=prf, per_document=per_document)
+        return self._index._search(self._g, query, req)
 
-    def batch_search(self, queries: QueriesArg, qids: Optional[Sequence[str]] = None, k: int = 10,
-                     retriever: str = PRIMARY, fusion: Optional[str] = None, threads: int = 1, text: bool = False,
+    def batch_search(self, queries: QueriesArg, qids: Optional[Sequence[str]] = None, k: int = DEFAULT_K,
+                     retriever: Optional[str] = None, fusion: Optional[str] = None, threads: int = 1, text: bool = False,
                      quiet: bool = True, depth: Optional[int] = None, batch_size: Optional[int] = None,
                      timings: Optional[Dict[str, float]] = None, dimsel=None, filter=None, as_frame: bool = False,
-                     prf=None, per_document: bool = False) -> Dict[str, List[Hit]]:
+                     prf=None, per_document: bool = False, request: Optional[SearchRequest] = None
+                     ) -> Dict[str, List[Hit]]:
         """:meth:`Index.batch_search` on this generation (the same forms of ``queries``, ``as_frame``)."""
         qs, k = as_queries(queries, qids, k)
-        return batch_result(self._index._batch_search(self._g, qs, k, retriever, fusion, threads, text, quiet,
-                                                      depth, batch_size, timings, dimsel, filter, prf, per_document),
-                            qs, text, as_frame)
+        req = request_of(request, False, k=k, retriever=retriever, fusion=fusion, text=text, depth=depth,
+                         timings=timings, dimsel=dimsel, filter=filter, prf=prf, per_document=per_document)
+        return batch_result(self._index._batch_search(self._g, qs, req, threads, quiet, batch_size), qs, req.text,
+                            as_frame)
 
-    def search_df(self, query: str, k: int = 10, retriever: str = PRIMARY, fusion: Optional[str] = None,
+    def search_df(self, query: str, k: int = DEFAULT_K, retriever: Optional[str] = None, fusion: Optional[str] = None,
                   qid: str = "1", text: bool = False, **options):
         """:meth:`Index.search_df` on this generation."""
         return search_df(self, query, qid, text, k=k, retriever=retriever, fusion=fusion, **options)
 
-    def explain(self, query: str, docid: str, retriever: str = PRIMARY, fusion: Optional[str] = None,
-                depth: Optional[int] = None, dimsel=None, filter=None) -> dict:
+    def explain(self, query: str, docid: str, retriever: Optional[str] = None, fusion: Optional[str] = None,
+                depth: Optional[int] = None, dimsel=None, filter=None, request: Optional[SearchRequest] = None) -> dict:
         """:meth:`Index.explain` on this generation."""
-        return self._index._explain(self._g, query, docid, retriever, fusion, depth, dimsel, filter)
+        req = request_of(request, retriever=retriever, fusion=fusion, depth=depth, dimsel=dimsel, filter=filter)
+        return self._index._explain(self._g, query, docid, req)
 
     def close(self) -> None:
         g, self._held = self._held, None
@@ -941,11 +975,6 @@ class Snapshot(_View):
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _check_k(k: int) -> None:
-    if not isinstance(k, int) or k < 1:
-        raise InputError(f"k must be a positive integer, got {k!r}")
 
 
 def open_index(path: Union[str, Path], auto_refresh: bool = True) -> Index:

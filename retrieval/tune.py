@@ -19,7 +19,7 @@ from indexes import folder
 from indexes import manifest as mf
 from indexes.errors import InputError, ParameterError
 from retrieval.datasets.qrels import looks_like_test  # noqa: F401 (also importable from here)
-from retrieval.fusion import DEFAULT_FUSION, Fusion, Pipeline, fuse, list_confidences
+from retrieval.fusion import DEFAULT_FUSION, Fusion, Pipeline, fuse
 from retrieval.progress import progress
 from retrieval.types import Query
 
@@ -124,8 +124,7 @@ def member_runs(index, names: Sequence[str], qs: Sequence[Query], depth: int, th
              for name in names}
     per = {n: [lists[n][q.qid] for q in qs] for n in names}
     texts = [q.text for q in qs]
-    conf = dict(zip((q.qid for q in qs), index.confidences(texts, per) if _is_sharded(index) else
-                    list_confidences({n: index.retriever(n) for n in names}, texts, per)))
+    conf = dict(zip((q.qid for q in qs), index.confidences(texts, per)))  # any Searcher answers it
     return lists, conf
 
 

@@ -58,7 +58,8 @@ class Query:
 class Hit:
     """One ranked result. ``title``/``text`` are filled from the document store
     (empty when the caller asked for ids only), and so is ``metadata`` (None
-    then); ``scores`` holds each retriever's own score when results were fused."""
+    then); ``scores`` holds each retriever's own score ({name: score}, one entry for a single
+    retriever, several when results were fused)."""
 
     docid: str
     score: float
@@ -80,18 +81,44 @@ class Hit:
         score = f"{self.score:.4f}" if isinstance(self.score, (int, float)) else repr(self.score)
         return f"Hit({qid}rank={self.rank}, docid={self.docid!r}, score={score}, {preview!r})"
 
-    def to_dict(self) -> Dict[str, Any]:
-        d = {"docid": self.docid, "rank": self.rank, "score": self.score,
-             "title": self.title, "text": self.text}
-        if self.qid is not None:
-            d = {"qid": self.qid, **d}
-        if self.scores:
-            d["scores"] = dict(self.scores)
-        if self.metadata is not None:
-            d["metadata"] = dict(self.metadata)
-        if self.ranks is not None:
-            d["ranks"] = dict(self.ranks)
-        return d
+    def to_dict(self, text: bool = True, text_chars: Optional[int] = None) -> Dict[str, Any]:
+        """The hit as JSON: :func:`hit_dict` (what HTTP and MCP answer, with ``qid`` when set)."""
+        return hit_dict(self, text, text_chars, qid=True)
+
+
+def hit_dict(h: Hit, text: bool = True, text_chars: Optional[int] = None, qid: bool = False) -> Dict[str, Any]:
+    """A hit's public dict, the one form every transport gives (``Hit.to_dict``, JSONL runs, HTTP,
+    MCP): ``docid, rank, score`` (a non-finite score, which JSON cannot carry, as 0.0), ``scores``
+    ({retriever: score}), ``title, text, metadata`` (all None with ``text=False``; ``text`` cut at
+    ``text_chars`` characters when given), ``ranks`` where the search gave them, and with ``qid``
+    the hit's query id first (when it has one)."""
+    score = float(h.score)
+    d: Dict[str, Any] = {"qid": h.qid} if qid and h.qid is not None else {}
+    d.update(docid=h.docid, rank=h.rank, score=score if math.isfinite(score) else 0.0,
+             scores=dict(h.scores) if h.scores else {})
+    if text:
+        d.update(title=h.title, text=h.text if text_chars is None else h.text[:text_chars],
+                 metadata=dict(h.metadata) if h.metadata is not None else {})
+    else:
+        d.update(title=None, text=None, metadata=None)
+    if h.ranks is not None:
+        d["ranks"] = dict(h.ranks)
+    return d
+
+
+class Hits(list):
+    """The hits of one query, best first (a list of :class:`Hit`), and ``pipeline``: the pipeline
+    that ran, its fusion spelled out (what a search that named no retriever defaulted to, see
+    :func:`retrieval.request.default_pipeline`)."""
+
+    __slots__ = ("pipeline",)
+
+    def __init__(self, hits=(), pipeline: Optional[str] = None):
+        super().__init__(hits)
+        self.pipeline = pipeline
+
+    def __reduce__(self):
+        return (Hits, (list(self), self.pipeline))
 
 
 QueriesArg = Union[Sequence[Union[Query, str]], Mapping[str, str]]

@@ -10,6 +10,10 @@ Each hit's metadata carries the document's own metadata, then ``docid``, ``rank`
 ``score``, ``scores`` (each retriever's raw score; for one retriever, its score) and
 ``title`` (these keys win over document metadata of the same name).
 
+A retriever that names no ``retriever`` searches with the index's default pipeline (its tuned
+one, else every sub-index fused: :func:`retrieval.request.default_pipeline`), and ``k`` defaults
+to :data:`retrieval.request.DEFAULT_K` (a PyTerrier retriever: ``RUN_K``, a run's depth).
+
 Search options come, each overriding the one before: the retriever's own fields (``k``,
 ``retriever``, ``fusion``, ``filter``), its ``search_kwargs`` (LangChain's usual form:
 ``search_kwargs={"k": 2}``; any other ``search`` argument such as ``depth``, ``dimsel``,
@@ -29,10 +33,9 @@ from typing import Any, Dict, List, Optional
 RANKING_KEYS = ["rank", "score", "scores"]
 
 
-def hit_metadata(hit, retriever: str) -> Dict[str, Any]:
-    scores = dict(hit.scores) if hit.scores else {retriever: hit.score}
-    return {**(hit.metadata or {}), "docid": hit.docid, "rank": hit.rank, "score": hit.score, "scores": scores,
-            "title": hit.title}
+def hit_metadata(hit) -> Dict[str, Any]:
+    return {**(hit.metadata or {}), "docid": hit.docid, "rank": hit.rank, "score": hit.score,
+            "scores": dict(hit.scores or {}), "title": hit.title}
 
 
 def open_source(index: Any, needs: str = "search"):
@@ -57,15 +60,22 @@ def check_k(k: Any) -> int:
     return k
 
 
-def search_options(k: int, retriever: str, fusion: Optional[str], filter: Optional[dict],
+def search_options(k: int, retriever: Optional[str], fusion: Optional[str], filter: Optional[dict],
                    search_kwargs: Optional[dict], call_kwargs: Optional[dict] = None) -> Dict[str, Any]:
     """The ``search`` keyword arguments: the fields, then ``search_kwargs``, then the call's own."""
+    from retrieval.request import SearchRequest
+
     opts: Dict[str, Any] = {"k": k, "retriever": retriever, "fusion": fusion, "filter": filter}
     opts.update(search_kwargs or {})
     opts.update(call_kwargs or {})
     check_k(opts["k"])
     opts["text"] = True
-    return opts
+    extra = {key: opts.pop(key) for key in SOURCE_ONLY if key in opts}
+    return {"request": SearchRequest.of(**opts), **extra}
+
+
+#: search arguments that are a source's own, not the request's (a Client's ``text_chars``)
+SOURCE_ONLY = ("text_chars",)
 
 
 def run_search(source, query: str, options: Dict[str, Any]) -> List:

@@ -22,15 +22,15 @@ from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field, field_validator
 
 from retrieval.integrations import arun_search, check_k, hit_metadata, open_source, run_search, search_options
-from retrieval.kinds import PRIMARY
+from retrieval.request import DEFAULT_K
 
 _LANGCHAIN_ONLY = ("verbose",)  # invoke() keyword arguments LangChain itself reads
 
 
 class RetrRetriever(BaseRetriever):
     index: Any = Field(description="An index folder's path, a retrieval.Index (or sharded index) or a retrieval.Client")
-    k: int = 4
-    retriever: str = PRIMARY
+    k: int = DEFAULT_K
+    retriever: Optional[str] = None
     fusion: Optional[str] = None
     filter: Optional[Dict[str, Any]] = None
     with_title: bool = False
@@ -55,16 +55,16 @@ class RetrRetriever(BaseRetriever):
         call = {key: v for key, v in kwargs.items() if key not in _LANGCHAIN_ONLY}
         return search_options(self.k, self.retriever, self.fusion, self.filter, self.search_kwargs, call)
 
-    def _documents(self, hits, retriever: str) -> List[Document]:
+    def _documents(self, hits) -> List[Document]:
         return [Document(page_content=f"{h.title}\n{h.text}" if self.with_title and h.title else h.text,
-                         metadata=hit_metadata(h, retriever), id=h.docid) for h in hits]
+                         metadata=hit_metadata(h), id=h.docid) for h in hits]
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun,
                                 **kwargs: Any) -> List[Document]:
         opts = self._options(kwargs)
-        return self._documents(run_search(self.index, query, opts), opts["retriever"])
+        return self._documents(run_search(self.index, query, opts))
 
     async def _aget_relevant_documents(self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun,
                                        **kwargs: Any) -> List[Document]:
         opts = self._options(kwargs)
-        return self._documents(await arun_search(self.index, query, opts), opts["retriever"])
+        return self._documents(await arun_search(self.index, query, opts))

@@ -21,11 +21,12 @@ from llama_index.core.retrievers import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from retrieval.integrations import RANKING_KEYS, arun_search, check_k, hit_metadata, open_source, run_search, search_options
-from retrieval.kinds import PRIMARY
+from retrieval.request import DEFAULT_K
 
 
 class RetrRetriever(BaseRetriever):
-    def __init__(self, index: Union[str, PathLike, Any], k: int = 4, retriever: str = PRIMARY, fusion: Optional[str] = None,
+    def __init__(self, index: Union[str, PathLike, Any], k: int = DEFAULT_K, retriever: Optional[str] = None,
+                 fusion: Optional[str] = None,
                  filter: Optional[Dict[str, Any]] = None, search_kwargs: Optional[Dict[str, Any]] = None, **kwargs):
         super().__init__(**kwargs)
         self.k = check_k(k)
@@ -37,16 +38,16 @@ class RetrRetriever(BaseRetriever):
         return search_options(self.k, self.retriever, self.fusion, self.filter, self.search_kwargs)
 
     @staticmethod
-    def _nodes(hits, retriever: str) -> List[NodeWithScore]:
-        return [NodeWithScore(node=TextNode(id_=h.docid, text=h.text, metadata=hit_metadata(h, retriever),
+    def _nodes(hits) -> List[NodeWithScore]:
+        return [NodeWithScore(node=TextNode(id_=h.docid, text=h.text, metadata=hit_metadata(h),
                                             excluded_llm_metadata_keys=list(RANKING_KEYS),
                                             excluded_embed_metadata_keys=["docid", *RANKING_KEYS]),
                               score=h.score) for h in hits]
 
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         opts = self._options()
-        return self._nodes(run_search(self.index, query_bundle.query_str, opts), opts["retriever"])
+        return self._nodes(run_search(self.index, query_bundle.query_str, opts))
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         opts = self._options()
-        return self._nodes(await arun_search(self.index, query_bundle.query_str, opts), opts["retriever"])
+        return self._nodes(await arun_search(self.index, query_bundle.query_str, opts))

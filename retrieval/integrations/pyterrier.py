@@ -28,7 +28,7 @@ import pyterrier as pt
 
 from retrieval.frames import TEXT_COLUMNS
 from retrieval.integrations import check_k, open_source
-from retrieval.kinds import PRIMARY
+from retrieval.request import RUN_K, SearchRequest
 
 RESULT_COLUMNS = ["docno", "score", "rank"]
 
@@ -39,13 +39,19 @@ class RetrRetriever(pt.Transformer):
     PyTerrier retriever returning each query's top ``k``. ``fusion``, ``filter`` and ``threads`` are
     ``batch_search``'s; ``search_kwargs`` any of its other arguments (``depth``, ``dimsel``, ...)."""
 
-    def __init__(self, index: Union[str, PathLike, Any], retriever: str = PRIMARY, k: int = 1000,
+    def __init__(self, index: Union[str, PathLike, Any], retriever: Optional[str] = None, k: int = RUN_K,
                  fusion: Optional[str] = None, filter: Optional[Dict[str, Any]] = None, text: bool = False,
                  threads: int = 1, search_kwargs: Optional[Dict[str, Any]] = None):
         self.k = check_k(k)
         self.index = open_source(index, "batch_search")
         self.retriever, self.fusion, self.filter = retriever, fusion, filter
         self.text, self.threads, self.search_kwargs = text, threads, dict(search_kwargs or {})
+        # the search options as one request, checked here (a bad one is refused at construction);
+        # batch_search's own arguments (batch_size, quiet, a Client's text_chars) go beside it
+        given = {"k": self.k, "retriever": retriever, "fusion": fusion, "filter": filter, "text": text,
+                 **self.search_kwargs}
+        self._batch_kwargs = {key: given.pop(key) for key in ("batch_size", "quiet", "text_chars") if key in given}
+        self.request = SearchRequest.of(**given)
 
     def __repr__(self) -> str:
         return f"RetrRetriever({self.retriever!r}, k={self.k})"
@@ -67,9 +73,8 @@ class RetrRetriever(pt.Transformer):
         self._validate(inp)
         qcols = self._query_columns(list(inp.columns))
         queries = inp[qcols].drop_duplicates(subset=["qid", "query"])
-        res = self.index.batch_search(queries[["qid", "query"]], k=self.k, retriever=self.retriever,
-                                      fusion=self.fusion, filter=self.filter, threads=self.threads,
-                                      text=self.text, as_frame=True, **self.search_kwargs)
+        res = self.index.batch_search(queries[["qid", "query"]], threads=self.threads, as_frame=True,
+                                      request=self.request, **self._batch_kwargs)
         # joined on the qid as text (batch_search's ids), so the input's qid column keeps its own type
         res = res.drop(columns=["query"]).rename(columns={"qid": "_qid"})
         out = queries.assign(_qid=queries["qid"].map(str)).merge(res, on="_qid", how="inner", sort=False)

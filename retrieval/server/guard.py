@@ -124,6 +124,21 @@ def validate_search(model=None, **fields):
         raise ValueError(validation_message(e.errors())) from None
 
 
+def search_request(body, pipeline=None):
+    """A validated HTTP or MCP search body as the library's :class:`retrieval.request.SearchRequest`
+    (``pipeline``: the pipeline already parsed from it, passed down as run, its fusion spelled out)."""
+    from retrieval.request import DEFAULT_K, SearchRequest
+    from retrieval.server.schemas import prf_options
+
+    get = lambda name, default=False: getattr(body, name, default)  # noqa: E731 (batch, explain bodies lack some)
+    return SearchRequest(k=get("k", DEFAULT_K), retriever=str(pipeline) if pipeline is not None else body.retriever,
+                         fusion=None if pipeline is not None else body.fusion, depth=body.depth,
+                         dimsel=dimsel_options(body.dimsel), filter=body.filter,
+                         prf=prf_options(get("prf", None)), text=get("text", True),
+                         highlight=get("highlight"), ranks=get("ranks"), allow_partial=get("allow_partial"),
+                         per_document=get("per_document"))
+
+
 def check_explanation(size: int, budget: int) -> None:
     """An explanation of ``size`` characters within the response budget, else TooLarge (HTTP and MCP)."""
     if size > budget:
@@ -199,7 +214,10 @@ def describe_index(s, writable: bool) -> Dict[str, Any]:
     subs = {n: {"kind": e.get("kind", ""), "documents": e.get("doc_count"), "config": _scrub(e.get("config", {}))}
             for n, e in m.get("subindexes", {}).items()}
     pipes = {n: p.get("spec", "") for n, p in (m.get("pipelines") or {}).items()}
+    from retrieval.request import default_pipeline
+
     out = {"name": s.name, "documents": count, "generation": gen, "retrievers": subs, "pipelines": pipes,
+           "default_pipeline": default_pipeline(m.get("subindexes", {}), m.get("pipelines") or {}).to_dict(),
            "writable": writable, "created_at": m.get("created_at"), "updated_at": m.get("updated_at"),
            "fields": idx.fields()}
     if shards is not None:

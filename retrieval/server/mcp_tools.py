@@ -15,19 +15,20 @@ from typing import Annotated, Any, Dict, List, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from indexes.errors import RetrError
-from retrieval.kinds import PRIMARY
+from retrieval.types import hit_dict
 from retrieval.server import guard as G
 from retrieval.server import schemas as S
 from retrieval.server.registry import Registry
 
 MAX_DOCID_CHARS = 512  # as schemas.IdsRequest / DocumentIn
-SEARCH_DOC = (f"Search an index. retriever: bm25, dense, deepct or a fused pipeline such as bm25+dense. "
+SEARCH_DOC = (f"Search an index. retriever: bm25, dense, deepct or a fused pipeline such as bm25+dense (unset: the "
+              f"index's default pipeline, its tuned one else every sub-index fused; pipeline_source says which). "
               f"fusion: for a fused pipeline, e.g. rrf(k=60) or combmnz(norm=zscore). depth: candidates per fused "
               f"retriever. dimsel: query-aware dimension selection for dense retrievers, e.g. "
               f"{{\"mode\": \"prf\", \"alpha\": 0.5}}. "
               f"filter: metadata conditions, e.g. {{\"year\": {{\"gte\": 2000}}}}, {{\"shard\": \"odd\"}}, "
               f"{{\"docid\": {{\"in\": [...]}}}}. prf: pseudo-relevance feedback (BM25), e.g. {{\"method\": \"rm3\", "
-              f"\"fb_terms\": 20}} or {{\"method\": \"rocchio\"}}. Returns ranked hits with docid, score, title, text and metadata. "
+              f"\"fb_terms\": 20}} or {{\"method\": \"rocchio\"}}. per_document: one hit per document (its best passage). Returns ranked hits with docid, score, title, text and metadata. "
               f"query: at most {S.MAX_QUERY_CHARS:,} characters; k: 1 to {S.MAX_K:,}; text_chars: each hit's "
               f"text is cut to that many characters (null: the whole text).")
 
@@ -147,17 +148,17 @@ def _add_search_tool(mcp, pick, run, budget: int) -> None:
     async def search(query: Annotated[str, Field(min_length=1, max_length=S.MAX_QUERY_CHARS)],
                      index: Optional[str] = None,
                      k: Annotated[int, Field(ge=1, le=S.MAX_K, description="Hits to return.")] = 10,
-                     retriever: Annotated[str, Field(min_length=1, max_length=S.MAX_SPEC_CHARS)] = PRIMARY,
+                     retriever: Annotated[Optional[str], Field(min_length=1, max_length=S.MAX_SPEC_CHARS)] = None,
                      fusion: Annotated[Optional[str], Field(max_length=S.MAX_SPEC_CHARS)] = None,
                      depth: Annotated[Optional[int], Field(ge=1, le=S.MAX_DEPTH)] = None,
                      dimsel: Optional[Dimsel] = None,
                      filter: Optional[Dict[str, Any]] = None,
                      text_chars: Annotated[Optional[int], Field(ge=0, le=1_000_000)] = 1000,
-                     prf: Optional[S.PrfOptions] = None) -> Dict[str, Any]:
+                     prf: Optional[S.PrfOptions] = None, per_document: bool = False) -> Dict[str, Any]:
         try:
             req = G.validate_search(query=query, k=k, retriever=retriever, fusion=fusion, depth=depth,
                                     dimsel=dimsel.model_dump() if dimsel is not None else None, filter=filter,
-                                    text_chars=text_chars, prf=S.prf_options(prf))
+                                    text_chars=text_chars, prf=S.prf_options(prf), per_document=per_document)
         except ValueError as e:
             raise ToolError(str(e)) from None
         name, s = pick(index)
@@ -166,15 +167,11 @@ def _add_search_tool(mcp, pick, run, budget: int) -> None:
             idx = s.index()
             p = idx.pipeline(req.retriever, req.fusion)
             G.check_planned(1, req.k, True, req.text_chars, budget)
-            hits = idx.search(req.query, k=req.k, retriever=str(p), depth=req.depth,
-                              dimsel=G.dimsel_options(req.dimsel), filter=req.filter,
-                              **({"prf": S.prf_options(req.prf)} if req.prf is not None else {}))
+            hits = idx.search(req.query, request=G.search_request(req, p))
             G.check_hits(hits, True, req.text_chars, budget)
-            return {"index": name, "retriever": str(p), "hits": [
-                {"docid": h.docid, "rank": h.rank, "score": h.score,
-                 "scores": h.scores or {p.retrievers[0]: h.score}, "title": h.title,
-                 "text": h.text if req.text_chars is None else h.text[:req.text_chars], "metadata": h.metadata or {}}
-                for h in hits]}
+            source = "named" if req.retriever is not None else idx.default_pipeline().source
+            return {"index": name, "retriever": str(p), "pipeline_source": source,
+                    "hits": [hit_dict(h, True, req.text_chars) for h in hits]}
         return await run(go)
 
 
@@ -191,7 +188,7 @@ def _add_explain_tool(mcp, pick, run, budget: int) -> None:
     async def explain(query: Annotated[str, Field(min_length=1, max_length=S.MAX_QUERY_CHARS)],
                       docid: Annotated[str, Field(min_length=1, max_length=MAX_DOCID_CHARS)],
                       index: Optional[str] = None,
-                      retriever: Annotated[str, Field(min_length=1, max_length=S.MAX_SPEC_CHARS)] = PRIMARY,
+                      retriever: Annotated[Optional[str], Field(min_length=1, max_length=S.MAX_SPEC_CHARS)] = None,
                       fusion: Annotated[Optional[str], Field(max_length=S.MAX_SPEC_CHARS)] = None,
                       depth: Annotated[Optional[int], Field(ge=1, le=S.MAX_DEPTH)] = None,
                       dimsel: Optional[Dimsel] = None,
@@ -207,8 +204,7 @@ def _add_explain_tool(mcp, pick, run, budget: int) -> None:
         def go():
             idx = s.index()
             p = idx.pipeline(req.retriever, req.fusion)
-            out = idx.explain(req.query, req.docid, retriever=str(p), depth=req.depth,
-                              dimsel=G.dimsel_options(req.dimsel), filter=req.filter)
+            out = idx.explain(req.query, req.docid, request=G.search_request(req, p))
             G.check_explanation(len(json.dumps(out, default=str)), budget)
             return out
         return await run(go)

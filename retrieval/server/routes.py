@@ -26,6 +26,7 @@ from retrieval.server.gate import ApiError
 from retrieval.server.metrics import Metrics
 from retrieval.server.registry import Registry
 from retrieval.server.sharded import partial_results
+from retrieval.types import hit_dict
 
 STREAM_CHUNK = 32                                  # queries searched at a time by batch_search/stream
 HEALTHY = b'{"status":"ok"}'
@@ -80,26 +81,14 @@ def input_message(e: RetrError) -> str:
     return str(e)
 
 
-def _hit(h, single: Optional[str], text: bool, text_chars: Optional[int]) -> Dict[str, Any]:
-    score = float(h.score)
-    d = {"docid": h.docid, "rank": h.rank, "score": score if math.isfinite(score) else 0.0,
-         "scores": dict(h.scores) if h.scores else {single: score}}
-    if text:
-        t = h.text if text_chars is None else h.text[:text_chars]
-        d.update(title=h.title, text=t, metadata=h.metadata if h.metadata is not None else {})
-    else:
-        d.update(title=None, text=None, metadata=None)
-    return d
+def _hit(h, text: bool, text_chars: Optional[int]) -> Dict[str, Any]:
+    return hit_dict(h, text, text_chars)
 
 
-_dimsel = G.dimsel_options  # shared with the MCP search tool
-
-
-def _prf(body) -> Dict[str, Any]:
-    """The request's ``prf`` as Index.search's keyword, given only when set (a sharded index runs it
-    over the whole index: retrieval.sharded.prf)."""
-    prf = S.prf_options(body.prf)
-    return {} if prf is None else {"prf": prf}
+def _source(idx, body) -> str:
+    """Why the request's pipeline ran: ``"named"`` (the request named its retriever), else why the
+    index's default is what it is (:func:`retrieval.request.default_pipeline`)."""
+    return "named" if body.retriever is not None else idx.default_pipeline().source
 
 
 # ---------------------------------------------------------------------- health
@@ -181,18 +170,14 @@ def _search(st: Shared, index: str, body: S.SearchRequest, request: Request):
     request.state.retriever = p.base
     G.check_planned(1, body.k, body.text, body.text_chars, st.budget)
     with partial_results(body.allow_partial) as scope:  # which shards of a sharded index did not answer
-        hits = idx.search(body.query, k=body.k, retriever=str(p), text=body.text, depth=body.depth,
-                          dimsel=_dimsel(body.dimsel), filter=body.filter, ranks=body.ranks, **_prf(body))
+        hits = idx.search(body.query, request=G.search_request(body, p))
     if body.text:  # without text, check_planned already counted every hit
         G.check_hits(hits, body.text, body.text_chars, st.budget)
-    single = None if p.fused else p.retrievers[0]
-    out = [_hit(h, single, body.text, body.text_chars) for h in hits]
-    if body.ranks:
-        for d, h in zip(out, hits):
-            d["ranks"] = h.ranks
+    out = [_hit(h, body.text, body.text_chars) for h in hits]
     if body.highlight:
         _highlights(idx, body, str(p), hits, out)
-    res = {"index": index, "query": body.query, "retriever": str(p), "k": body.k, "hits": out}
+    res = {"index": index, "query": body.query, "retriever": str(p), "pipeline_source": _source(idx, body),
+           "k": body.k, "hits": out}
     if scope.missing:
         res["partial"] = scope.missing
     if not hits:  # conditions are all required: a field no document carries leaves no hit
@@ -253,13 +238,11 @@ def _batch_search(st: Shared, index: str, body: S.BatchSearchRequest, request: R
     qs = _queries(body)
     G.check_planned(len(qs), body.k, body.text, body.text_chars, st.budget)
     with partial_results(body.allow_partial) as scope:
-        res = idx.batch_search(qs, k=body.k, retriever=str(p), text=body.text, depth=body.depth,
-                               dimsel=_dimsel(body.dimsel), filter=body.filter, **_prf(body))
+        res = idx.batch_search(qs, request=G.search_request(body, p))
     if body.text:
         G.check_hits((h for q in qs for h in res.get(q.qid, [])), body.text, body.text_chars, st.budget)
-    single = None if p.fused else p.retrievers[0]
-    out = {"index": index, "retriever": str(p), "k": body.k,
-           "results": [{"qid": q.qid, "hits": [_hit(h, single, body.text, body.text_chars)
+    out = {"index": index, "retriever": str(p), "pipeline_source": _source(idx, body), "k": body.k,
+           "results": [{"qid": q.qid, "hits": [_hit(h, body.text, body.text_chars)
                                               for h in res.get(q.qid, [])]} for q in qs]}
     if scope.missing:
         out["partial"] = scope.missing
@@ -283,18 +266,17 @@ def _stream(st: Shared, index: str, body: S.BatchSearchRequest, request: Request
         qs = _queries(body)
         G.check_planned(1, body.k, body.text, body.text_chars, st.budget)
         parse_filter(body.filter)
-        single = None if p.fused else p.retrievers[0]
 
         def chunk(part):
             with partial_results(body.allow_partial) as scope:  # per chunk: its lines name missing shards
-                res = snap.batch_search(part, k=body.k, retriever=str(p), text=body.text, depth=body.depth,
-                                        dimsel=_dimsel(body.dimsel), filter=body.filter, **_prf(body))
+                res = snap.batch_search(part, request=G.search_request(body, p))
             lines = []
             for q in part:
                 hits = res.get(q.qid, [])
                 if body.text:
                     G.check_hits(hits, body.text, body.text_chars, st.budget)
-                line = {"qid": q.qid, "hits": [_hit(h, single, body.text, body.text_chars) for h in hits]}
+                line = {"qid": q.qid, "retriever": str(p),
+                        "hits": [_hit(h, body.text, body.text_chars) for h in hits]}
                 if scope.missing:
                     line["partial"] = scope.missing
                 lines.append(encode(line) + b"\n")
@@ -341,8 +323,7 @@ def _explain(st: Shared, index: str, body: S.ExplainRequest, request: Request):
     p = idx.pipeline(body.retriever, body.fusion)
     request.state.retriever = p.base
     try:
-        out = idx.explain(body.query, body.docid, retriever=str(p), depth=body.depth, dimsel=_dimsel(body.dimsel),
-                          filter=body.filter)
+        out = idx.explain(body.query, body.docid, request=G.search_request(body, p))
     except NotFound as e:
         raise ApiError(404, clean(input_message(e), st.registry)) from None
     data = encode(out)

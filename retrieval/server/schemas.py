@@ -93,11 +93,17 @@ PARTIAL_DOC = ("A sharded index (retr serve --sharded): when some shard has no l
                "by an index that is not sharded.")
 
 
+SOURCE_DOC = ("Why this pipeline ran: \"named\" (the request named it), else why it is the index's default: "
+              "\"tuned\" (retr tune), \"untuned fusion\" (every sub-index fused) or \"only sub-index\".")
+
+
 class SearchOptions(Strict):
     k: int = Field(10, ge=1, le=MAX_K, strict=True, description="Hits to return.")
-    retriever: str = Field(PRIMARY, min_length=1, max_length=MAX_SPEC_CHARS,
-                           description="A sub-index (bm25, dense, deepct, ...) or a fused pipeline such as "
-                                       "bm25+dense or bm25+dense:rrf(k=60).")
+    retriever: Optional[str] = Field(None, min_length=1, max_length=MAX_SPEC_CHARS,
+                                     description="A sub-index (bm25, dense, deepct, ...) or a fused pipeline such "
+                                                 "as bm25+dense or bm25+dense:rrf(k=60). Unset: the index's "
+                                                 "default pipeline (its tuned one, else the untuned fusion of "
+                                                 "every sub-index it holds; GET /v1/NAME names it).")
     fusion: Optional[str] = Field(None, min_length=1, max_length=MAX_SPEC_CHARS,
                                   description="Fusion for a+b retrievers, e.g. rrf(k=60), combmnz(norm=zscore).")
     depth: Optional[int] = Field(None, ge=1, le=MAX_DEPTH, strict=True, description="Candidates per fused retriever.")
@@ -107,6 +113,9 @@ class SearchOptions(Strict):
                                       description="Cut each hit's text to this many characters.")
     dimsel: Optional[DimselOptions] = None
     prf: Optional[PrfOptions] = None
+    per_document: bool = Field(False, strict=True, description="One hit per document, its best passage (the passages "
+                                                               "of a chunked document share its id in their "
+                                                               "metadata); k documents. Not on a sharded index yet.")
 
     @field_validator("retriever", "fusion")
     @classmethod
@@ -133,8 +142,9 @@ class SearchRequest(SearchOptions):
 class ExplainRequest(Strict):
     query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, description="Query text.")
     docid: str = Field(min_length=1, max_length=512, description="The document to explain.")
-    retriever: str = Field(PRIMARY, min_length=1, max_length=MAX_SPEC_CHARS,
-                           description="A sub-index or a fused pipeline, as search takes it.")
+    retriever: Optional[str] = Field(None, min_length=1, max_length=MAX_SPEC_CHARS,
+                                     description="A sub-index or a fused pipeline, as search takes it (unset: the "
+                                                 "index's default pipeline).")
     fusion: Optional[str] = Field(None, min_length=1, max_length=MAX_SPEC_CHARS,
                                   description="Fusion for a+b retrievers.")
     depth: Optional[int] = Field(None, ge=1, le=MAX_DEPTH, strict=True,
@@ -234,6 +244,7 @@ class SearchResponse(BaseModel):
     index: str
     query: str
     retriever: str = Field(description="The pipeline as run, with its fusion spelled out.")
+    pipeline_source: str = Field(description=SOURCE_DOC)
     k: int
     hits: List[HitOut]
     warnings: Optional[List[str]] = Field(None, description="Only where the filter names metadata fields no "
@@ -251,6 +262,7 @@ class QueryHits(BaseModel):
 class BatchSearchResponse(BaseModel):
     index: str
     retriever: str
+    pipeline_source: str = Field(description=SOURCE_DOC)
     k: int
     results: List[QueryHits]
     warnings: Optional[List[str]] = Field(None, description="Only where the filter names metadata fields no "
@@ -326,6 +338,9 @@ class IndexOut(BaseModel):
     generation: int = Field(0, description="The folder's generation these figures are of (each change makes one).")
     retrievers: Dict[str, SubIndexOut]
     pipelines: Dict[str, str] = Field(default_factory=dict, description="Tuned default fusion per retriever combination.")
+    default_pipeline: Optional[Dict[str, str]] = Field(None, description="What a search that names no retriever runs: "
+                                                                        "spec and source (tuned, untuned fusion, only "
+                                                                        "sub-index).")
     fields: Dict[str, int] = Field(default_factory=dict, description="The metadata fields filters can name, with the "
                                                                     "number of documents carrying each (docid is "
                                                                     "always there).")

@@ -28,7 +28,6 @@ import threading
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
-from retrieval.kinds import PRIMARY
 from retrieval.server.gate import ApiError
 from retrieval.sharded.index import Caller, ShardedIndex, call_each
 
@@ -183,6 +182,9 @@ class ShardedView:
     def pipeline(self, *a, **kw):
         return self._ix.pipeline(*a, **kw)
 
+    def default_pipeline(self):
+        return self._ix.default_pipeline()
+
     def fields(self) -> Dict[str, int]:
         return self._ix.fields()
 
@@ -201,7 +203,8 @@ class ShardedView:
         and the owning shard's parts under the global statistics."""
         return self._ix.explain(*a, **kw)
 
-    def highlight(self, query: str, texts: Sequence[str], retriever: str = PRIMARY, fusion: Optional[str] = None):
+    def highlight(self, query: str, texts: Sequence[str], retriever: Optional[str] = None,
+                  fusion: Optional[str] = None):
         """Any one shard's analysis marks the words (it is the same in every shard)."""
         spec = str(self._ix.pipeline(retriever, fusion))
         return self._served.call_one(0, "highlight", query, list(texts), spec)

@@ -16,7 +16,8 @@ from retrieval.filters import DOCID, parse_filter, unknown_fields_message
 from retrieval.fusion import Pipeline, parse_pipeline
 from retrieval.kinds import PRIMARY
 from retrieval.sharded import merge
-from retrieval.types import Document, Hit, QueriesArg, as_queries
+from retrieval.request import DEFAULT_K, DefaultPipeline, SearchRequest, default_pipeline, request_of
+from retrieval.types import Document, Hit, Hits, QueriesArg, as_queries
 
 DEPTH = 100  # as retrieval.index.DEPTH: candidates per fused member, at least
 
@@ -114,8 +115,12 @@ class ShardedIndex:
     def __len__(self) -> int:
         return sum(self._all("count"))
 
-    def fields(self, fresh: bool = True) -> Dict[str, int]:
-        """The metadata fields of every shard's documents (``fresh=False``: as the last ``describe`` saw them)."""
+    def fields(self) -> Dict[str, int]:
+        """The metadata fields of every shard's documents."""
+        return self._fields(fresh=True)
+
+    def _fields(self, fresh: bool) -> Dict[str, int]:
+        """:meth:`fields` (``fresh=False``: as the last ``describe`` saw them)."""
         out: Dict[str, int] = {}
         for d in (self.describe() if fresh else self._info):
             for f, n in d.get("fields", {}).items():
@@ -127,9 +132,18 @@ class ShardedIndex:
         return {"path": str(self.path) if self.path else None, "sharded": True, "shards": len(infos),
                 "id": infos[0].get("id"), "documents": sum(d["documents"] for d in infos),
                 "generations": [d["generation"] for d in infos], "retrievers": infos[0]["retrievers"],
-                "fields": self.fields()}
+                "default_pipeline": self.default_pipeline().to_dict(), "fields": self.fields()}
 
-    def pipeline(self, retriever: str = PRIMARY, fusion: Optional[str] = None) -> Pipeline:
+    def default_pipeline(self) -> DefaultPipeline:
+        """What a search that names no retriever runs, and why: the shards' (one folder's) default,
+        :func:`retrieval.request.default_pipeline` of their sub-indexes and tuned pipelines."""
+        d = self._info[0]
+        return default_pipeline(d.get("subindexes") or {n: {} for n in d["retrievers"]}, d.get("pipelines", {}))
+
+    def pipeline(self, retriever: Optional[str] = None, fusion: Optional[str] = None) -> Pipeline:
+        """As :meth:`retrieval.index.Index.pipeline` (None: :meth:`default_pipeline`)."""
+        if retriever is None:
+            retriever = self.default_pipeline().spec
         base = retriever.split(":", 1)[0].strip()
         tuned = self._info[0].get("pipelines", {}).get(base, {}).get("spec")
         p = parse_pipeline(retriever, fusion, default=tuned)
@@ -196,80 +210,117 @@ class ShardedIndex:
                 self._prf.pop(n, None)
         return takers
 
+    @property
+    def generation(self) -> int:
+        """The sum of the shards' generations (each change of a shard makes one), as
+        :attr:`ShardedSnapshot.generation` counts them."""
+        return sum(int(d["generation"]) for d in self.describe())
+
+    def refresh(self) -> bool:
+        """Read every shard's description anew (sub-indexes, tuned pipelines, generations); True when
+        some shard moved on since the last. Searches always read the newest commit (:meth:`reading`)."""
+        before = [d["generation"] for d in self._info]
+        return [d["generation"] for d in self.describe()] != before
+
+    def highlight(self, query: str, texts: Sequence[str], retriever: Optional[str] = None,
+                  fusion: Optional[str] = None) -> Optional[List[List[Tuple[int, int]]]]:
+        """:meth:`retrieval.index.Index.highlight` through the first shard (the analysis of a query's
+        words is the same in every shard)."""
+        spec = str(self.pipeline(retriever, fusion))
+        with self.reading():
+            local = getattr(self.shards[0], "index", None)
+            if local is not None:
+                return local.highlight(query, list(texts), retriever=spec)
+            return self._call(self.shards[:1], "highlight", (query, list(texts), spec), {})[0]
+
+    def search_df(self, query: str, k: int = DEFAULT_K, retriever: Optional[str] = None, fusion: Optional[str] = None,
+                  qid: str = "1", text: bool = False, **options):
+        """:meth:`retrieval.index.Index.search_df` across the shards."""
+        from retrieval.frames import search_df
+
+        return search_df(self, query, qid, text, k=k, retriever=retriever, fusion=fusion, **options)
+
     # -- search ----------------------------------------------------------------------------
-    def search(self, query: str, k: int = 10, retriever: str = PRIMARY, fusion: Optional[str] = None,
+    def search(self, query: str, k: int = DEFAULT_K, retriever: Optional[str] = None, fusion: Optional[str] = None,
                text: bool = True, depth: Optional[int] = None, timings: Optional[Dict[str, float]] = None,
-               dimsel=None, filter=None, ranks: bool = False, prf=None) -> List[Hit]:
+               dimsel=None, filter=None, ranks: bool = False, prf=None, per_document: bool = False,
+               request: Optional[SearchRequest] = None) -> Hits:
         """:meth:`retrieval.index.Index.search` across the shards (``prf``: this search's pseudo-relevance
         feedback, run over the whole index: :mod:`retrieval.sharded.prf`)."""
+        req = request_of(request, k=k, retriever=retriever, fusion=fusion, text=text, depth=depth, timings=timings,
+                         dimsel=dimsel, filter=filter, ranks=ranks, prf=prf, per_document=per_document)
         if not isinstance(query, str) or not query.strip():
             raise InputError("query text is empty")
-        hits = self._run([("0", query)], k, retriever, fusion, text, depth, timings, dimsel, filter, ranks,
-                         prf=prf)["0"]
+        hits = self._run([("0", query)], req)["0"]
         for h in hits:
             h.qid = None
         return hits
 
-    def batch_search(self, queries: QueriesArg, qids: Optional[Sequence[str]] = None, k: int = 10,
-                     retriever: str = PRIMARY, fusion: Optional[str] = None, threads: int = 1, text: bool = False,
+    def batch_search(self, queries: QueriesArg, qids: Optional[Sequence[str]] = None, k: int = DEFAULT_K,
+                     retriever: Optional[str] = None, fusion: Optional[str] = None, threads: int = 1, text: bool = False,
                      quiet: bool = True, depth: Optional[int] = None, batch_size: Optional[int] = None,
-                     timings: Optional[Dict[str, float]] = None, dimsel=None, filter=None, prf=None
+                     timings: Optional[Dict[str, float]] = None, dimsel=None, filter=None, as_frame: bool = False,
+                     prf=None, per_document: bool = False, request: Optional[SearchRequest] = None
                      ) -> Dict[str, List[Hit]]:
         """:meth:`retrieval.index.Index.batch_search` across the shards (every form of ``queries``)."""
+        from retrieval.frames import batch_result
+
         qs, k = as_queries(queries, qids, k)
+        req = request_of(request, False, k=k, retriever=retriever, fusion=fusion, text=text, depth=depth,
+                         timings=timings, dimsel=dimsel, filter=filter, prf=prf, per_document=per_document)
         size = batch_size or max(len(qs), 1)
         out: Dict[str, List[Hit]] = {}
         for i in range(0, len(qs), size):
             chunk = [(q.qid, q.text) for q in qs[i:i + size]]
-            out.update(self._run(chunk, k, retriever, fusion, text, depth, timings, dimsel, filter, False, threads,
-                                 prf))
-        return out
+            out.update(self._run(chunk, req.but(ranks=False), threads))
+        return batch_result(out, qs, req.text, as_frame)
 
-    def _run(self, queries: List[Tuple[str, str]], k, retriever, fusion, text, depth, timings, dimsel, filter,
-             ranks, threads: int = 1, prf=None) -> Dict[str, List[Hit]]:
-        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-            raise InputError(f"k must be a positive integer, got {k!r}")
-        _no_document_dimsel(dimsel)
+    def _run(self, queries: List[Tuple[str, str]], req: SearchRequest, threads: int = 1) -> Dict[str, List[Hit]]:
+        if req.per_document:
+            raise InputError("per_document does not apply to a sharded index yet")
+        _no_document_dimsel(req.dimsel)
         from retrieval.sharded.pins import MovedOn
 
         for attempt in range(3):
             try:
                 with self.reading():  # every round reads the same commit of every shard
-                    return self._rounds(queries, k, retriever, fusion, text, depth, timings, dimsel, filter, ranks,
-                                        threads, prf)
+                    return self._rounds(queries, req, threads)
             except MovedOn:  # a replica moved past the commit read (restarted, a commit between): the newest
                 if attempt == 2 or (self._pins is not None and self._pins.gate.inside()):
                     raise
         raise AssertionError("unreachable")
 
-    def _rounds(self, queries: List[Tuple[str, str]], k, retriever, fusion, text, depth, timings, dimsel, filter,
-                ranks, threads, prf=None) -> Dict[str, List[Hit]]:
+    def _rounds(self, queries: List[Tuple[str, str]], req: SearchRequest, threads: int) -> Dict[str, List[Hit]]:
         from retrieval.sharded import prf as fb
 
-        p = self.pipeline(retriever, fusion)
-        feedback = fb.settings(self, p, prf, self._prf)  # {member: Feedback}: expanded by this router
-        self._warn_fields(filter)
-        kk = k if not p.fused else max(k, depth or DEPTH)
+        p = self.pipeline(req.retriever, req.fusion)
+        feedback = fb.settings(self, p, req.prf, self._prf)  # {member: Feedback}: expanded by this router
+        self._warn_fields(req.filter)
+        k, text, timings, ranks = req.k, req.text, req.timings, req.ranks
+        kk = k if not p.fused else max(k, req.depth or DEPTH)
         texts = [t for _, t in queries]
         names = list(p.retrievers)
-        stats, lists, rows = self._lists(p, queries, kk, filter, dimsel, threads, text, timings, feedback)
+        stats, lists, rows = self._lists(p, queries, kk, req, threads, feedback)
         conf = self._confidence(p, texts, {n: [lists[n][q] for q, _ in queries] for n in names}, stats)
         out = {}
         for j, (qid, _t) in enumerate(queries):
-            out[qid] = self._hits(p, {n: lists[n][qid] for n in names}, k, qid, conf and conf[j], ranks)
+            out[qid] = Hits(self._hits(p, {n: lists[n][qid] for n in names}, k, qid, conf and conf[j], ranks),
+                            str(p))
         if text:
             t0 = time.perf_counter()
             self._texts([h for hs in out.values() for h in hs], rows)
             _tick(timings, "text", t0)
         return out
 
-    def _lists(self, p: Pipeline, queries: List[Tuple[str, str]], kk: int, filter, dimsel, threads: int = 1,
-               text: bool = False, timings: Optional[Dict[str, float]] = None, feedback=None):
+    def _lists(self, p: Pipeline, queries: List[Tuple[str, str]], kk: int, req: SearchRequest, threads: int = 1,
+               feedback=None):
         """Rounds 1 to 3 for the members of ``p``: (the global statistics, ``{name: {qid: the merged
         global list of its first kk}}``, the texts the search round sent along or None). ``feedback``:
-        {member: Feedback} expanded by this router (:mod:`retrieval.sharded.prf`)."""
+        {member: Feedback} expanded by this router (:mod:`retrieval.sharded.prf`). Of ``req`` it reads
+        the filter, the dimension selection, ``text`` and ``timings``."""
         from retrieval.sharded import prf as fb
 
+        filter, dimsel, text, timings = req.filter, req.dimsel, req.text, req.timings
         feedback = feedback or {}
         texts = [t for _, t in queries]
         names = list(p.retrievers)
@@ -312,8 +363,8 @@ class ShardedIndex:
         return self._call(self.shards[:1], "confidence", (texts, per, stats, self._options), {})[0]
 
     # -- explain ---------------------------------------------------------------------------
-    def explain(self, query: str, docid: str, retriever: str = PRIMARY, fusion: Optional[str] = None,
-                depth: Optional[int] = None, dimsel=None, filter=None) -> dict:
+    def explain(self, query: str, docid: str, retriever: Optional[str] = None, fusion: Optional[str] = None,
+                depth: Optional[int] = None, dimsel=None, filter=None, request: Optional[SearchRequest] = None) -> dict:
         """:meth:`retrieval.index.Index.explain` across the shards: the same JSON-ready dict one
         folder holding every shard's documents answers. The members' lists are the merged global
         lists (rounds 1 to 3 of a search, ``depth or 100`` deep, the filter applied as a search
@@ -329,18 +380,18 @@ class ShardedIndex:
         from retrieval.kinds import Explained
         from retrieval.sharded.pins import MovedOn
 
+        req = request_of(request, retriever=retriever, fusion=fusion, depth=depth, dimsel=dimsel, filter=filter)
+        depth, dimsel, filter = req.depth, req.dimsel, req.filter
         if not isinstance(query, str) or not query.strip():
             raise InputError("query text is empty")
         _no_document_dimsel(dimsel)
-        p = self.pipeline(retriever, fusion)
+        p = self.pipeline(req.retriever, req.fusion)
         if any(n in self._prf for n in p.retrievers):  # one folder explains its configured expansion; not built here
             from indexes.errors import ParameterError
 
             raise ParameterError("explain is not available on a sharded index whose {_p} is configured with "
                                  "{prf} (pseudo-relevance feedback): configure it off to explain the query as typed",
                                  _p=str(p))
-        if depth is not None and (not isinstance(depth, int) or isinstance(depth, bool) or depth < 1):
-            raise InputError(f"depth must be a positive integer, got {depth!r}")
         if not isinstance(docid, str) or not docid:
             raise NotFound(f"no document {str(docid)[:200]!r} in the index")
         n = depth or DEPTH
@@ -351,7 +402,7 @@ class ShardedIndex:
                 with self.reading():  # every round reads the same commit of every shard
                     if not self._call([owner], "fetch", ([docid],), {})[0]:
                         raise NotFound(f"no document {str(docid)[:200]!r} in the index")
-                    stats, lists, _rows = self._lists(p, [("0", query)], n, filter, dimsel)
+                    stats, lists, _rows = self._lists(p, [("0", query)], n, req.but(text=False))
                     lists = {name: per["0"] for name, per in lists.items()}
                     conf = self._confidence(p, [query], {name: [v] for name, v in lists.items()}, stats)
                     got = self._call([owner], "explain", (query, docid, lists, stats, self._options, filter,
@@ -428,7 +479,8 @@ class ShardedIndex:
     @staticmethod
     def _hits(p: Pipeline, lists, k: int, qid: str, conf, ranks: bool) -> List[Hit]:
         if not p.fused:
-            hits = [Hit(docid=d, score=s, rank=i, qid=qid) for i, (d, s) in enumerate(lists[p.retrievers[0]], 1)]
+            one = p.retrievers[0]
+            hits = [Hit(docid=d, score=s, rank=i, qid=qid, scores={one: s}) for i, (d, s) in enumerate(lists[one], 1)]
         else:
             hits = [Hit(docid=d, score=s, rank=i, qid=qid, scores=raw)
                     for i, (d, s, raw) in enumerate(merge.fuse_lists(p, lists, k, conf), 1)]
@@ -471,7 +523,7 @@ class ShardedIndex:
         def unknown_in(fields):
             return list(dict.fromkeys(f for f, _, _ in flt.conditions if f != DOCID and f not in fields))
 
-        fields = self.fields(fresh=False)
+        fields = self._fields(fresh=False)
         unknown = unknown_in(fields)
         if unknown:  # perhaps added since: ask the shards again
             fields = self.fields()
@@ -651,8 +703,11 @@ class ShardedSnapshot:
     def retrievers(self) -> List[str]:
         return self._ix.retrievers
 
-    def pipeline(self, retriever: str = PRIMARY, fusion: Optional[str] = None) -> Pipeline:
+    def pipeline(self, retriever: Optional[str] = None, fusion: Optional[str] = None) -> Pipeline:
         return self._ix.pipeline(retriever, fusion)
+
+    def default_pipeline(self) -> DefaultPipeline:
+        return self._ix.default_pipeline()
 
     def fields(self) -> Dict[str, int]:
         with self._inside():

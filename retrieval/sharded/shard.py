@@ -124,6 +124,7 @@ class ShardSearcher:
                 "retrievers": {n: self.index.retriever(n).merge_rule for n in self.index.retrievers},
                 "needs_stats": {n: needs_stats(self.index.retriever(n)) for n in self.index.retrievers},
                 "pipelines": {b: dict(v) for b, v in m.get("pipelines", {}).items()},
+                "subindexes": {n: {"alias_of": e.get("alias_of")} for n, e in m.get("subindexes", {}).items()},
                 "fields": self.index.fields(),
                 # the retrievers that take pseudo-relevance feedback, and whether they store the term
                 # vectors it reads (retrieval.sharded.prf)

@@ -125,11 +125,12 @@ def test_match_all_filter_is_the_unfiltered_search(meta_dense_index):
 
 
 def test_id_allow_list_and_batch(meta_dense_index):
-    full = [h.docid for h in meta_dense_index.search(QUERIES[0], k=50, text=False)]
+    full = [h.docid for h in meta_dense_index.search(QUERIES[0], k=50, retriever="bm25", text=False)]
     allow = full[10:50:3] + ["not-a-doc"]
-    got = meta_dense_index.search(QUERIES[0], k=5, filter={"docid": {"in": allow}}, text=False)
+    got = meta_dense_index.search(QUERIES[0], k=5, retriever="bm25", filter={"docid": {"in": allow}},
+                                  text=False)
     assert [h.docid for h in got] == [d for d in full if d in allow][:5]
-    res = meta_dense_index.batch_search(QUERIES, k=10, filter={"shard": "odd"})
+    res = meta_dense_index.batch_search(QUERIES, k=10, retriever="bm25", filter={"shard": "odd"})
     for i, q in enumerate(QUERIES):
         assert [h.docid for h in res[str(i)]] == brute(meta_dense_index, q, 10, {"shard": "odd"})
 

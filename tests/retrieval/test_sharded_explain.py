@@ -70,9 +70,9 @@ def test_bm25_explains_as_one_folder_at_two_and_three_shards(indexes, queries):
     for q in queries:
         for docid in _docs(single, q):
             for depth in (None, 10):
-                want = single.explain(q, docid, depth=depth)
-                assert_same(want, two.explain(q, docid, depth=depth))
-                assert_same(want, three.explain(q, docid, depth=depth))
+                want = single.explain(q, docid, retriever="bm25", depth=depth)
+                assert_same(want, two.explain(q, docid, retriever="bm25", depth=depth))
+                assert_same(want, three.explain(q, docid, retriever="bm25", depth=depth))
                 seen += 1
     assert seen >= 40
     # the global statistics, not a shard's own: N is the whole index's
@@ -118,7 +118,7 @@ def test_a_filter_explains_the_filtered_lists_as_one_folder(indexes, queries, fl
     allowed, refused = [d for d in ranked if d in kept], [d for d in ranked if d not in kept]
     assert len(allowed) >= 5 and refused
     for docid in allowed[:4] + allowed[-1:] + refused[:2]:
-        assert_same(single.explain(q, docid, filter=flt), three.explain(q, docid, filter=flt))
+        assert_same(single.explain(q, docid, retriever="bm25", filter=flt), three.explain(q, docid, filter=flt))
     for docid in allowed[:2] + refused[:1]:
         assert_same(single.explain(q, docid, retriever="bm25+dense", filter=flt),
                     two.explain(q, docid, retriever="bm25+dense", filter=flt))
@@ -178,7 +178,7 @@ def test_http_explain_on_a_sharded_index(indexes, queries, tmp_path):
         for docid in _docs(single, q)[:3]:
             r = s.post("/v1/sh/explain", json={"query": q, "docid": docid, "depth": 20, "filter": {"shard": "odd"}})
             assert r.status_code == 200, r.text
-            assert_same(single.explain(q, docid, depth=20, filter={"shard": "odd"}), r.json())
+            assert_same(single.explain(q, docid, retriever="bm25", depth=20, filter={"shard": "odd"}), r.json())
         r = s.post("/v1/sh/explain", json={"query": q, "docid": "NO-SUCH-DOC"})
         assert r.status_code == 404 and r.json() == {"error": {"status": 404,
                                                                 "message": "no document 'NO-SUCH-DOC' in the index"}}

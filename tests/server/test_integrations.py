@@ -67,7 +67,7 @@ def test_langchain_retriever(over, client, meta_dense_index):
         for d, h in zip(docs, want):
             assert d.metadata["scores"] == pytest.approx(h.scores, rel=1e-5)
         assert all(d.metadata["shard"] == "odd" for d in docs)
-    single = RetrRetriever(index=src, k=3).invoke(Q[0])
+    single = RetrRetriever(index=src, k=3, retriever="bm25").invoke(Q[0])
     assert single[0].metadata["scores"] == {"bm25": single[0].metadata["score"]}
 
 

@@ -1,0 +1,66 @@
+"""The one search surface a folder (:class:`retrieval.index.Index`) and a sharded folder
+(:class:`retrieval.sharded.index.ShardedIndex`) both implement, with the same signatures
+(``tests/retrieval/test_contract.py`` compares them). Code that searches takes a
+:class:`Searcher` and does not ask which one it holds."""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Protocol, Sequence, Tuple, runtime_checkable
+
+from retrieval.fusion import Pipeline
+from retrieval.request import DefaultPipeline, SearchRequest
+from retrieval.types import Document, Hit, Hits, QueriesArg
+
+
+@runtime_checkable
+class Searcher(Protocol):
+    """Search, explain and read one index, whatever it is made of."""
+
+    @property
+    def retrievers(self) -> List[str]: ...
+
+    def __len__(self) -> int: ...
+
+    def info(self) -> dict: ...
+
+    def fields(self) -> Dict[str, int]: ...
+
+    def default_pipeline(self) -> DefaultPipeline: ...
+
+    def pipeline(self, retriever: Optional[str] = None, fusion: Optional[str] = None) -> Pipeline: ...
+
+    def search(self, query: str, k: int = ..., retriever: Optional[str] = None, fusion: Optional[str] = None,
+               text: bool = True, depth: Optional[int] = None, timings: Optional[Dict[str, float]] = None,
+               dimsel=None, filter=None, ranks: bool = False, prf=None, per_document: bool = False,
+               request: Optional[SearchRequest] = None) -> Hits: ...
+
+    def batch_search(self, queries: QueriesArg, qids: Optional[Sequence[str]] = None, k: int = ...,
+                     retriever: Optional[str] = None, fusion: Optional[str] = None, threads: int = 1,
+                     text: bool = False, quiet: bool = True, depth: Optional[int] = None,
+                     batch_size: Optional[int] = None, timings: Optional[Dict[str, float]] = None, dimsel=None,
+                     filter=None, as_frame: bool = False, prf=None, per_document: bool = False,
+                     request: Optional[SearchRequest] = None) -> Dict[str, List[Hit]]: ...
+
+    def search_df(self, query: str, k: int = ..., retriever: Optional[str] = None, fusion: Optional[str] = None,
+                  qid: str = "1", text: bool = False, **options): ...
+
+    def explain(self, query: str, docid: str, retriever: Optional[str] = None, fusion: Optional[str] = None,
+                depth: Optional[int] = None, dimsel=None, filter=None,
+                request: Optional[SearchRequest] = None) -> dict: ...
+
+    def highlight(self, query: str, texts: Sequence[str], retriever: Optional[str] = None,
+                  fusion: Optional[str] = None) -> Optional[List[List[Tuple[int, int]]]]: ...
+
+    def confidences(self, texts: Sequence[str], lists: Dict[str, Sequence[list]]) -> List[dict]: ...
+
+    def get(self, docid: str) -> Optional[Document]: ...
+
+    def snapshot(self): ...
+
+    def refresh(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+#: the methods and properties of :class:`Searcher`, in the order above
+SURFACE = ("retrievers", "__len__", "info", "fields", "default_pipeline", "pipeline", "search", "batch_search",
+           "search_df", "explain", "highlight", "confidences", "get", "snapshot", "refresh", "close")
