@@ -672,20 +672,21 @@ _LONG_LEFT = {
 }
 
 #: the library's functions still taking over MAX_PARAMS parameters ("file:qualified name"); the list only
-#: shrinks. The search paths' (index.py, sharded/, client.py, server/) go when the search options travel as
-#: one request value (issue #44, item 1); the writer's with item 4; the rest are training entry points
-#: and the encoders' constructors
+#: shrinks. Inside the library the search options travel as one SearchRequest; what is left on the search
+#: paths is the public keyword API (search/batch_search of Index, Snapshot, ShardedIndex, the Searcher
+#: protocol, the Client and the MCP tool), each of which builds that request. The rest: the writer's entry
+#: points, training entry points and the encoders' constructors
 _WIDE_LEFT = {
-    "retrieval/client.py:Client._options", "retrieval/client.py:Client.search", "retrieval/client.py:Client.asearch",
+    "retrieval/searcher.py:Searcher.search", "retrieval/searcher.py:Searcher.batch_search",
+    "retrieval/client.py:Client.search", "retrieval/client.py:Client.asearch",
     "retrieval/client.py:Client.batch_search",
-    "retrieval/index.py:Index.search", "retrieval/index.py:Index._search", "retrieval/index.py:Index.batch_search",
-    "retrieval/index.py:Index._batch_search", "retrieval/index.py:Snapshot.search",
+    "retrieval/index.py:Index.search", "retrieval/index.py:Index.batch_search",
+    "retrieval/index.py:Snapshot.search",
     "retrieval/index.py:Snapshot.batch_search",
     "retrieval/server/mcp_tools.py:_add_search_tool.search", "retrieval/server/run.py:serve",
     "retrieval/server/run.py:_run_uvicorn",
     "retrieval/sharded/index.py:ShardedIndex.search", "retrieval/sharded/index.py:ShardedIndex.batch_search",
-    "retrieval/sharded/index.py:ShardedIndex._run", "retrieval/sharded/index.py:ShardedIndex._rounds",
-    "retrieval/sharded/index.py:ShardedIndex._lists", "retrieval/sharded/index.py:ShardedIndex._deep_search",
+    "retrieval/sharded/index.py:ShardedIndex._deep_search",
     "retrieval/sharded/shard.py:ShardSearcher.search", "retrieval/sharded/write.py:build_sharded",
     "retrieval/writer.py:build_index", "retrieval/writer.py:_build_first", "retrieval/writer.py:index_corpus",
     "retrieval/writer.py:_apply", "retrieval/writer.py:add_documents", "retrieval/writer.py:update_documents",
