@@ -495,8 +495,8 @@ def test_the_import_graph_of_retrieval_is_acyclic_with_at_most_9_layers():
     each other without a loop, so every import runs from a higher layer down to a lower one, and the
     stack is at most :data:`MAX_LAYERS` deep. The layers now, bottom up: types, options, progress, models,
     datasets, documents, trainrun, optim; executors, filters, chunking, runs; kinds, collections, the Ray
-    driver; bm25, fusion, frames, quality; index, client, tune; writer, check, deepct; sharded, sync, pairs;
-    the package's ``__init__``, dense, splade; server, integrations."""
+    driver; bm25, fusion, frames, quality, request; index, searcher, client, tune; writer, check, deepct;
+    sharded, sync, pairs; the package's ``__init__``, dense, splade, ops; server, integrations."""
     edges, where = _package_graph()
     loops, layer = _layers(edges)
     assert not loops, [(loop, sorted(x for a in loop for b in loop if (a, b) in where for x in where[a, b]))
