@@ -287,7 +287,7 @@ class Client:
                 out[r["qid"]] = self._hits(r["hits"], r.get("retriever"), r["qid"])
         return batch_result(out, qs, req.text, as_frame)
 
-    def search_df(self, query: str, k: int = 10, retriever: Optional[str] = None, fusion: Optional[str] = None,
+    def search_df(self, query: str, k: int = DEFAULT_K, retriever: Optional[str] = None, fusion: Optional[str] = None,
                   qid: str = "1", text: bool = False, **options):
         """As :meth:`retrieval.index.Index.search_df`: :meth:`search` as a PyTerrier-style DataFrame."""
         return search_df(self, query, qid, text, k=k, retriever=retriever, fusion=fusion, **options)

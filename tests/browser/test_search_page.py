@@ -229,8 +229,11 @@ def test_search_response_shape_is_unchanged_unless_asked(site, meta_dense_index)
         assert h["ranks"] == w.ranks
         assert all(b <= 80 and h["text"][a:b].lower().startswith(("effect", "treat", "cell"))
                    for a, b in h["highlights"]["text"])
-    single = site.post("/v1/hy/search", json={"query": "statins", "k": 2, "ranks": True}).json()
-    assert [h["ranks"] for h in single["hits"]] == [{"bm25": 1}, {"bm25": 2}]
+    single = site.post("/v1/hy/search", json={"query": "statins", "k": 2, "ranks": True, "retriever": "bm25"}).json()
+    assert [h["ranks"] for h in single["hits"]] == [{"bm25": 1}, {"bm25": 2}]  # one retriever: its ranks alone
+    default = site.post("/v1/hy/search", json={"query": "statins", "k": 2, "ranks": True}).json()
+    assert default["pipeline_source"] == "untuned fusion" and all(set(h["ranks"]) == {"bm25", "dense"}
+                                                                   for h in default["hits"])
     doc = site.get("/openapi.json").json()["components"]["schemas"]
     assert {"highlight", "ranks"} <= set(doc["SearchRequest"]["properties"])
     assert {"highlights", "ranks"} <= set(doc["HitOut"]["properties"])
