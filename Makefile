@@ -36,7 +36,7 @@ demo: install
 	$(BIN)/retr index --corpus docs --index $(WORK)/docs --dense --overwrite --quiet
 	@for q in $(DEMO_QUESTIONS); do \
 		echo; echo "Q: $$q"; \
-		$(BIN)/retr search --index $(WORK)/docs --retriever bm25+dense --per-document --k 3 "$$q" || exit 1; \
+		$(BIN)/retr search --index $(WORK)/docs --per-document --k 3 "$$q" || exit 1; \
 	done
 	@echo
 	@if [ -f "$(RETR_DATA)/scifact/corpus.jsonl" ]; then \
