@@ -921,6 +921,25 @@ class _View:
     def retriever(self, name: str):
         return self._index._pick(self._g, name)
 
+    def member(self, name: str, dimsel=None, fused: bool = False) -> Retriever:
+        """The retriever a search of this generation runs for member ``name`` of its pipeline (``dimsel``,
+        ``fused``: as that search; see :meth:`Index.search`): the step a shard's search shares with a folder's."""
+        return self._index._pick(self._g, name, dimsel, fused)
+
+    @property
+    def metadata(self) -> MetadataTable:
+        """This generation's documents and metadata, indexed for filters."""
+        return self._g.metadata
+
+    def allowed(self, filter) -> Optional[Allowed]:
+        """The documents of this generation a filter allows (None: no filter), as :meth:`Index.allowed`."""
+        return self._index._allowed(self._g, filter)
+
+    def filtered(self, r: Retriever, query: str, k: int, allowed: Allowed):
+        """Retriever ``r``'s first ``k`` documents among ``allowed`` in this generation, exactly as a
+        filtered search of the folder reads them."""
+        return self._index._filtered(self._g, r, query, k, allowed)
+
     def pipeline(self, retriever: Optional[str] = None, fusion: Optional[str] = None) -> Pipeline:
         """:meth:`Index.pipeline` as this generation's manifest has it (its tuned defaults)."""
         return self._index._pipeline(self.manifest, retriever, fusion)

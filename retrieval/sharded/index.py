@@ -52,6 +52,50 @@ def _no_document_dimsel(dimsel) -> None:
                              _mode=mode.split("(")[0].strip().lower())
 
 
+class Router:
+    """What the router's rounds read and call, shared by :class:`ShardedIndex`, its documents
+    (:class:`ShardedDocs`) and its feedback rounds (:mod:`retrieval.sharded.prf`): the shards in
+    order, the caller, the commit pins, the options sent with every round and the shards' last
+    ``describe`` answers (``info``)."""
+
+    def __init__(self, shards: List[Any], call: Caller, pins, options: Dict[str, dict]):
+        self.shards, self.caller, self.pins, self.options = shards, call, pins, options
+        self.info: List[dict] = []
+
+    def reading(self):
+        """Hold one commit of every shard for the calls made inside (see :meth:`ShardedIndex.reading`)."""
+        return self.pins.reading() if self.pins is not None else contextlib.nullcontext()
+
+    def call(self, shards: Sequence[Any], method: str, args: tuple, kwargs: dict) -> List[Any]:
+        """``method`` on each of ``shards`` (answers in their order), through the caller."""
+        return self.caller(shards, method, args, kwargs)
+
+    def all(self, method: str, *args, **kwargs) -> List[Any]:
+        """``method`` on every shard, reading one commit."""
+        with self.reading():
+            return self.caller(self.shards, method, args, kwargs)
+
+    def count(self) -> int:
+        """The live documents of every shard."""
+        return sum(self.all("count"))
+
+    def fetch(self, docids: Sequence[str]) -> Dict[str, tuple]:
+        """``{docid: (title, text, metadata)}`` of those of ``docids`` the index holds, each from its own
+        shard (those shards in one call: each is sent every id and answers for its own). Called inside
+        :meth:`reading`."""
+        n = len(self.shards)
+        want: Dict[int, List[str]] = {}
+        for d in dict.fromkeys(docids):
+            want.setdefault(sh.shard_of(d, n), []).append(d)
+        rows: Dict[str, tuple] = {}
+        if want:
+            order = sorted(want)
+            ids = [d for i in order for d in want[i]]
+            for i, got in zip(order, self.caller([self.shards[i] for i in order], "fetch", (ids,), {})):
+                rows.update((d, r) for d, r in got.items() if sh.shard_of(d, n) == i)
+        return rows
+
+
 class ShardedIndex:
     """A sharded index searched as one: ``shards`` in shard order (local
     :class:`~retrieval.sharded.shard.ShardSearcher` objects or remote handles with their methods),
@@ -64,7 +108,6 @@ class ShardedIndex:
             raise InputError("a sharded index needs at least one shard")
         self.shards = list(shards)
         self.path = path
-        self._call = call or call_each
         self._options: Dict[str, dict] = {}
         # pseudo-relevance feedback configured per retriever: run by this router (retrieval.sharded.prf),
         # never set on the shards, whose own expansion would read their own top documents
@@ -73,6 +116,7 @@ class ShardedIndex:
 
         # local shards move to each commit together; remote ones are told the commit (pins.Commits)
         self._pins = pins if pins is not None else Pins.of(path, self.shards)
+        self._router = Router(self.shards, call or call_each, self._pins, self._options)
         self.describe()
 
     @classmethod
@@ -82,15 +126,23 @@ class ShardedIndex:
         _record, shards = open_shards(path)
         return cls(shards, path=Path(path))
 
+    @property
+    def _call(self) -> Caller:
+        """How the rounds call the shards (set: every round, the feedback's and the documents' too)."""
+        return self._router.caller
+
+    @_call.setter
+    def _call(self, call: Caller) -> None:
+        self._router.caller = call
+
     def _all(self, method: str, *args, **kwargs) -> List[Any]:
-        with self.reading():
-            return self._call(self.shards, method, args, kwargs)
+        return self._router.all(method, *args, **kwargs)
 
     def reading(self):
         """Hold one commit of every shard (the newest, see :mod:`retrieval.sharded.pins`) for the calls
         made inside: local shards pinned, remote ones told it (``pins``); remote shards without
         ``pins`` each follow the commit record themselves."""
-        return self._pins.reading() if self._pins is not None else contextlib.nullcontext()
+        return self._router.reading()
 
     def describe(self) -> List[dict]:
         """Every shard's ``describe()``, checked to be the shards of one index, in order."""
@@ -104,7 +156,7 @@ class ShardedIndex:
             if d.get("retrievers") != first.get("retrievers"):
                 raise IndexFormatError(f"shard {i} has the sub-indexes {sorted(d.get('retrievers') or {})}, shard 0 "
                                        f"{sorted(first.get('retrievers') or {})}")
-        self._info = infos
+        self._info = self._router.info = infos
         return infos
 
     # -- introspection ---------------------------------------------------------------------
@@ -113,7 +165,7 @@ class ShardedIndex:
         return list(self._info[0]["retrievers"])
 
     def __len__(self) -> int:
-        return sum(self._all("count"))
+        return self._router.count()
 
     def fields(self) -> Dict[str, int]:
         """The metadata fields of every shard's documents."""
@@ -202,7 +254,7 @@ class ShardedIndex:
         if not takers:
             raise ParameterError("{prf} applies to no retriever of {_p} (its retrievers do not take it)", _p=str(p))
         if setting:
-            check_vectors(self, takers)
+            check_vectors(self._router, takers)
         for n in takers:
             if setting:
                 self._prf[n] = setting
@@ -294,7 +346,7 @@ class ShardedIndex:
         from retrieval.sharded import prf as fb
 
         p = self.pipeline(req.retriever, req.fusion)
-        feedback = fb.settings(self, p, req.prf, self._prf)  # {member: Feedback}: expanded by this router
+        feedback = fb.settings(self._router, p, req.prf, self._prf)  # {member: Feedback}: expanded by this router
         self._warn_fields(req.filter)
         k, text, timings, ranks = req.k, req.text, req.timings, req.ranks
         kk = k if not p.fused else max(k, req.depth or DEPTH)
@@ -346,7 +398,7 @@ class ShardedIndex:
                                          feedback.get(n))
         for n in feedback:
             if n not in deep:
-                expanded, st = fb.expand(self, n, feedback[n], queries, kk, stats[n], threads)
+                expanded, st = fb.expand(self._router, n, feedback[n], queries, kk, stats[n], threads)
                 found = self._all("search", queries, [n], kk, dict(stats, **{n: st}), self._options, filter, dimsel,
                                   threads, expanded={n: expanded})
                 lists.update(merge.merge_all({n: rules[n]}, found, [q for q, _ in queries], kk))
@@ -460,7 +512,7 @@ class ShardedIndex:
         while todo:
             more = {}
             if feedback is not None:
-                expanded, st = fb.expand(self, name, feedback, todo, depth, stats[name], threads)
+                expanded, st = fb.expand(self._router, name, feedback, todo, depth, stats[name], threads)
                 more = {"expanded": {name: expanded}}
                 scoring = dict(stats, **{name: st})
             found = self._all("search", todo, [name], depth, scoring, self._options, filter, dimsel, threads, True,
@@ -492,29 +544,13 @@ class ShardedIndex:
 
     def _texts(self, hits: List[Hit], rows: Optional[Dict[str, tuple]] = None) -> None:
         """Each hit's title, text and metadata: from ``rows`` (sent with the lists), else fetched from
-        the hit's own shard (:meth:`_fetch`)."""
+        the hit's own shard (:meth:`Router.fetch`)."""
         rows = dict(rows or {})
-        rows.update(self._fetch([h.docid for h in hits if h.docid not in rows]))
+        rows.update(self._router.fetch([h.docid for h in hits if h.docid not in rows]))
         for h in hits:
             row = rows.get(h.docid)
             if row is not None:
                 h.title, h.text, h.metadata = row[0], row[1], row[2] or {}
-
-    def _fetch(self, docids: Sequence[str]) -> Dict[str, tuple]:
-        """``{docid: (title, text, metadata)}`` of those of ``docids`` the index holds, each from its own
-        shard (those shards in one call: each is sent every id and answers for its own). Called inside
-        :meth:`reading`."""
-        n = len(self.shards)
-        want: Dict[int, List[str]] = {}
-        for d in dict.fromkeys(docids):
-            want.setdefault(sh.shard_of(d, n), []).append(d)
-        rows: Dict[str, tuple] = {}
-        if want:
-            order = sorted(want)
-            ids = [d for i in order for d in want[i]]
-            for i, got in zip(order, self._call([self.shards[i] for i in order], "fetch", (ids,), {})):
-                rows.update((d, r) for d, r in got.items() if sh.shard_of(d, n) == i)
-        return rows
 
     def _warn_fields(self, filter) -> None:
         flt = parse_filter(filter)
@@ -540,7 +576,7 @@ class ShardedIndex:
     def docstore(self) -> "ShardedDocs":
         """:attr:`retrieval.index.Index.docstore`'s reading for the whole index: rows ``(docid, title,
         text, metadata)`` by id (``get``, ``get_many``), each from its own shard, and ``len``."""
-        return ShardedDocs(self)
+        return ShardedDocs(self._router)
 
     def summary(self) -> dict:
         """The index's description at the commit read now (``GET /v1/NAME`` shows it): ``manifest``
@@ -567,7 +603,7 @@ class ShardedIndex:
         and documents all read that one commit whatever writers commit meanwhile; the index itself moves
         on. Shards in other processes (Ray Serve replicas) keep no old generation for a caller: there
         each call of the snapshot reads the newest commit at that time."""
-        return ShardedSnapshot(self)
+        return ShardedSnapshot(self, self._router)
 
     def hold_commit(self) -> Optional[List[Any]]:
         """Each shard's generation of the newest commit, held (``Index.snapshot()`` of every shard, taken
@@ -606,15 +642,15 @@ class ShardedDocs:
     folder's: rows ``(docid, title, text, metadata)``, each read from its own shard. ``inside``: the
     context every read runs in (a snapshot's hold)."""
 
-    def __init__(self, index: ShardedIndex, inside: Optional[Callable[[], Any]] = None):
-        self._ix = index
+    def __init__(self, router: Router, inside: Optional[Callable[[], Any]] = None):
+        self._router = router
         self._inside = inside or contextlib.nullcontext
 
     def get_many(self, docids) -> Dict[str, tuple]:
         """The rows of those of ``docids`` the index holds, in the order asked (each id once)."""
         ids = list(dict.fromkeys(docids))
-        with self._inside(), self._ix.reading():
-            rows = self._ix._fetch(ids)
+        with self._inside(), self._router.reading():
+            rows = self._router.fetch(ids)
         return {d: (d, *rows[d]) for d in ids if d in rows}
 
     def get(self, docid: str) -> Optional[tuple]:
@@ -622,7 +658,7 @@ class ShardedDocs:
 
     def __len__(self) -> int:
         with self._inside():
-            return len(self._ix)
+            return self._router.count()
 
     def close(self) -> None:
         """Nothing to let go: each shard's store belongs to its shard."""
@@ -634,8 +670,8 @@ class ShardedSnapshot:
     batch_search, explain, get, ``len``, docstore, manifest, generation, close, ``with``), each call
     made through the index with every shard reading its held generation."""
 
-    def __init__(self, index: ShardedIndex):
-        self._ix = index
+    def __init__(self, index: ShardedIndex, router: Router):
+        self._ix, self._router = index, router
         self.path = index.path
         self._held = index.hold_commit()
         self._open = True
@@ -676,7 +712,7 @@ class ShardedSnapshot:
 
     @property
     def docstore(self) -> ShardedDocs:
-        return ShardedDocs(self._ix, self._inside)
+        return ShardedDocs(self._router, self._inside)
 
     def _described(self) -> dict:
         if self._summary is None:

@@ -141,7 +141,7 @@ class ShardSearcher:
             out = {name: s.retriever(name).collection_stats(list(texts)) for name in retrievers}
             allowed = self._allowed(s, filter)
             if allowed is not None:
-                out[ALLOWED] = [len(allowed), len(s._g.metadata)]
+                out[ALLOWED] = [len(allowed), len(s.metadata)]
             return out
 
     def search(self, queries: Sequence[Tuple[str, str]], retrievers: Sequence[str], k: int,
@@ -159,14 +159,13 @@ class ShardSearcher:
         index (:mod:`retrieval.sharded.prf`), searched instead of their texts."""
         self._follow()
         self._configure(options)
-        idx = self.index
         qs = [Query(str(q), str(t)) for q, t in queries]
         stats = stats or {}
         with self._view() as s:
             allowed = self._allowed(s, filter)
             out: Dict[str, Dict[str, Scored]] = {}
             for name in retrievers:
-                r = idx._pick(s._g, name, dimsel, len(retrievers) > 1).with_stats(stats.get(name))
+                r = s.member(name, dimsel, len(retrievers) > 1).with_stats(stats.get(name))
                 if expanded and name in expanded:
                     r = r.expanded({q.qid: (q.text, expanded[name][q.qid]) for q in qs})
                 if allowed is None:
@@ -175,7 +174,7 @@ class ShardSearcher:
                     ranked = r.batch_search(qs, k, threads)
                     res = {q: [(d, x, d in allowed) for d, x in hits] for q, hits in ranked.items()}
                 else:
-                    res = {q.qid: idx._filtered(s._g, r, q.text, k, allowed) for q in qs}
+                    res = {q.qid: s.filtered(r, q.text, k, allowed) for q in qs}
                 out[name] = {q.qid: [(h[0], float(h[1]), *h[2:]) for h in res.get(q.qid, [])] for q in qs}
             if text:
                 ids = {h[0] for lists in out.values() for hits in lists.values() for h in hits}
@@ -207,7 +206,6 @@ class ShardSearcher:
 
         self._follow()
         self._configure(options)
-        idx = self.index
         stats = stats or {}
         with self._view() as s:
             if s.docstore.get(docid) is None:
@@ -215,7 +213,7 @@ class ShardSearcher:
             allowed = self._allowed(s, filter)
             out: Dict[str, Any] = {}
             for name, ranked in lists.items():
-                r = idx._pick(s._g, name, dimsel, fused).with_stats(stats.get(name))
+                r = s.member(name, dimsel, fused).with_stats(stats.get(name))
                 e = r.explain(text, docid, [(h[0], float(h[1])) for h in ranked])
                 out[name] = {"kind": r.kind, "score": e.score, "parts": e.parts, "formula": e.formula,
                              "columns": [list(c) for c in e.columns], "details": e.details, "notes": list(e.notes)}
@@ -306,7 +304,7 @@ class ShardSearcher:
         with warnings.catch_warnings():
             # a field only other shards carry is no mistake here; the router warns for the whole index
             warnings.simplefilter("ignore", FilterWarning)
-            return s._index._allowed(s._g, filter)
+            return s.allowed(filter)
 
 
 def open_shards(path: Union[str, Path], make=None) -> Tuple[dict, List[ShardSearcher]]:
