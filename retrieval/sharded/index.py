@@ -215,6 +215,20 @@ class ShardedIndex:
                              "read or change the shards' records", self.path)
         return out
 
+    def begin_change(self, what: str):
+        """:meth:`retrieval.index.Index.begin_change` for the whole index: the shards' records are read
+        now (what the change is computed from; in-process shards only); ``commit(edit)`` records
+        ``edit(change)`` in every shard as one commit of the sharded index, refused where another
+        writer committed since, and reads the shards' descriptions again."""
+        from indexes.shard_commit import commit_manifests
+
+        read = [ix.manifest for ix in self.local()]
+
+        def commit(edit) -> None:
+            commit_manifests(self.path, edit, based_on=read)
+            self.describe()
+        return commit
+
     def confidences(self, texts: Sequence[str], lists: Dict[str, Sequence[list]]) -> List[dict]:
         """Per text, each retriever's ``(kind, value)`` confidence in its list (``lists``: {name: one
         list per text}) under the index's global statistics, as a fused search weighs them

@@ -39,6 +39,31 @@ def _stat(path: Path) -> Optional[Tuple[int, int, int, int]]:
     return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
 
 
+class ShardReader(Index):
+    """A shard folder's reader: it reads the generation its sharded index committed (``at_least``,
+    or a later one the folder committed alone) and moves only when told (:meth:`pin`), all shards
+    at once (:mod:`retrieval.sharded.pins`); a folder's own :meth:`refresh` leaves it where it is.
+    Searches, snapshots and long-lived reads are a folder's (:class:`retrieval.index.Index`)."""
+
+    def hold(self, at_least: int):
+        """Generation ``at_least`` of this shard folder (or a later one its own manifest names), opened
+        and held but not yet read (``manifest``; ``release()`` lets it go): :meth:`pin` installs it.
+        The sharded index opens every shard's generation this way first, to move all of them at once."""
+        return self._open(at_least)
+
+    def pin(self, at_least: int, held=None) -> None:
+        """Read generation ``at_least`` (see :meth:`hold`; ``held``: that generation, held already) from
+        now on; searches and snapshots running meanwhile finish on the generation they started on."""
+        with self._lock:
+            old = self._current()
+            new = held if held is not None else self._open(at_least)
+            self._at = at_least
+            if new.number == old.number and new.key == old.key:
+                new.release()
+                return
+            self._install(old, new)
+
+
 def committed_at(record: dict, position: int) -> int:
     """The generation the sharded record commits for shard ``position`` (0: whatever the shard's own
     manifest names, for a record without generations)."""
@@ -61,7 +86,7 @@ class ShardSearcher:
         self.path = Path(path)
         self.follows = True
         self._key: Optional[tuple] = None
-        self.index = Index.open(self.path, at_least=None if record is None else committed_at(record, position or 0))
+        self.index = ShardReader.open(self.path, at_least=None if record is None else committed_at(record, position or 0))
         self.record, self.position = record, position
         if record is not None:
             try:
