@@ -79,6 +79,44 @@ class Router:
         """The live documents of every shard."""
         return sum(self.all("count"))
 
+    def hold_commit(self) -> Optional[List[Any]]:
+        """Each shard's generation of the newest commit, held (``Index.snapshot()`` of every shard, taken
+        while no move of the shards can run): what a :class:`ShardedSnapshot` reads through each shard's
+        ``holding``. None where the shards are not in this process."""
+        from retrieval.sharded.shard import ShardSearcher
+
+        if not all(isinstance(s, ShardSearcher) for s in self.shards):
+            return None
+        held: List[Any] = []
+        with self.reading():
+            try:
+                for s in self.shards:
+                    held.append(s.index.snapshot())
+            except BaseException:
+                for v in held:
+                    v.close()
+                raise
+        return held
+
+    def summary(self) -> dict:
+        """The index's description at the commit read now (:class:`ShardedSnapshot`'s ``manifest``, ``generation``, ``shards`` ; ``GET /v1/NAME`` shows it): ``manifest``
+        (``subindexes``: shard 0's entries with the documents of every shard added up; ``pipelines``;
+        the earliest ``created_at`` and latest ``updated_at``), ``generation`` (the sum of the shards':
+        it grows with every change of any shard), ``documents``, and ``shards``: each shard's folder,
+        documents and generation."""
+        with self.reading():
+            parts = self.caller(self.shards, "summary", (), {})
+        first = parts[0]
+        subs = {name: dict(e, doc_count=sum(int(p["subindexes"].get(name, {}).get("doc_count") or 0) for p in parts))
+                for name, e in first["subindexes"].items()}
+        manifest = {"subindexes": subs, "pipelines": first.get("pipelines", {}),
+                    "created_at": min((p["created_at"] for p in parts if p.get("created_at")), default=None),
+                    "updated_at": max((p["updated_at"] for p in parts if p.get("updated_at")), default=None)}
+        return {"manifest": manifest, "generation": sum(int(p["generation"]) for p in parts),
+                "documents": sum(int(p["documents"]) for p in parts),
+                "shards": [{"shard": p["folder"], "documents": p["documents"], "generation": p["generation"]}
+                           for p in parts]}
+
     def fetch(self, docids: Sequence[str]) -> Dict[str, tuple]:
         """``{docid: (title, text, metadata)}`` of those of ``docids`` the index holds, each from its own
         shard (those shards in one call: each is sent every id and answers for its own). Called inside
@@ -592,25 +630,6 @@ class ShardedIndex:
         text, metadata)`` by id (``get``, ``get_many``), each from its own shard, and ``len``."""
         return ShardedDocs(self._router)
 
-    def summary(self) -> dict:
-        """The index's description at the commit read now (``GET /v1/NAME`` shows it): ``manifest``
-        (``subindexes``: shard 0's entries with the documents of every shard added up; ``pipelines``;
-        the earliest ``created_at`` and latest ``updated_at``), ``generation`` (the sum of the shards':
-        it grows with every change of any shard), ``documents``, and ``shards``: each shard's folder,
-        documents and generation."""
-        with self.reading():
-            parts = self._call(self.shards, "summary", (), {})
-        first = parts[0]
-        subs = {name: dict(e, doc_count=sum(int(p["subindexes"].get(name, {}).get("doc_count") or 0) for p in parts))
-                for name, e in first["subindexes"].items()}
-        manifest = {"subindexes": subs, "pipelines": first.get("pipelines", {}),
-                    "created_at": min((p["created_at"] for p in parts if p.get("created_at")), default=None),
-                    "updated_at": max((p["updated_at"] for p in parts if p.get("updated_at")), default=None)}
-        return {"manifest": manifest, "generation": sum(int(p["generation"]) for p in parts),
-                "documents": sum(int(p["documents"]) for p in parts),
-                "shards": [{"shard": p["folder"], "documents": p["documents"], "generation": p["generation"]}
-                           for p in parts]}
-
     def snapshot(self) -> "ShardedSnapshot":
         """:meth:`retrieval.index.Index.snapshot` for the whole index: the newest commit of every shard,
         held until the snapshot is closed (``with ix.snapshot() as s``), so that its searches, counts
@@ -618,25 +637,6 @@ class ShardedIndex:
         on. Shards in other processes (Ray Serve replicas) keep no old generation for a caller: there
         each call of the snapshot reads the newest commit at that time."""
         return ShardedSnapshot(self, self._router)
-
-    def hold_commit(self) -> Optional[List[Any]]:
-        """Each shard's generation of the newest commit, held (``Index.snapshot()`` of every shard, taken
-        while no move of the shards can run): what :class:`ShardedSnapshot` reads through each shard's
-        ``holding``. None where the shards are not in this process."""
-        from retrieval.sharded.shard import ShardSearcher
-
-        if not all(isinstance(s, ShardSearcher) for s in self.shards):
-            return None
-        held: List[Any] = []
-        with self.reading():
-            try:
-                for s in self.shards:
-                    held.append(s.index.snapshot())
-            except BaseException:
-                for v in held:
-                    v.close()
-                raise
-        return held
 
     def close(self) -> None:
         for s in self.shards:
@@ -687,7 +687,7 @@ class ShardedSnapshot:
     def __init__(self, index: ShardedIndex, router: Router):
         self._ix, self._router = index, router
         self.path = index.path
-        self._held = index.hold_commit()
+        self._held = router.hold_commit()
         self._open = True
         self._summary: Optional[dict] = None
 
@@ -731,12 +731,12 @@ class ShardedSnapshot:
     def _described(self) -> dict:
         if self._summary is None:
             with self._inside():
-                self._summary = self._ix.summary()
+                self._summary = self._router.summary()
         return self._summary
 
     @property
     def manifest(self) -> dict:
-        """:meth:`ShardedIndex.summary`'s ``manifest`` of this commit."""
+        """:meth:`Router.summary`'s ``manifest`` of this commit."""
         return self._described()["manifest"]
 
     @property

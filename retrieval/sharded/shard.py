@@ -296,7 +296,7 @@ class ShardSearcher:
             return len(s)
 
     def summary(self) -> Dict[str, Any]:
-        """This shard's part of a sharded index's description (:meth:`ShardedIndex.summary`): its
+        """This shard's part of a sharded index's description (:meth:`retrieval.sharded.index.Router.summary`): its
         generation, live documents, sub-index entries (kind, documents, config), tuned pipelines and
         its manifest's times."""
         self._follow()
