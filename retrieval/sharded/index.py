@@ -326,6 +326,11 @@ class ShardedIndex:
         before = [d["generation"] for d in self._info]
         return [d["generation"] for d in self.describe()] != before
 
+    def follow(self) -> bool:
+        """:meth:`retrieval.index.Index.follow` for a long-lived reader: every call already reads the newest
+        commit (:meth:`reading`); this reads the shards' descriptions anew, as :meth:`refresh`."""
+        return self.refresh()
+
     def highlight(self, query: str, texts: Sequence[str], retriever: Optional[str] = None,
                   fusion: Optional[str] = None) -> Optional[List[List[Tuple[int, int]]]]:
         """:meth:`retrieval.index.Index.highlight` through the first shard (the analysis of a query's
@@ -604,18 +609,30 @@ class ShardedIndex:
             if row is not None:
                 h.title, h.text, h.metadata = row[0], row[1], row[2] or {}
 
-    def _warn_fields(self, filter) -> None:
+    def unknown_fields(self, filter) -> List[str]:
+        """:meth:`retrieval.index.Index.unknown_fields` for the whole index: the fields of ``filter`` that no
+        shard's documents carry, in the filter's order."""
+        return self._unknown(filter, fresh=True)[0]
+
+    def _unknown(self, filter, fresh: bool) -> Tuple[List[str], Dict[str, int]]:
+        """(the fields of ``filter`` no document carries, every field): ``fresh=False`` reads the last
+        ``describe``'s fields first and asks the shards again only where one is unknown there."""
         flt = parse_filter(filter)
         if flt is None:
-            return
+            return [], {}
+
         def unknown_in(fields):
             return list(dict.fromkeys(f for f, _, _ in flt.conditions if f != DOCID and f not in fields))
 
-        fields = self._fields(fresh=False)
+        fields = self._fields(fresh=fresh)
         unknown = unknown_in(fields)
-        if unknown:  # perhaps added since: ask the shards again
+        if unknown and not fresh:  # perhaps added since: ask the shards again
             fields = self.fields()
             unknown = unknown_in(fields)
+        return unknown, fields
+
+    def _warn_fields(self, filter) -> None:
+        unknown, fields = self._unknown(filter, fresh=False)
         if unknown:
             warnings.warn(unknown_fields_message(unknown, fields), FilterWarning, stacklevel=4)
 
