@@ -263,7 +263,8 @@ class Index:
 
     def _open(self, at_least: Optional[int] = None) -> _Generation:
         """Generation ``at_least`` of this folder (or a later one its own manifest names; None: the newest),
-        opened and held but not yet read (a pinned reader, :class:`retrieval.sharded.shard.ShardReader`, installs it)."""
+        opened and held but not yet read (a pinned reader, :class:`retrieval.sharded.shard.ShardReader`,
+        installs it)."""
         return _open_generation(self.path, at_least)
 
     def local(self) -> List["Index"]:

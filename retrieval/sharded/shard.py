@@ -86,7 +86,8 @@ class ShardSearcher:
         self.path = Path(path)
         self.follows = True
         self._key: Optional[tuple] = None
-        self.index = ShardReader.open(self.path, at_least=None if record is None else committed_at(record, position or 0))
+        at = None if record is None else committed_at(record, position or 0)
+        self.index = ShardReader.open(self.path, at_least=at)
         self.record, self.position = record, position
         if record is not None:
             try:
