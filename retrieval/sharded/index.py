@@ -101,7 +101,8 @@ class Router:
     def summary(self) -> dict:
         """The index's description at the commit read now (what a :class:`ShardedSnapshot` answers as its
         ``manifest``, ``generation`` and ``shards``; ``GET /v1/NAME`` shows it): ``manifest``
-        (``subindexes``: shard 0's entries with the documents of every shard added up; ``pipelines``; the earliest ``created_at`` and latest ``updated_at``), ``generation`` (the sum of the shards':
+        (``subindexes``: shard 0's entries with the documents of every shard added up; ``pipelines``;
+        the earliest ``created_at`` and latest ``updated_at``), ``generation`` (the sum of the shards':
         it grows with every change of any shard), ``documents``, and ``shards``: each shard's folder,
         documents and generation."""
         with self.reading():
