@@ -15,7 +15,6 @@ import random
 import time
 from typing import Dict, List, Optional, Sequence
 
-from indexes import folder
 from indexes import manifest as mf
 from indexes.errors import InputError, ParameterError
 from retrieval.datasets.qrels import looks_like_test  # noqa: F401 (also importable from here)
@@ -52,12 +51,7 @@ def tune(index, queries: Sequence[Query], qrels: Dict[str, Dict[str, int]], retr
                          "(or cross-validate on them: retr tune --folds 2)", qrels_path)
     p, qs, qrels = _judged(index, retriever, queries, qrels)
     t0 = time.perf_counter()
-    sharded = _is_sharded(index)
-    if save and not sharded:
-        from indexes.sharded import refuse_one_shard
-
-        refuse_one_shard(index.manifest, index.path, "tune")
-    shards_read = [ix.manifest for ix in index.local()] if sharded and save else None  # what the runs read
+    commit = index.begin_change("tune") if save else None  # (what the runs read, refused on a lone shard)
     lists, conf = member_runs(index, p.retrievers, qs, depth, threads)
     qids = [q.qid for q in qs]
     best, best_value, scores = best_fusion(lists, conf, qrels, qids, metric, depth, quiet=quiet)
@@ -72,14 +66,7 @@ def tune(index, queries: Sequence[Query], qrels: Dict[str, Dict[str, int]], retr
         def edit(ch) -> None:
             ch.new.setdefault("pipelines", {})[p.base] = report
 
-        if sharded:  # every shard records it, one commit of the sharded index
-            from indexes.shard_commit import commit_manifests
-
-            commit_manifests(index.path, edit, based_on=shards_read)
-            index.describe()
-        else:
-            folder.commit_manifest(index.path, edit, based_on=index.manifest)
-            index.refresh()
+        commit(edit)  # a folder: one generation; a sharded index: every shard, one commit
     return report
 
 
@@ -169,12 +156,3 @@ def _judged(index, retriever: str, queries: Sequence[Query], qrels):
     if not qs:
         raise InputError("none of the queries has judgments in the tuning qrels")
     return p, qs, {q.qid: qrels[q.qid] for q in qs}
-
-
-def _is_sharded(index) -> bool:
-    """Whether ``index`` reads a sharded index: its folder is one (:func:`indexes.sharded.is_sharded`), or it
-    has no folder (its shards are remote)."""
-    from indexes.sharded import is_sharded
-
-    return index.path is None or is_sharded(index.path)
-
