@@ -687,8 +687,6 @@ _WIDE_LEFT = {
     "retrieval/writer.py:build_index", "retrieval/writer.py:index_corpus",
     "retrieval/dense/encoder.py:DenseEncoder.__init__", "retrieval/dense/dimsel/search.py:DimSel.__init__",
     "retrieval/dense/subindex.py:build_dense",
-    "indexes/faiss_index.py:FaissIndex.build", "indexes/lucene.py:run_indexer", "indexes/lucene.py:_index_and_merge",
-    "indexes/lucene.py:build_lucene",
     "retrieval/tune.py:tune", "retrieval/tune.py:cross_validate", "retrieval/pairs.py:training_examples",
     "retrieval/dense/training.py:train", "retrieval/splade/train.py:train", "retrieval/deepct/train.py:train_deepct",
     "retrieval/deepct/train.py:_card", "retrieval/dense/masking.py:rom_mask",
