@@ -687,10 +687,7 @@ _WIDE_LEFT = {
     "retrieval/writer.py:build_index", "retrieval/writer.py:index_corpus",
     "retrieval/dense/encoder.py:DenseEncoder.__init__", "retrieval/dense/dimsel/search.py:DimSel.__init__",
     "retrieval/dense/subindex.py:build_dense",
-    "retrieval/tune.py:tune", "retrieval/tune.py:cross_validate", "retrieval/pairs.py:training_examples",
-    "retrieval/dense/training.py:train", "retrieval/splade/train.py:train", "retrieval/deepct/train.py:train_deepct",
-    "retrieval/deepct/train.py:_card", "retrieval/dense/masking.py:rom_mask",
-    "retrieval/dense/mlm.py:Pretrainer.__init__",
+    "retrieval/tune.py:tune", "retrieval/tune.py:cross_validate", "retrieval/dense/mlm.py:Pretrainer.__init__",
     "retrieval/dense/sts.py:evaluate", "retrieval/quality/learned.py:train_head",
 }
 
