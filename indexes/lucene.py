@@ -114,7 +114,7 @@ def _indexing(fn: str, how: Optional[Indexing], options: Dict[str, Any]) -> Inde
     return replace(how or Indexing(), **options)
 
 
-def run_indexer(input_dir: Path, index_dir: Path, how: Optional[Indexing] = None, *, append: bool = False,
+def run_indexer(input_dir: Path, index_dir: Path, *, how: Optional[Indexing] = None, append: bool = False,
                 meanwhile: Optional[Callable[[], None]] = None, expected: Optional[int] = None,
                 **options: Any) -> float:
     """Run Anserini IndexCollection in a child JVM; returns wall seconds.
@@ -166,7 +166,7 @@ def _index_and_merge(input_dir: Path, index_dir: Path, how: Indexing, meanwhile:
         raise RetrError(f"{index_dir}: no Lucene index to add documents to")
     before = doc_count(index_dir) if expected is not None else 0
     with tempfile.TemporaryDirectory(prefix=f".{index_dir.name}.new-", dir=index_dir.parent) as fresh:
-        dt = run_indexer(input_dir, Path(fresh), how, append=False, meanwhile=meanwhile, expected=expected)
+        dt = run_indexer(input_dir, Path(fresh), how=how, append=False, meanwhile=meanwhile, expected=expected)
         t0 = time.perf_counter()
         held = merge_into(index_dir, [Path(fresh)])
     if expected is not None and held != before + expected:
@@ -391,7 +391,7 @@ def merge_into(index_dir: Path, sources: Sequence[Path]) -> int:
     return change_index(index_dir, add_from=sources)
 
 
-def build_lucene(docs: Iterable[Tuple[str, object]], index_dir: Path, how: Optional[Indexing] = None, *,
+def build_lucene(docs: Iterable[Tuple[str, object]], index_dir: Path, *, how: Optional[Indexing] = None,
                  append: bool = False, meanwhile: Optional[Callable[[], None]] = None, **options: Any
                  ) -> Dict[str, object]:
     """Index ``(docid, contents)`` pairs, or ``(docid, {term: int})`` with ``impact``
@@ -418,7 +418,7 @@ def build_lucene(docs: Iterable[Tuple[str, object]], index_dir: Path, how: Optio
         finally:
             w.close()
         indexed = w.count - w.empty
-        seconds = run_indexer(Path(tmp), Path(index_dir), how, append=append, meanwhile=meanwhile, expected=indexed)
+        seconds = run_indexer(Path(tmp), Path(index_dir), how=how, append=append, meanwhile=meanwhile, expected=indexed)
     return {"doc_count": w.count, "empty": w.empty, "indexed": indexed, "seconds": seconds}
 
 

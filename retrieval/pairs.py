@@ -107,7 +107,7 @@ class Mining:
 
 
 def training_examples(index, queries: Sequence[Query], qrels: Mapping[str, Mapping[str, int]],
-                      mining: Optional[Mining] = None, *, qrels_path: Optional[str] = None,
+                      *, mining: Optional[Mining] = None, qrels_path: Optional[str] = None,
                       allow_test: bool = False, **options: Any) -> Tuple[List[Example], dict]:
     """Examples for contrastive training (see the module's notes) and a report: ``queries_used``,
     ``queries_skipped`` (judged, but no relevant document in the folder), ``examples``,
@@ -120,7 +120,8 @@ def training_examples(index, queries: Sequence[Query], qrels: Mapping[str, Mappi
     if bad:
         raise TypeError(f"training_examples() got an unexpected keyword argument {bad[0]!r}")
     m = replace(mining or Mining(), **options)
-    negatives, depth, retriever, min_rel, seed, threads = m.negatives, m.depth, m.retriever, m.min_rel, m.seed, m.threads
+    negatives, depth, retriever, min_rel, seed = m.negatives, m.depth, m.retriever, m.min_rel, m.seed
+    threads = m.threads
     if qrels_path and looks_like_test(qrels_path) and not allow_test:
         raise InputError("refusing to train on what looks like test qrels; train on a train/dev split", qrels_path)
     _check_parameters(negatives, depth, min_rel)

@@ -686,7 +686,6 @@ _WIDE_LEFT = {
     # the writer's public builds: documented keywords users pass by name
     "retrieval/writer.py:build_index", "retrieval/writer.py:index_corpus",
     "retrieval/dense/encoder.py:DenseEncoder.__init__", "retrieval/dense/dimsel/search.py:DimSel.__init__",
-    "retrieval/tune.py:tune", "retrieval/tune.py:cross_validate",
     "retrieval/dense/sts.py:evaluate", "retrieval/quality/learned.py:train_head",
 }
 
