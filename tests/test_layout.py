@@ -684,7 +684,7 @@ _WIDE_LEFT = {
     "retrieval/sharded/shard.py:ShardSearcher.search", "retrieval/sharded/write.py:build_sharded",
     # the writer's public builds: documented keywords users pass by name
     "retrieval/writer.py:build_index", "retrieval/writer.py:index_corpus",
-    "retrieval/dense/encoder.py:DenseEncoder.__init__", "retrieval/dense/dimsel/search.py:DimSel.__init__",
+    "retrieval/dense/encoder.py:DenseEncoder.__init__",
     "retrieval/dense/sts.py:evaluate", "retrieval/quality/learned.py:train_head",
 }
 
