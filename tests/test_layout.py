@@ -681,7 +681,7 @@ _WIDE_LEFT = {
     "retrieval/server/mcp_tools.py:_add_search_tool.search",
     "retrieval/sharded/index.py:ShardedIndex.search", "retrieval/sharded/index.py:ShardedIndex.batch_search",
     "retrieval/sharded/index.py:ShardedIndex._deep_search",
-    "retrieval/sharded/shard.py:ShardSearcher.search", "retrieval/sharded/write.py:build_sharded",
+    "retrieval/sharded/shard.py:ShardSearcher.search",
     # the writer's public builds: documented keywords users pass by name
     "retrieval/writer.py:build_index", "retrieval/writer.py:index_corpus",
     "retrieval/dense/encoder.py:DenseEncoder.__init__",

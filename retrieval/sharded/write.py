@@ -99,9 +99,8 @@ def _split(docs: Iterable[Document], n: int) -> List[List[Document]]:
 
 
 def build_sharded(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[str, Path], shards: int, *,
-                  subindexes: Optional[Mapping[str, Any]] = None, threads: int = 2, overwrite: bool = False,
-                  empty: str = "error", quiet: bool = False, executor=None, precomputed: Optional[dict] = None,
-                  report: Optional[dict] = None):
+                  subindexes: Optional[Mapping[str, Any]] = None, overwrite: bool = False,
+                  report: Optional[dict] = None, **options: Any):
     """Build a sharded index: ``shards`` ordinary folders (each :func:`retrieval.writer.build_index`
     of the documents routed to it, with the same ``subindexes``) and the sharded manifest, staged
     beside ``index_dir`` and moved into place when every shard is built. Returns the opened
@@ -114,9 +113,16 @@ def build_sharded(corpus: Union[str, Path, Iterable[Document]], index_dir: Union
     Replacing a sharded index (``overwrite``) holds its writer lock from the start of the build to the
     switch, one atomic exchange of the folders (:func:`_swap`); its shards' generations start after
     the old ones'. ``report`` gets ``record``: the sharded manifest this build committed (later writers
-    may have committed after it by the time this returns)."""
+    may have committed after it by the time this returns). ``**options``: how each shard is built,
+    :func:`retrieval.writer.build_index`'s ``threads`` (default 2), ``empty`` ("error"), ``quiet``
+    (False), ``executor`` (None), ``precomputed`` (None); another keyword is a TypeError naming it."""
     from retrieval.sharded.index import ShardedIndex
 
+    bad = sorted(set(options) - {"threads", "empty", "quiet", "executor", "precomputed"})
+    if bad:
+        raise TypeError(f"build_sharded() got an unexpected keyword argument {bad[0]!r}")
+    run = _Run(**options)
+    empty, quiet = run.empty, run.quiet
     index_dir = Path(index_dir)
     record = sh.new_record(shards)
     _may_write(index_dir, overwrite)
@@ -132,7 +138,6 @@ def build_sharded(corpus: Union[str, Path, Iterable[Document]], index_dir: Union
         shutil.rmtree(stage, ignore_errors=True)
         stage.mkdir(parents=True)
         try:
-            run = _Run(threads=threads, empty=empty, quiet=quiet, executor=executor, precomputed=precomputed)
             committed = _build_shards(stage, docs, parts, record, first, subindexes, run)
             _swap(stage, index_dir, replacing)
         except BaseException:

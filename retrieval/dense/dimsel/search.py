@@ -50,14 +50,14 @@ class DimSel(RetrieverBase):
     """
 
     kind = "dense"
-    OPTIONS = {"adaptive": False, "threshold": None, "oracle_beta": 1.0, "oracle_neg_k": 10}
+    _OPTIONS = {"adaptive": False, "threshold": None, "oracle_beta": 1.0, "oracle_neg_k": 10}
 
     def __init__(self, dense, mode: str = "none", alpha: Optional[float] = None, prf_k: int = 5,
                  selector: Union[None, str, Path, Selector] = None, qrels=None, **options):
-        bad = [k for k in options if k not in self.OPTIONS]
+        bad = [k for k in options if k not in self._OPTIONS]
         if bad:
             raise TypeError(f"DimSel.__init__() got an unexpected keyword argument {bad[0]!r}")
-        o = {**self.OPTIONS, **options}
+        o = {**self._OPTIONS, **options}
         adaptive, threshold = o["adaptive"], o["threshold"]
         oracle_beta, oracle_neg_k = o["oracle_beta"], o["oracle_neg_k"]
         if mode not in MODES:
