@@ -669,8 +669,9 @@ _LONG_LEFT: set = set()
 #: the library's functions still taking over MAX_PARAMS parameters ("file:qualified name"); the list only
 #: shrinks. Inside the library the search options travel as one SearchRequest; what is left on the search
 #: paths is the public keyword API (search/batch_search of Index, Snapshot, ShardedIndex, the Searcher
-#: protocol, the Client and the MCP tool), each of which builds that request. The rest: the writer's entry
-#: points, training entry points and the encoders' constructors
+#: protocol, the Client and the MCP tool), each of which builds that request. Elsewhere options travel as
+#: small frozen dataclasses (writer._First/_Stages, lucene.Indexing, trainrun.RunOptions, pairs.Mining,
+#: tune.Tuning, server.run.Serving); the rest are public keyword APIs, each with its reason below
 _WIDE_LEFT = {
     "retrieval/searcher.py:Searcher.search", "retrieval/searcher.py:Searcher.batch_search",
     "retrieval/client.py:Client.search", "retrieval/client.py:Client.asearch",
@@ -682,9 +683,12 @@ _WIDE_LEFT = {
     "retrieval/sharded/index.py:ShardedIndex.search", "retrieval/sharded/index.py:ShardedIndex.batch_search",
     "retrieval/sharded/index.py:ShardedIndex._deep_search",
     "retrieval/sharded/shard.py:ShardSearcher.search",
-    # the writer's public builds: documented keywords users pass by name
+    # the library's front door (retrieval.build_index, index_corpus): every keyword documented and passed by
+    # name; folding them into **options would hide them from help() and editors
     "retrieval/writer.py:build_index", "retrieval/writer.py:index_corpus",
+    # a public constructor whose keywords are the encoder's documented settings (the onnx work's module)
     "retrieval/dense/encoder.py:DenseEncoder.__init__",
+    # STS evaluation and the quality head's trainer: public keyword APIs of benchmarks and `retr quality train`
     "retrieval/dense/sts.py:evaluate", "retrieval/quality/learned.py:train_head",
 }
 
