@@ -13,7 +13,8 @@ from __future__ import annotations
 import itertools
 import random
 import time
-from typing import Dict, List, Optional, Sequence
+from dataclasses import dataclass, fields, replace
+from typing import Any, Dict, List, Optional, Sequence
 
 from indexes import manifest as mf
 from indexes.errors import InputError, ParameterError
@@ -39,13 +40,14 @@ def candidates(names: Sequence[str], step: float = 0.1) -> List[Fusion]:
     return out
 
 
-def tune(index, queries: Sequence[Query], qrels: Dict[str, Dict[str, int]], retriever: str = "bm25+dense",
-         metric: str = "nDCG@10", depth: int = 1000, threads: int = 2, qrels_path: Optional[str] = None,
-         allow_test: bool = False, save: bool = True, quiet: bool = False) -> dict:
+def tune(index, queries: Sequence[Query], qrels: Dict[str, Dict[str, int]], *, how: Optional[Tuning] = None,
+         qrels_path: Optional[str] = None, allow_test: bool = False, save: bool = True, **options: Any) -> dict:
     """Choose the fusion of ``retriever`` (e.g. ``bm25+dense``) that maximises
     ``metric`` on ``queries``/``qrels`` (training data). Returns a report. ``index``: a folder's
     :class:`~retrieval.index.Index`, or a sharded index (its search runs the members, and the
-    choice is stored in every shard as one commit)."""
+    choice is stored in every shard as one commit). ``how`` (:class:`Tuning`), or its fields as
+    keywords (``**options``: ``retriever``, ``metric``, ``depth``, ``threads``, ``quiet``)."""
+    retriever, metric, depth, threads, quiet = _tuning("tune", how, options)
     if qrels_path and looks_like_test(qrels_path) and not allow_test:
         raise InputError("refusing to tune on what looks like test qrels; tune on a train/dev split "
                          "(or cross-validate on them: retr tune --folds 2)", qrels_path)
@@ -70,14 +72,15 @@ def tune(index, queries: Sequence[Query], qrels: Dict[str, Dict[str, int]], retr
     return report
 
 
-def cross_validate(index, queries: Sequence[Query], qrels: Dict[str, Dict[str, int]], folds: int,
-                   retriever: str = "bm25+dense", metric: str = "nDCG@10", depth: int = 1000, threads: int = 2,
-                   seed: int = 0, quiet: bool = False) -> dict:
+def cross_validate(index, queries: Sequence[Query], qrels: Dict[str, Dict[str, int]], folds: int, *,
+                   how: Optional[Tuning] = None, seed: int = 0, **options: Any) -> dict:
     """Estimate what tuning ``retriever``'s fusion gives on a collection that has only test
     judgments (Cranfield, Vaswani): the judged queries are shuffled (``seed``) into ``folds``
     folds; for each, the fusion is chosen on the other folds' queries and scored on its own.
     Stores nothing (every choice was made on test queries). Returns a report with each fold
-    and ``value``, ``metric`` over all the queries, each scored by the fusion chosen without it."""
+    and ``value``, ``metric`` over all the queries, each scored by the fusion chosen without it.
+    ``how``/``**options``: as :func:`tune` takes them."""
+    retriever, metric, depth, threads, quiet = _tuning("cross_validate", how, options)
     p, qs, qrels = _judged(index, retriever, queries, qrels)
     if not 2 <= folds <= len(qs):
         raise ParameterError("{folds} must be from 2 to the number of judged queries ({n}), got {got}",
@@ -98,6 +101,27 @@ def cross_validate(index, queries: Sequence[Query], qrels: Dict[str, Dict[str, i
     return {"metric": metric, "folds": report_folds, "value": _evaluate(qrels, held_out, qids, metric),
             "single": _singles(lists, qrels, qids, metric), "queries": len(qs), "depth": depth, "seed": seed,
             "seconds": round(time.perf_counter() - t0, 1)}
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """What :func:`tune` and :func:`cross_validate` search: the fusions of ``retriever``'s members, scored
+    by ``metric`` on each member's top ``depth`` (searched on ``threads``); ``quiet``: no progress."""
+    retriever: str = "bm25+dense"
+    metric: str = "nDCG@10"
+    depth: int = 1000
+    threads: int = 2
+    quiet: bool = False
+
+
+def _tuning(fn: str, how: Optional[Tuning], options: Dict[str, Any]) -> tuple:
+    """``how`` (default :class:`Tuning`) with ``options`` over it, as ``(retriever, metric, depth,
+    threads, quiet)``; a keyword that is no field is a TypeError naming it, as Python's own for ``fn``."""
+    bad = sorted(set(options) - {f.name for f in fields(Tuning)})
+    if bad:
+        raise TypeError(f"{fn}() got an unexpected keyword argument {bad[0]!r}")
+    t = replace(how or Tuning(), **options)
+    return t.retriever, t.metric, t.depth, t.threads, t.quiet
 
 
 # ------------------------------------------------------------------ the steps (benchmarks use them too)
