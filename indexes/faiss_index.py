@@ -94,15 +94,20 @@ class FaissIndex:
 
     @classmethod
     def build(cls, vectors, docids: Optional[Sequence[str]] = None, factory: str = "Flat",
-              dim: Optional[int] = None, train_size: int = 100_000, seed: int = 0,
-              use_gpu: bool | str = "auto", quiet: bool = False, expected: Optional[int] = None) -> "FaissIndex":
+              dim: Optional[int] = None, use_gpu: bool | str = "auto", quiet: bool = False,
+              expected: Optional[int] = None, **training: int) -> "FaissIndex":
         """Build from an (N, d) array + ``docids``, or from an iterable of ``(vectors, docids)`` batches.
 
         If the index type needs training (``index.is_trained`` is False) the first ``train_size``
-        vectors are buffered and a random sample of them (seeded) trains it before adding.
-        ``expected``: the documents the index must then hold (e.g. the document store's count);
-        another count raises IndexFormatError.
+        vectors (``**training``: ``train_size``, default 100,000, and ``seed``, default 0; another
+        keyword is a TypeError naming it) are buffered and a random sample of them (seeded) trains it
+        before adding. ``expected``: the documents the index must then hold (e.g. the document store's
+        count); another count raises IndexFormatError.
         """
+        bad = sorted(set(training) - {"train_size", "seed"})
+        if bad:
+            raise TypeError(f"build() got an unexpected keyword argument {bad[0]!r}")
+        train_size, seed = training.get("train_size", 100_000), training.get("seed", 0)
         if isinstance(vectors, np.ndarray):
             if docids is None:
                 raise InputError("docids are required with a vector array")

@@ -22,8 +22,9 @@ import tempfile
 import threading
 import time
 import warnings
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from indexes import generations, jvm
 from indexes.errors import InputError, RetrError
@@ -93,12 +94,33 @@ class ShardWriter:
             f.close()
 
 
-def run_indexer(input_dir: Path, index_dir: Path, threads: int = 2, impact: bool = False,
-                store_docvectors: bool = False, quiet: bool = True, append: bool = False,
-                meanwhile: Optional[Callable[[], None]] = None, pretokenized: Optional[bool] = None,
-                expected: Optional[int] = None) -> float:
+@dataclass(frozen=True)
+class Indexing:
+    """How Anserini indexes (:func:`run_indexer`, :func:`build_lucene`): ``threads``, ``impact``,
+    ``store_docvectors``, ``quiet``, ``pretokenized`` (None: as ``impact``)."""
+    threads: int = 2
+    impact: bool = False
+    store_docvectors: bool = False
+    quiet: bool = True
+    pretokenized: Optional[bool] = None
+
+
+def _indexing(fn: str, how: Optional[Indexing], options: Dict[str, Any]) -> Indexing:
+    """``how`` (default :class:`Indexing`) with ``options`` (its field names) over it; another
+    keyword is a TypeError naming it, as Python's own for ``fn``."""
+    bad = sorted(set(options) - {f.name for f in fields(Indexing)})
+    if bad:
+        raise TypeError(f"{fn}() got an unexpected keyword argument {bad[0]!r}")
+    return replace(how or Indexing(), **options)
+
+
+def run_indexer(input_dir: Path, index_dir: Path, *, how: Optional[Indexing] = None, append: bool = False,
+                meanwhile: Optional[Callable[[], None]] = None, expected: Optional[int] = None,
+                **options: Any) -> float:
     """Run Anserini IndexCollection in a child JVM; returns wall seconds.
 
+    ``how`` (:class:`Indexing`), or its fields as keywords (``**options``: ``threads``, ``impact``,
+    ``store_docvectors``, ``quiet``, ``pretokenized``; another keyword is a TypeError).
     ``impact``: an impact index (integer weights); ``pretokenized`` (default: as
     ``impact``): the input terms are taken as they are, whitespace-split, with no
     analysis. With ``append`` the documents are added to the index already in
@@ -113,12 +135,12 @@ def run_indexer(input_dir: Path, index_dir: Path, threads: int = 2, impact: bool
     ``append``, on top of those it held). Anserini exits 0 even when it dropped a
     whole input file (a string over Jackson's limit, a term over Lucene's), so the
     index is opened and counted, and a different count raises RetrError."""
+    how = _indexing("run_indexer", how, options)
     if append:
-        return _index_and_merge(input_dir, Path(index_dir), threads, impact, store_docvectors, quiet, meanwhile,
-                                pretokenized, expected)
-    pretokenized = impact if pretokenized is None else pretokenized
+        return _index_and_merge(input_dir, Path(index_dir), how, meanwhile, expected)
+    pretokenized = how.impact if how.pretokenized is None else how.pretokenized
     cds, listed = jvm.archive_options()
-    cmd = _indexer_command(input_dir, index_dir, threads, impact, store_docvectors, pretokenized, cds)
+    cmd = _indexer_command(input_dir, index_dir, how.threads, how.impact, how.store_docvectors, pretokenized, cds)
     t0 = time.perf_counter()
     returncode = None
     try:
@@ -128,7 +150,7 @@ def run_indexer(input_dir: Path, index_dir: Path, threads: int = 2, impact: bool
         if listed is not None:
             jvm.make_class_archive(listed, returncode == 0)
     _check_indexed(index_dir, returncode, output, expected)
-    if not quiet:
+    if not how.quiet:
         for line in output.splitlines():
             if "Total" in line and "documents indexed" in line:
                 # stderr: retr's stdout carries only what was asked for (a run, hits, JSON)
@@ -136,8 +158,7 @@ def run_indexer(input_dir: Path, index_dir: Path, threads: int = 2, impact: bool
     return dt
 
 
-def _index_and_merge(input_dir: Path, index_dir: Path, threads: int, impact: bool, store_docvectors: bool,
-                     quiet: bool, meanwhile: Optional[Callable[[], None]], pretokenized: Optional[bool],
+def _index_and_merge(input_dir: Path, index_dir: Path, how: Indexing, meanwhile: Optional[Callable[[], None]],
                      expected: Optional[int]) -> float:
     """:func:`run_indexer` with ``append``: index into a fresh index beside ``index_dir``, then
     merge it in (:func:`merge_into`) and check the count; returns wall seconds."""
@@ -145,8 +166,7 @@ def _index_and_merge(input_dir: Path, index_dir: Path, threads: int, impact: boo
         raise RetrError(f"{index_dir}: no Lucene index to add documents to")
     before = doc_count(index_dir) if expected is not None else 0
     with tempfile.TemporaryDirectory(prefix=f".{index_dir.name}.new-", dir=index_dir.parent) as fresh:
-        dt = run_indexer(input_dir, Path(fresh), threads, impact, store_docvectors, quiet, False, meanwhile,
-                         pretokenized, expected)
+        dt = run_indexer(input_dir, Path(fresh), how=how, append=False, meanwhile=meanwhile, expected=expected)
         t0 = time.perf_counter()
         held = merge_into(index_dir, [Path(fresh)])
     if expected is not None and held != before + expected:
@@ -371,22 +391,24 @@ def merge_into(index_dir: Path, sources: Sequence[Path]) -> int:
     return change_index(index_dir, add_from=sources)
 
 
-def build_lucene(docs: Iterable[Tuple[str, object]], index_dir: Path, threads: int = 2, impact: bool = False,
-                 store_docvectors: bool = False, quiet: bool = True, append: bool = False,
-                 meanwhile: Optional[Callable[[], None]] = None, pretokenized: Optional[bool] = None
+def build_lucene(docs: Iterable[Tuple[str, object]], index_dir: Path, *, how: Optional[Indexing] = None,
+                 append: bool = False, meanwhile: Optional[Callable[[], None]] = None, **options: Any
                  ) -> Dict[str, object]:
     """Index ``(docid, contents)`` pairs, or ``(docid, {term: int})`` with ``impact``
     or ``pretokenized`` (see :func:`run_indexer`); ``append`` adds them to an
-    existing index; ``meanwhile`` runs while the JVM indexes.
+    existing index; ``meanwhile`` runs while the JVM indexes. ``how`` (:class:`Indexing`) or its
+    fields as keywords (``**options``: ``threads``, ``impact``, ``store_docvectors``, ``quiet``,
+    ``pretokenized``; another keyword is a TypeError naming it).
 
     Returns ``doc_count`` (documents given), ``empty`` (those Anserini skips as
     empty: blank contents, or a vector without a positive weight), ``indexed``
     (the others) and ``seconds``. Lucene is checked to hold exactly the
     ``indexed`` ones afterwards; anything else raises RetrError."""
-    vectors = impact or bool(pretokenized)
+    how = _indexing("build_lucene", how, options)
+    vectors = how.impact or bool(how.pretokenized)
     Path(index_dir).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="retr-lucene-", dir=Path(index_dir).parent) as tmp:
-        w = ShardWriter(Path(tmp), threads)
+        w = ShardWriter(Path(tmp), how.threads)
         try:
             for docid, payload in docs:
                 if vectors:
@@ -396,8 +418,7 @@ def build_lucene(docs: Iterable[Tuple[str, object]], index_dir: Path, threads: i
         finally:
             w.close()
         indexed = w.count - w.empty
-        seconds = run_indexer(Path(tmp), Path(index_dir), threads, impact, store_docvectors, quiet, append,
-                              meanwhile, pretokenized, expected=indexed)
+        seconds = run_indexer(Path(tmp), Path(index_dir), how=how, append=append, meanwhile=meanwhile, expected=indexed)
     return {"doc_count": w.count, "empty": w.empty, "indexed": indexed, "seconds": seconds}
 
 

@@ -227,13 +227,14 @@ class Index:
         self._options: Dict[str, dict] = {}     # Index.configure, applied again in each new generation
         self._overrides: Dict[str, object] = {}  # use_retriever
         self._failing: Optional[tuple] = None     # (manifest stat, since) of a generation follow() cannot open
-        self._at = at_least                       # pinned (a shard of a sharded index): moved by pin() only
+        self._at = at_least                       # pinned (a shard of a sharded index): refresh keeps it
         self._gen: Optional[_Generation] = _open_generation(self.path, at_least)
 
     @classmethod
     def open(cls, path: Union[str, Path], auto_refresh: bool = True, at_least: Optional[int] = None) -> "Index":
         """``at_least``: open a shard folder at the generation its sharded index committed (or a later
-        one its own manifest names) and stay there until :meth:`pin` moves it; refresh does not."""
+        one its own manifest names) and stay there; refresh does not move it (a sharded index's reader,
+        :class:`retrieval.sharded.shard.ShardReader`, moves it with the other shards)."""
         return cls(path, auto_refresh=auto_refresh, at_least=at_least)
 
     # -- generations -----------------------------------------------------
@@ -256,27 +257,32 @@ class Index:
         with self._lock:
             old = self._current()
             if self._at is not None or _stat_key(self.path) == old.key:
-                return False  # (a pinned shard moves with its sharded index: pin)
+                return False  # (a pinned shard moves with its sharded index: ShardReader.pin)
             self._install(old, _open_generation(self.path))
             return True
 
-    def hold(self, at_least: int) -> _Generation:
-        """Generation ``at_least`` of this shard folder (or a later one its own manifest names), opened
-        and held but not yet read: :meth:`pin` installs it. The sharded index opens every shard's
-        generation this way first, so that it can move all of them at once."""
+    def _open(self, at_least: Optional[int] = None) -> _Generation:
+        """Generation ``at_least`` of this folder (or a later one its own manifest names; None: the newest),
+        opened and held but not yet read (a pinned reader, :class:`retrieval.sharded.shard.ShardReader`,
+        installs it)."""
         return _open_generation(self.path, at_least)
 
-    def pin(self, at_least: int, held: Optional[_Generation] = None) -> None:
-        """Read generation ``at_least`` (see :meth:`hold`) from now on; searches running meanwhile
-        finish on the generation they started on."""
-        with self._lock:
-            old = self._current()
-            new = held if held is not None else _open_generation(self.path, at_least)
-            self._at = at_least
-            if new.number == old.number and new.key == old.key:
-                new.release()
-                return
-            self._install(old, new)
+    def local(self) -> List["Index"]:
+        """The folder readers this index reads in this process: itself (a sharded index: its shards')."""
+        return [self]
+
+    def begin_change(self, what: str):
+        """Start a change of the index's record (a tuning): refuses a shard folder of a sharded index
+        (``what``: the command named in the error). Returns ``commit(edit)``, which records
+        ``edit(change)`` as one new generation of the folder and moves this reader to it."""
+        from indexes.sharded import refuse_one_shard
+
+        refuse_one_shard(self.manifest, self.path, what)
+
+        def commit(edit) -> None:
+            folder.commit_manifest(self.path, edit, based_on=self.manifest)
+            self.refresh()
+        return commit
 
     def _install(self, old: _Generation, new: _Generation) -> None:
         """(self._lock held) Move from ``old`` to ``new``."""
@@ -920,6 +926,25 @@ class _View:
 
     def retriever(self, name: str):
         return self._index._pick(self._g, name)
+
+    def member(self, name: str, dimsel=None, fused: bool = False) -> Retriever:
+        """The retriever a search of this generation runs for member ``name`` of its pipeline (``dimsel``,
+        ``fused``: as that search; see :meth:`Index.search`): the step a shard's search shares with a folder's."""
+        return self._index._pick(self._g, name, dimsel, fused)
+
+    @property
+    def metadata(self) -> MetadataTable:
+        """This generation's documents and metadata, indexed for filters."""
+        return self._g.metadata
+
+    def allowed(self, filter) -> Optional[Allowed]:
+        """The documents of this generation a filter allows (None: no filter), as :meth:`Index.allowed`."""
+        return self._index._allowed(self._g, filter)
+
+    def filtered(self, r: Retriever, query: str, k: int, allowed: Allowed):
+        """Retriever ``r``'s first ``k`` documents among ``allowed`` in this generation, exactly as a
+        filtered search of the folder reads them."""
+        return self._index._filtered(self._g, r, query, k, allowed)
 
     def pipeline(self, retriever: Optional[str] = None, fusion: Optional[str] = None) -> Pipeline:
         """:meth:`Index.pipeline` as this generation's manifest has it (its tuned defaults)."""

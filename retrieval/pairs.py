@@ -28,9 +28,9 @@ hard negatives sampled from each example's pool.
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -93,15 +93,35 @@ def _text(view, docid: str, cache: Dict[str, str]) -> str:
     return cache[docid]
 
 
+@dataclass(frozen=True)
+class Mining:
+    """How :func:`training_examples` mines: ``negatives`` per example from the top ``depth`` of
+    ``retriever``'s ranking (searched on ``threads``), positives judged at least ``min_rel``, the
+    draw seeded by ``seed``."""
+    negatives: int = 7
+    depth: int = 30
+    retriever: str = PRIMARY
+    min_rel: int = 1
+    seed: int = 0
+    threads: int = 1
+
+
 def training_examples(index, queries: Sequence[Query], qrels: Mapping[str, Mapping[str, int]],
-                      negatives: int = 7, depth: int = 30, retriever: str = PRIMARY, min_rel: int = 1,
-                      seed: int = 0, qrels_path: Optional[str] = None, allow_test: bool = False,
-                      threads: int = 1) -> Tuple[List[Example], dict]:
+                      *, mining: Optional[Mining] = None, qrels_path: Optional[str] = None,
+                      allow_test: bool = False, **options: Any) -> Tuple[List[Example], dict]:
     """Examples for contrastive training (see the module's notes) and a report: ``queries_used``,
     ``queries_skipped`` (judged, but no relevant document in the folder), ``examples``,
     ``negatives_per_example`` (asked), ``short_examples`` (fewer negatives: the pool ran short),
     ``depth``, ``retriever``, ``seed``. ``index`` is an open :class:`retrieval.Index`; its current
-    generation is read throughout. ``qrels_path``: the file the qrels came from, for the test-split check."""
+    generation is read throughout. ``qrels_path``: the file the qrels came from, for the test-split check.
+    ``mining`` (:class:`Mining`), or its fields as keywords (``**options``: ``negatives``, ``depth``,
+    ``retriever``, ``min_rel``, ``seed``, ``threads``; another keyword is a TypeError naming it)."""
+    bad = sorted(set(options) - {f.name for f in fields(Mining)})
+    if bad:
+        raise TypeError(f"training_examples() got an unexpected keyword argument {bad[0]!r}")
+    m = replace(mining or Mining(), **options)
+    negatives, depth, retriever, min_rel, seed = m.negatives, m.depth, m.retriever, m.min_rel, m.seed
+    threads = m.threads
     if qrels_path and looks_like_test(qrels_path) and not allow_test:
         raise InputError("refusing to train on what looks like test qrels; train on a train/dev split", qrels_path)
     _check_parameters(negatives, depth, min_rel)

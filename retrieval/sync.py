@@ -139,7 +139,8 @@ def sync_index(index, corpus: Union[str, Path], *, dry_run: bool = False, thread
         kept = writer._pruned(ch.old.get("pruning"), put, quiet, path, ex)
         writer._pruning_record(ch, len(put), len(kept))
         counts = {k: len(plan[k]) for k in ("added", "updated", "removed")}
-        writer._apply(ch, gone, kept, "sync", str(corpus), t0, extra={"documents": counts}, executor=ex)
+        writer._apply(ch, gone, kept, "sync", str(corpus), t0, extra={"documents": counts},
+                      stages=writer._Stages(executor=ex))
         plan.update(passages_added=len(kept), pruned=len(put) - len(kept))
         return _report(plan, ch.gen, int(ch.new["corpus"]["doc_count"]))
 

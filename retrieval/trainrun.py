@@ -25,9 +25,9 @@ import os
 import re
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Iterator, Optional, Set
+from typing import Any, Dict, Iterator, Optional, Set, Tuple
 
 from indexes.errors import InputError, ParameterError
 
@@ -50,6 +50,26 @@ class Trainer:
     command: str
     finished: str
     checkpoints: bool = True
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How a trainer's run goes, apart from what it trains (its config): ``index`` (a folder of the
+    corpus to mine negatives from), ``resume``, ``overwrite``, ``quiet``, ``allow_test`` (train on
+    what looks like test qrels)."""
+    index: Any = None
+    resume: bool = False
+    overwrite: bool = False
+    quiet: bool = False
+    allow_test: bool = False
+
+    @classmethod
+    def split(cls, how: Optional["RunOptions"], settings: Dict[str, Any]) -> Tuple["RunOptions", Dict[str, Any]]:
+        """``how`` (default: :class:`RunOptions`) with the keywords of ``settings`` that name its fields
+        over it, and the other keywords (a trainer's config fields, which it validates)."""
+        names = {f.name for f in fields(cls)}
+        return (replace(how or cls(), **{k: v for k, v in settings.items() if k in names}),
+                {k: v for k, v in settings.items() if k not in names})
 
 
 class TrainingStopped(KeyboardInterrupt):

@@ -13,9 +13,9 @@ from __future__ import annotations
 import itertools
 import random
 import time
-from typing import Dict, List, Optional, Sequence
+from dataclasses import dataclass, fields, replace
+from typing import Any, Dict, List, Optional, Sequence
 
-from indexes import folder
 from indexes import manifest as mf
 from indexes.errors import InputError, ParameterError
 from retrieval.datasets.qrels import looks_like_test  # noqa: F401 (also importable from here)
@@ -40,24 +40,20 @@ def candidates(names: Sequence[str], step: float = 0.1) -> List[Fusion]:
     return out
 
 
-def tune(index, queries: Sequence[Query], qrels: Dict[str, Dict[str, int]], retriever: str = "bm25+dense",
-         metric: str = "nDCG@10", depth: int = 1000, threads: int = 2, qrels_path: Optional[str] = None,
-         allow_test: bool = False, save: bool = True, quiet: bool = False) -> dict:
+def tune(index, queries: Sequence[Query], qrels: Dict[str, Dict[str, int]], *, how: Optional[Tuning] = None,
+         qrels_path: Optional[str] = None, allow_test: bool = False, save: bool = True, **options: Any) -> dict:
     """Choose the fusion of ``retriever`` (e.g. ``bm25+dense``) that maximises
     ``metric`` on ``queries``/``qrels`` (training data). Returns a report. ``index``: a folder's
     :class:`~retrieval.index.Index`, or a sharded index (its search runs the members, and the
-    choice is stored in every shard as one commit)."""
+    choice is stored in every shard as one commit). ``how`` (:class:`Tuning`), or its fields as
+    keywords (``**options``: ``retriever``, ``metric``, ``depth``, ``threads``, ``quiet``)."""
+    retriever, metric, depth, threads, quiet = _tuning("tune", how, options)
     if qrels_path and looks_like_test(qrels_path) and not allow_test:
         raise InputError("refusing to tune on what looks like test qrels; tune on a train/dev split "
                          "(or cross-validate on them: retr tune --folds 2)", qrels_path)
     p, qs, qrels = _judged(index, retriever, queries, qrels)
     t0 = time.perf_counter()
-    sharded = _is_sharded(index)
-    if save and not sharded:
-        from indexes.sharded import refuse_one_shard
-
-        refuse_one_shard(index.manifest, index.path, "tune")
-    shards_read = [ix.manifest for ix in index.local()] if sharded and save else None  # what the runs read
+    commit = index.begin_change("tune") if save else None  # (what the runs read, refused on a lone shard)
     lists, conf = member_runs(index, p.retrievers, qs, depth, threads)
     qids = [q.qid for q in qs]
     best, best_value, scores = best_fusion(lists, conf, qrels, qids, metric, depth, quiet=quiet)
@@ -72,25 +68,19 @@ def tune(index, queries: Sequence[Query], qrels: Dict[str, Dict[str, int]], retr
         def edit(ch) -> None:
             ch.new.setdefault("pipelines", {})[p.base] = report
 
-        if sharded:  # every shard records it, one commit of the sharded index
-            from indexes.shard_commit import commit_manifests
-
-            commit_manifests(index.path, edit, based_on=shards_read)
-            index.describe()
-        else:
-            folder.commit_manifest(index.path, edit, based_on=index.manifest)
-            index.refresh()
+        commit(edit)  # a folder: one generation; a sharded index: every shard, one commit
     return report
 
 
-def cross_validate(index, queries: Sequence[Query], qrels: Dict[str, Dict[str, int]], folds: int,
-                   retriever: str = "bm25+dense", metric: str = "nDCG@10", depth: int = 1000, threads: int = 2,
-                   seed: int = 0, quiet: bool = False) -> dict:
+def cross_validate(index, queries: Sequence[Query], qrels: Dict[str, Dict[str, int]], folds: int, *,
+                   how: Optional[Tuning] = None, seed: int = 0, **options: Any) -> dict:
     """Estimate what tuning ``retriever``'s fusion gives on a collection that has only test
     judgments (Cranfield, Vaswani): the judged queries are shuffled (``seed``) into ``folds``
     folds; for each, the fusion is chosen on the other folds' queries and scored on its own.
     Stores nothing (every choice was made on test queries). Returns a report with each fold
-    and ``value``, ``metric`` over all the queries, each scored by the fusion chosen without it."""
+    and ``value``, ``metric`` over all the queries, each scored by the fusion chosen without it.
+    ``how``/``**options``: as :func:`tune` takes them."""
+    retriever, metric, depth, threads, quiet = _tuning("cross_validate", how, options)
     p, qs, qrels = _judged(index, retriever, queries, qrels)
     if not 2 <= folds <= len(qs):
         raise ParameterError("{folds} must be from 2 to the number of judged queries ({n}), got {got}",
@@ -111,6 +101,27 @@ def cross_validate(index, queries: Sequence[Query], qrels: Dict[str, Dict[str, i
     return {"metric": metric, "folds": report_folds, "value": _evaluate(qrels, held_out, qids, metric),
             "single": _singles(lists, qrels, qids, metric), "queries": len(qs), "depth": depth, "seed": seed,
             "seconds": round(time.perf_counter() - t0, 1)}
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """What :func:`tune` and :func:`cross_validate` search: the fusions of ``retriever``'s members, scored
+    by ``metric`` on each member's top ``depth`` (searched on ``threads``); ``quiet``: no progress."""
+    retriever: str = "bm25+dense"
+    metric: str = "nDCG@10"
+    depth: int = 1000
+    threads: int = 2
+    quiet: bool = False
+
+
+def _tuning(fn: str, how: Optional[Tuning], options: Dict[str, Any]) -> tuple:
+    """``how`` (default :class:`Tuning`) with ``options`` over it, as ``(retriever, metric, depth,
+    threads, quiet)``; a keyword that is no field is a TypeError naming it, as Python's own for ``fn``."""
+    bad = sorted(set(options) - {f.name for f in fields(Tuning)})
+    if bad:
+        raise TypeError(f"{fn}() got an unexpected keyword argument {bad[0]!r}")
+    t = replace(how or Tuning(), **options)
+    return t.retriever, t.metric, t.depth, t.threads, t.quiet
 
 
 # ------------------------------------------------------------------ the steps (benchmarks use them too)
@@ -169,12 +180,3 @@ def _judged(index, retriever: str, queries: Sequence[Query], qrels):
     if not qs:
         raise InputError("none of the queries has judgments in the tuning qrels")
     return p, qs, {q.qid: qrels[q.qid] for q in qs}
-
-
-def _is_sharded(index) -> bool:
-    """Whether ``index`` reads a sharded index: its folder is one (:func:`indexes.sharded.is_sharded`), or it
-    has no folder (its shards are remote)."""
-    from indexes.sharded import is_sharded
-
-    return index.path is None or is_sharded(index.path)
-

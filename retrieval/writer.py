@@ -25,7 +25,7 @@ import hashlib
 import re
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import AbstractSet, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -124,21 +124,13 @@ def build_index(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[s
     # a bad option fails before anything is read; ``_read_as``: how index_corpus already read ``corpus``
     reading = _read_as or _reading(corpus, chunk, include, exclude)
     t0 = time.perf_counter()
+    how = _First(empty=empty, keep=keep, pruning=pruning, threads=threads, quiet=quiet, gen=gen,
+                 cache=_cache_base(index_dir), source=source, reading=reading)
     with folder.atomic_folder(index_dir, overwrite=overwrite) as tmp:
-        m = _build_first(corpus, tmp, first, first_spec, empty=empty, keep=keep, pruning=pruning, threads=threads,
-                         quiet=quiet, gen=gen, cache=_cache_base(index_dir), source=source, reading=reading)
+        m = _build_first(corpus, tmp, first, first_spec, how)
         m["subindexes"][first]["build_seconds"] = round(time.perf_counter() - t0, 3)
         if rest:
-            with open_executor(executor) as ex:
-                ctx = BuildContext(tmp / folder.DOCSTORE, m["corpus"]["fingerprint"], _cache_base(index_dir),
-                                   quiet=quiet, threads=threads, precomputed=precomputed, generation=gen, executor=ex,
-                                   shared=shared)
-                for name, spec in rest.items():
-                    k = get_kind(spec.kind)
-                    (tmp / name).mkdir()  # a kind writes into the folder it is given, as in a change
-                    built = k.build(tmp / name, name, replace(ctx, subindex=name), spec)
-                    for n, e in k.entries(name, built).items():
-                        m["subindexes"][n] = dict(e, generation=gen)
+            _build_rest(tmp, m, rest, how, _Stages(executor=executor, precomputed=precomputed, shared=shared))
         gens.pause("index:built")
         folder.write_built(tmp, m)
         for name, spec in rest.items():
@@ -185,10 +177,60 @@ def _chunked(docs: Iterable[Document], reading: dict) -> Iterable[Document]:
             yield Document(pid, text, title, meta)
 
 
-def _build_first(corpus, tmp: Path, name: str, spec, *, empty: str, keep, pruning: Optional[dict], threads: int,
-                 quiet: bool, gen: int, cache: Path, source: str, reading: dict) -> dict:
+@dataclass(frozen=True)
+class _Stages:
+    """What the kinds' model stages of a build or change get (:class:`BuildContext`'s fields of the
+    same names): ``executor`` (an :class:`Executor` spec, or an opened runner), ``precomputed``,
+    ``shared``."""
+    executor: Any = None
+    precomputed: Optional[dict] = None
+    shared: Optional[dict] = None
+
+
+def _stages(fn: str, options: Mapping[str, Any]) -> _Stages:
+    """``options`` (``executor``, ``precomputed``, ``shared``) as :class:`_Stages`; another keyword is a
+    TypeError naming it, as Python's own for ``fn``."""
+    bad = sorted(set(options) - {"executor", "precomputed", "shared"})
+    if bad:
+        raise TypeError(f"{fn}() got an unexpected keyword argument {bad[0]!r}")
+    return _Stages(**options)
+
+
+@dataclass(frozen=True)
+class _First:
+    """How :func:`build_index` reads and indexes the corpus (its keywords of the same names; ``gen``:
+    the folder's first generation, ``cache``: the encoding cache's base, ``reading``: :func:`_reading`)."""
+    empty: str
+    keep: Any
+    pruning: Optional[dict]
+    threads: int
+    quiet: bool
+    gen: int
+    cache: Path
+    source: str
+    reading: dict
+
+
+def _build_rest(tmp: Path, m: dict, rest: Mapping[str, Any], how: _First, stages: _Stages) -> None:
+    """The sub-indexes ``rest`` (those built from the document store), each in its folder of ``tmp``,
+    listed in the manifest ``m``."""
+    with open_executor(stages.executor) as ex:
+        ctx = BuildContext(tmp / folder.DOCSTORE, m["corpus"]["fingerprint"], how.cache,
+                           quiet=how.quiet, threads=how.threads, precomputed=stages.precomputed, generation=how.gen,
+                           executor=ex, shared=stages.shared)
+        for name, spec in rest.items():
+            k = get_kind(spec.kind)
+            (tmp / name).mkdir()  # a kind writes into the folder it is given, as in a change
+            built = k.build(tmp / name, name, replace(ctx, subindex=name), spec)
+            for n, e in k.entries(name, built).items():
+                m["subindexes"][n] = dict(e, generation=how.gen)
+
+
+def _build_first(corpus, tmp: Path, name: str, spec, how: _First) -> dict:
     """The document store and the sub-index that indexes the corpus as it is read, in ``tmp``;
     returns the new folder's manifest listing both."""
+    empty, keep, pruning, threads, quiet, gen = how.empty, how.keep, how.pruning, how.threads, how.quiet, how.gen
+    cache, source, reading = how.cache, how.source, how.reading
     total = count_lines(corpus) if isinstance(corpus, (str, Path)) else None
     skipped: List[str] = []
     opts = _read_options(reading)
@@ -287,16 +329,7 @@ def index_corpus(corpus: Union[str, Path], index_dir: Union[str, Path], *,
                              _path=str(index_dir))
     reading = _reading(corpus, chunk, include, exclude)
     if adding:
-        idx = Index.open(index_dir)
-        fp, _ = corpus_fingerprint(corpus, empty=idx.manifest.get("config", {}).get("empty", "error"),
-                                   **_read_options(reading))
-        if fp != idx.manifest["corpus"]["fingerprint"]:
-            raise ParameterError("{_path}: was built from a different corpus; pass a new {index_dir} or rebuild "
-                                 "it with {overwrite}", _path=str(index_dir))
-        with open_executor(executor) as ex:
-            for name, spec in rest.items():
-                idx = add_subindex(idx, spec, name, overwrite=overwrite, quiet=quiet, executor=ex)
-        return idx
+        return _add_to_built(corpus, index_dir, rest, reading, overwrite=overwrite, quiet=quiet, executor=executor)
     kw = dict(subindexes=subindexes, threads=threads, overwrite=True, empty=empty, quiet=quiet,
               generation=folder.next_build_generation(index_dir), _read_as=reading)
     with folder.atomic_folder(index_dir, overwrite=overwrite) as stage, open_executor(executor) as ex:
@@ -310,6 +343,21 @@ def index_corpus(corpus: Union[str, Path], index_dir: Union[str, Path], *,
         else:
             build_index(corpus, stage, executor=ex, **kw)
     return Index.open(index_dir)
+
+
+def _add_to_built(corpus, index_dir: Path, rest: Mapping[str, Any], reading: dict, *, overwrite: bool, quiet: bool,
+                  executor) -> Index:
+    """:func:`index_corpus` on a folder built from ``corpus``: the sub-indexes ``rest`` added to it."""
+    idx = Index.open(index_dir)
+    fp, _ = corpus_fingerprint(corpus, empty=idx.manifest.get("config", {}).get("empty", "error"),
+                               **_read_options(reading))
+    if fp != idx.manifest["corpus"]["fingerprint"]:
+        raise ParameterError("{_path}: was built from a different corpus; pass a new {index_dir} or rebuild "
+                             "it with {overwrite}", _path=str(index_dir))
+    with open_executor(executor) as ex:
+        for name, spec in rest.items():
+            idx = add_subindex(idx, spec, name, overwrite=overwrite, quiet=quiet, executor=ex)
+    return idx
 
 
 def _executor_spec(executor):
@@ -440,10 +488,9 @@ def _source(corpus) -> str:
 
 
 def _apply(ch: folder.Change, removed: Sequence[str], added: Sequence[Document], op: str, source: str,
-           t0: float, extra: Optional[dict] = None, executor=None, precomputed: Optional[dict] = None,
-           shared: Optional[dict] = None) -> None:
+           t0: float, extra: Optional[dict] = None, stages: _Stages = _Stages()) -> None:
     """Change every sub-index (and the store) of ``ch``'s new generation by the same documents
-    (their model stages on ``executor``, an opened runner)."""
+    (their model stages on ``stages.executor``, an opened runner)."""
     m = ch.old
     kinds = {name: kind_of(e) for name, e in m["subindexes"].items()}
     n_old = int(m["corpus"]["doc_count"])
@@ -453,7 +500,7 @@ def _apply(ch: folder.Change, removed: Sequence[str], added: Sequence[Document],
                          f"build a new one instead", ch.path)
     ch.store.change(ch.gen, removed, added)
     gens.pause("write:after-docstore")
-    ctx = _context(ch, executor=executor, precomputed=precomputed, shared=shared)
+    ctx = _context(ch, executor=stages.executor, precomputed=stages.precomputed, shared=stages.shared)
     physical = [name for name, e in m["subindexes"].items() if not e.get("alias_of")]
     for name in progress(physical, desc=f"{op}: updating sub-indexes", unit="sub-index", quiet=ch.quiet):
         folder = ch.stage(name)
@@ -537,8 +584,7 @@ def _pruning_record(ch: folder.Change, read: int, kept: int) -> None:
 
 
 def add_documents(index, corpus: Union[str, Path, Iterable[Document]], threads: int = 2, empty: str = "error",
-                  quiet: bool = False, report: Optional[dict] = None, executor=None,
-                  precomputed: Optional[dict] = None, shared: Optional[dict] = None) -> Index:
+                  quiet: bool = False, report: Optional[dict] = None, **stages: Any) -> Index:
     """Add the documents of ``corpus`` to every sub-index of ``index`` (an Index or its folder)
     as one new generation; returns the reopened Index. Ids already in the index are an error
     (use :func:`update_documents` to replace them). In a folder pruned by passage quality,
@@ -547,25 +593,25 @@ def add_documents(index, corpus: Union[str, Path, Iterable[Document]], threads: 
     ``executor`` runs the model stages (:class:`retrieval.executors.Executor`), as in
     :func:`index_corpus`. ``precomputed``: vectors already made for these documents
     (``BuildContext.precomputed``); ``shared``: per sub-index name, what its kind made of them once
-    for all shards of a sharded index (``BuildContext.shared``)."""
-    return _write(index, corpus, "add", threads, empty, quiet, report, executor, precomputed, shared)
+    for all shards of a sharded index (``BuildContext.shared``). These three are the only keywords
+    ``**stages`` takes (another is a TypeError naming it)."""
+    return _write(index, corpus, "add", threads, empty, quiet, report, _stages("add_documents", stages))
 
 
 def update_documents(index, corpus: Union[str, Path, Iterable[Document]], threads: int = 2, empty: str = "error",
-                     quiet: bool = False, report: Optional[dict] = None, executor=None,
-                     precomputed: Optional[dict] = None, shared: Optional[dict] = None) -> Index:
+                     quiet: bool = False, report: Optional[dict] = None, **stages: Any) -> Index:
     """Replace the documents of ``index`` that have the ids of ``corpus``'s documents and add
     the others, in every sub-index, as one new generation; returns the reopened Index. Only
     the given text is encoded. In a pruned folder a new version below the threshold removes
     the old one. ``report``: ``read``, ``added`` (new ids), ``replaced``, ``pruned``, ``removed``.
-    ``executor``, ``precomputed``, ``shared``: as in :func:`add_documents`."""
-    return _write(index, corpus, "update", threads, empty, quiet, report, executor, precomputed, shared)
+    ``**stages``: ``executor``, ``precomputed``, ``shared``, as in :func:`add_documents`."""
+    return _write(index, corpus, "update", threads, empty, quiet, report, _stages("update_documents", stages))
 
 
 def _write(index, corpus, op: str, threads: int, empty: str, quiet: bool, report: Optional[dict],
-           executor=None, precomputed: Optional[dict] = None, shared: Optional[dict] = None) -> Index:
+           stages: _Stages) -> Index:
     path = _path_of(index)
-    executor = _executor_spec(executor)  # a bad option fails before the corpus is read
+    executor = _executor_spec(stages.executor)  # a bad option fails before the corpus is read
     docs = _read_docs(corpus, empty, path)  # read and checked before the lock: a bad file changes nothing
     t0 = time.perf_counter()
     # The executor (a Ray session) starts before the writer lock is taken, so other writers do
@@ -591,7 +637,7 @@ def _write(index, corpus, op: str, threads: int, empty: str, quiet: bool, report
         if not kept and not removed:
             return Index.open(path)  # every new document fell below the pruning threshold: nothing changes
         _pruning_record(ch, len(docs), len(kept))
-        _apply(ch, removed, kept, op, _source(corpus), t0, executor=ex, precomputed=precomputed, shared=shared)
+        _apply(ch, removed, kept, op, _source(corpus), t0, stages=replace(stages, executor=ex))
         _committed(ch, report)
     return Index.open(path)
 

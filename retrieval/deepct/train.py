@@ -22,7 +22,7 @@ import time
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import torch
 
@@ -33,7 +33,7 @@ from retrieval.deepct import model as dc
 from retrieval.deepct.train_config import TrainConfig
 from retrieval.models import model_hash, restores_torch_settings
 from retrieval.progress import progress
-from retrieval.trainrun import CHECKPOINT, Trainer, TrainOutput
+from retrieval.trainrun import CHECKPOINT, RunOptions, Trainer, TrainOutput
 
 #: what its output folders are known by (the head and deepct.json; .checkpoint)
 TRAINER = Trainer("retr train deepct", dc.HEAD_FILE)
@@ -122,16 +122,23 @@ def resolve_title(cfg: TrainConfig, queries) -> TrainConfig:
 
 
 @restores_torch_settings
-def train_deepct(corpus, output, queries=None, qrels=None, cfg: Optional[TrainConfig] = None,
-                 overwrite: bool = False, quiet: bool = False, stop_after_steps: Optional[int] = None,
-                 allow_test: bool = False) -> dict:
+def train_deepct(corpus, output, queries=None, qrels=None, cfg: Optional[TrainConfig] = None, *,
+                 how: Optional[RunOptions] = None, stop_after_steps: Optional[int] = None, **options) -> dict:
     """Train and save a DeepCT model into ``output``; returns its model card.
 
     An interrupted run leaves ``output/.checkpoint``; running again with the same
     settings resumes from it. ``stop_after_steps`` stops early (after writing a
     checkpoint) — for tests of resuming. Qrels whose file is named like a test split are
     refused (as `retr tune` and dense training refuse them) unless ``allow_test``.
+    ``overwrite``, ``quiet``, ``allow_test``: the run's options (:class:`retrieval.trainrun.RunOptions`;
+    its ``index`` and ``resume`` do not apply), as keywords (``**options``; another is a TypeError
+    naming it) or as ``how``.
     """
+    how, rest = RunOptions.split(how, options)
+    bad = sorted(set(rest) | ({"index", "resume"} & set(options)))
+    if bad:
+        raise TypeError(f"train_deepct() got an unexpected keyword argument {bad[0]!r}")
+    overwrite, quiet, allow_test = how.overwrite, how.quiet, how.allow_test
     from retrieval.models import pick_device
     from retrieval.datasets.qrels import looks_like_test
 
@@ -167,7 +174,7 @@ def train_deepct(corpus, output, queries=None, qrels=None, cfg: Optional[TrainCo
     if stopped:
         return {"stopped_at_step": run.step, "total_steps": run.total, "checkpoint": str(ck_dir)}
     model.eval()
-    card = _card(cfg, data, queries, base_path, run, len(windows), train_s, run.t_train - t_start, device)
+    card = _card(cfg, data, queries, base_path, run, len(windows), (train_s, run.t_train - t_start), device)
     with dest.finishing() as stage:
         dc.save_model(model, tok, stage, card)
     return json.loads((out / dc.CARD_FILE).read_text())
@@ -282,10 +289,11 @@ def _checkpoint(run: _Run, cfg: TrainConfig, ck_dir: Path) -> None:
         "elapsed": run.elapsed_before + time.perf_counter() - run.t_train})
 
 
-def _card(cfg: TrainConfig, data: TrainData, queries, base_path, run: _Run, n_windows: int, train_s: float,
-          prep_s: float, device) -> dict:
-    """The model card of a finished run (``prep_s``: the seconds before training started)."""
+def _card(cfg: TrainConfig, data: TrainData, queries, base_path, run: _Run, n_windows: int,
+          seconds: Tuple[float, float], device) -> dict:
+    """The model card of a finished run (``seconds``: training's, and those before training started)."""
     model, epoch_losses = run.model, run.epoch_losses
+    train_s, prep_s = seconds
     return {
         "created_at": mf.now(), "base_model": str(base_path), "base_sha256": model_hash(base_path),
         "architecture": getattr(model.body.config, "model_type", None), "max_length": cfg.max_length,

@@ -241,13 +241,12 @@ def _tune_fusion(idx, name: str, entry: dict, docids: Sequence[str], quiet: bool
 
 # ------------------------------------------------------------------------- sharded indexes
 def _local_shards(index) -> list:
-    """The shard folders' own ``Index`` objects of a sharded index (``ShardedIndex.local``), [] for a folder
-    (the folder on disk tells which: :func:`indexes.sharded.is_sharded`)."""
-    from indexes.sharded import is_sharded
-
+    """The shard folders' own ``Index`` objects of a sharded index, [] for a folder: the folder readers
+    ``index.local()`` names besides ``index`` itself (a folder's is itself alone; a sharded index opened
+    over remote shards has none here, and says so)."""
     if index.path is None:
         raise InputError("a sharded index opened over remote shards cannot be tuned; tune it by its folder")
-    return index.local() if is_sharded(index.path) else []
+    return [ix for ix in index.local() if ix is not index]
 
 
 def manifest_of(index) -> dict:

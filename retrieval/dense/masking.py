@@ -196,13 +196,22 @@ def random_mask(tokenizer, passage: str | Words, *, rate: float = DEFAULT_RATE, 
     return _masked(tokenizer, ws, gen.permutation(len(ws)), rate, gen)
 
 
+_WEIGHTING = {"temperature": 1.0, "uniform_mix": 0.0, "key": None, "missing": 0.0}
+
+
 def rom_mask(tokenizer, passage: str | Words, importance: Importance, *, rate: float = DEFAULT_RATE,
-             rng: RngLike = None, max_length: int | None = None, temperature: float = 1.0,
-             uniform_mix: float = 0.0, key: Callable[[str], str] | None = None,
-             missing: float = 0.0) -> Masked:
+             rng: RngLike = None, max_length: int | None = None, **weighting) -> Masked:
     """ROM: the same budget as :func:`random_mask`, words drawn without replacement with
     probabilities from their importance (see the module's docstring for ``importance``, ``key``
-    and ``missing``, the weight of a word the mapping lacks)."""
+    and ``missing``, the weight of a word the mapping lacks). ``**weighting``: ``temperature``
+    (default 1.0) and ``uniform_mix`` (0.0), as :func:`masking_probabilities` takes them, ``key``
+    (None) and ``missing`` (0.0), as :func:`word_weights` takes them; another keyword is a TypeError
+    naming it."""
+    bad = sorted(set(weighting) - set(_WEIGHTING))
+    if bad:
+        raise TypeError(f"rom_mask() got an unexpected keyword argument {bad[0]!r}")
+    w = {**_WEIGHTING, **weighting}
+    temperature, uniform_mix, key, missing = w["temperature"], w["uniform_mix"], w["key"], w["missing"]
     _check_rate(rate)
     if not (math.isfinite(temperature) and temperature > 0):
         raise ParameterError("{temperature} must be a positive number, got {got}", got=temperature)

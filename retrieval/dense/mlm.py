@@ -99,9 +99,19 @@ def check_importance(spec: str) -> None:
 class Pretrainer:
     """MLM epochs over tokenized passages with ``random`` or ``rom`` masking at one budget."""
 
+    #: the optional keywords of :class:`Pretrainer` and their defaults: ``importance`` (one weight array
+    #: per passage, for ``rom``), ``seed``, ``device``, and ROM's ``temperature`` and ``uniform_mix``
+    #: (:func:`retrieval.dense.masking.rom_mask`)
+    DEFAULTS = {"importance": None, "seed": 0, "device": "cpu", "temperature": 1.0, "uniform_mix": 0.0}
+
     def __init__(self, mlm: MLM, texts: Sequence[str], *, strategy: str, rate: float, max_length: int,
-                 batch_size: int, importance: Optional[List[np.ndarray]] = None, seed: int = 0,
-                 device: str = "cpu", temperature: float = 1.0, uniform_mix: float = 0.0):
+                 batch_size: int, **settings):
+        bad = sorted(set(settings) - set(self.DEFAULTS))
+        if bad:
+            raise TypeError(f"Pretrainer() got an unexpected keyword argument {bad[0]!r}")
+        o = {**self.DEFAULTS, **settings}
+        importance: Optional[List[np.ndarray]] = o["importance"]
+        seed, device, temperature, uniform_mix = o["seed"], o["device"], o["temperature"], o["uniform_mix"]
         if strategy not in ("random", "rom"):
             raise ParameterError("{pretrain} must be none, random or rom, got {got!r}", got=strategy)
         if strategy == "rom" and importance is None:

@@ -91,13 +91,12 @@ def _reusable(precomputed: Optional[dict], cfg: dict, docids: List[str]):
     return precomputed["array"][[row[d] for d in docids]]
 
 
-def build_dense(folder: Path, name: str, store_path: Path, spec: DenseSpec, fingerprint: str,
-                cache_base: Path, quiet: bool = False, precomputed: Optional[dict] = None,
-                executor=None) -> dict:
-    """Encode every document of the store and write a faiss index into ``folder``
-    (which becomes sub-index ``name``); returns its manifest entry.
+def build_dense(folder: Path, name: str, spec: DenseSpec, ctx: BuildContext,
+                precomputed: Optional[dict] = None) -> dict:
+    """Encode every document of the store (``ctx.store_path``, of the corpus ``ctx.fingerprint``) and
+    write a faiss index into ``folder`` (which becomes sub-index ``name``); returns its manifest entry.
 
-    Encoded shards go to ``<cache_base>-<key>``, keyed by the encoder and the
+    Encoded shards go to ``<ctx.cache_base>-<key>``, keyed by the encoder and the
     corpus: a build that is interrupted resumes from the finished shards, and
     the cache is removed once the sub-index is complete.
 
@@ -106,12 +105,15 @@ def build_dense(folder: Path, name: str, store_path: Path, spec: DenseSpec, fing
     the same encoder (model weights, pooling, max length, normalisation) and covers
     every document; the entry's ``vectors_from`` says so.
 
-    ``executor`` (an opened runner of :mod:`retrieval.executors`; None: in-process)
+    ``ctx.executor`` (an opened runner of :mod:`retrieval.executors`; None: in-process)
     says where the encoder runs; the entry's ``encoded_by`` records it.
     """
     from indexes.faiss_index import FaissIndex
     from retrieval.dense.encoder import DenseEncoder
     from retrieval.executors import runner_of
+
+    store_path, fingerprint, cache_base, quiet, executor = (ctx.store_path, ctx.fingerprint, ctx.cache_base,
+                                                            ctx.quiet, ctx.executor)
 
     spec.validate()
     t0 = time.perf_counter()
@@ -490,8 +492,7 @@ class DenseKind(SubIndexKind):
     uses_model = True
 
     def build(self, folder: Path, name: str, ctx: BuildContext, spec: DenseSpec) -> dict:
-        return build_dense(folder, name, ctx.store_path, spec, ctx.fingerprint, ctx.cache_base, ctx.quiet,
-                           precomputed=ctx.shared_part() or ctx.precomputed, executor=ctx.executor)
+        return build_dense(folder, name, spec, ctx, precomputed=ctx.shared_part() or ctx.precomputed)
 
     def append(self, folder: Path, entry: dict, docs: Sequence, ctx: BuildContext) -> dict:
         """Only the new passages are encoded; their vectors go to a delta file of this generation."""
@@ -557,8 +558,7 @@ class DenseKind(SubIndexKind):
                     p.unlink()
             spec = DenseSpec(**{k: v for k, v in entry.get("spec", {}).items() if k in DenseSpec.__dataclass_fields__})
             spec.model = entry["encoder"]["model"]
-            new = build_dense(folder, entry["path"], ctx.store_path, spec, ctx.fingerprint, ctx.cache_base,
-                              ctx.quiet, executor=ctx.executor)
+            new = build_dense(folder, entry["path"], spec, ctx)
             return dict(entry, faiss=new["faiss"], encode_seconds=new["encode_seconds"], truncated=new["truncated"])
         return dict(entry, faiss=fi.describe(folder))
 

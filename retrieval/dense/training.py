@@ -38,7 +38,7 @@ from retrieval.dense.train_config import DenseTrainConfig  # noqa: F401 (also im
 from retrieval.models import autocast, restores_torch_settings
 from retrieval.optim import adamw_with_warmup
 from retrieval.progress import progress
-from retrieval.trainrun import CARD, CHECKPOINT, Trainer, TrainingStopped, prepare_output
+from retrieval.trainrun import CARD, CHECKPOINT, RunOptions, Trainer, TrainingStopped, prepare_output
 from retrieval.trainrun import file_hash as _file_hash
 
 
@@ -48,15 +48,18 @@ TRAINER = Trainer("retr train dense", CARD)
 
 @restores_torch_settings
 def train(corpus, output, queries=None, qrels=None, cfg: Optional[DenseTrainConfig] = None, *,
-          index=None, resume: bool = False, overwrite: bool = False, quiet: bool = False,
-          allow_test: bool = False, **settings) -> Path:
+          how: Optional[RunOptions] = None, **settings) -> Path:
     """Train a dense encoder and save it as a model folder at ``output``; returns its path.
 
     ``corpus``: a BEIR folder/JSONL, TSV or TREC file (the passages to pre-train on, and whose
     BM25 ranking gives hard negatives). ``queries`` + ``qrels``: training queries and qrels (never a
     test split: refused unless ``allow_test``). ``index``: an index folder of the corpus to mine
-    negatives from (default: a BM25 folder built under ``OUTPUT/.checkpoint``). ``settings``
+    negatives from (default: a BM25 folder built under ``OUTPUT/.checkpoint``). ``index``,
+    ``resume``, ``overwrite``, ``quiet``, ``allow_test``: the run's options
+    (:class:`retrieval.trainrun.RunOptions`), as keywords or as ``how``. The other ``settings``
     override fields of :class:`DenseTrainConfig` (``train(c, o, pretrain="rom", epochs=2)``)."""
+    how, settings = RunOptions.split(how, settings)
+    index, resume, overwrite, quiet, allow_test = how.index, how.resume, how.overwrite, how.quiet, how.allow_test
     cfg = replace(cfg or DenseTrainConfig(), **_known(settings)).validate()
     if (queries is None) != (qrels is None):
         raise ParameterError("give both {queries} and {qrels} (fine-tuning), or neither (pre-training alone)")

@@ -8,8 +8,9 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from indexes.errors import InputError, ParameterError
 
@@ -61,25 +62,52 @@ def _check_limits(max_inflight: int, max_response_chars: int) -> None:
         raise ParameterError("{max_response_chars} must be at least 1, got {got}", got=max_response_chars)
 
 
-def serve(index_specs: Sequence[str], host: str = "127.0.0.1", port: int = 8080, token_file: Optional[Path] = None,
-          writable: bool = False, max_inflight: int = 64, mcp: bool = True, log_level: str = "warning",
-          max_response_chars: Optional[int] = None, search_threads: Optional[int] = None,
-          sharded: Sequence[str] = (), ray_address: Optional[str] = None, replicas: int = 1,
-          shard_timeout: Optional[float] = None, replica_cpus: Optional[float] = None) -> None:
-    """``sharded``: [NAME=]DIR of sharded indexes whose shards are served as Ray Serve deployments
+@dataclass(frozen=True)
+class Serving:
+    """How ``retr serve`` serves (:func:`serve`'s keywords): where it listens (``host``, ``port``), the
+    bearer token's file (``token_file``), ``writable``, the limits (``max_inflight``,
+    ``max_response_chars``: None is :data:`retrieval.server.guard.MAX_RESPONSE_CHARS`,
+    ``search_threads``), ``mcp``, ``log_level``; and the sharded indexes served on Ray Serve
+    (``sharded``, ``ray_address``, ``replicas``, ``shard_timeout``, ``replica_cpus``)."""
+    host: str = "127.0.0.1"
+    port: int = 8080
+    token_file: Optional[Path] = None
+    writable: bool = False
+    max_inflight: int = 64
+    mcp: bool = True
+    log_level: str = "warning"
+    max_response_chars: Optional[int] = None
+    search_threads: Optional[int] = None
+    sharded: Sequence[str] = ()
+    ray_address: Optional[str] = None
+    replicas: int = 1
+    shard_timeout: Optional[float] = None
+    replica_cpus: Optional[float] = None
+
+
+def serve(index_specs: Sequence[str], *, how: Optional[Serving] = None, **options: Any) -> None:
+    """Serve ``index_specs`` ([NAME=]DIR) over HTTP until SIGTERM. ``how`` (:class:`Serving`), or its
+    fields as keywords (``**options``; another keyword is a TypeError naming it).
+    ``sharded``: [NAME=]DIR of sharded indexes whose shards are served as Ray Serve deployments
     on the cluster at ``ray_address`` (``local``: one started here), ``replicas`` each
     (:mod:`retrieval.server.ray_shards`); this process is then their router."""
     from retrieval.server.guard import MAX_RESPONSE_CHARS
 
-    max_response_chars = MAX_RESPONSE_CHARS if max_response_chars is None else max_response_chars
-    token = read_token(token_file)
-    check(host, token)
+    bad = sorted(set(options) - {f.name for f in fields(Serving)})
+    if bad:
+        raise TypeError(f"serve() got an unexpected keyword argument {bad[0]!r}")
+    how = replace(how or Serving(), **options)
+    if how.max_response_chars is None:
+        how = replace(how, max_response_chars=MAX_RESPONSE_CHARS)
+    token = read_token(how.token_file)
+    check(how.host, token)
     _one_thread_per_request()
-    _check_limits(max_inflight, max_response_chars)
+    _check_limits(how.max_inflight, how.max_response_chars)
     from retrieval.server.registry import Registry, parse_index_specs
 
-    if sharded:
-        registry = _sharded_registry(index_specs, sharded, ray_address, replicas, shard_timeout, replica_cpus)
+    if how.sharded:
+        registry = _sharded_registry(index_specs, how.sharded, how.ray_address, how.replicas, how.shard_timeout,
+                                     how.replica_cpus)
     else:
         registry = Registry(parse_index_specs(index_specs))
         # The JVM starts with -Xrs (indexes/jvm.py), so it leaves SIGTERM to uvicorn, which drains;
@@ -88,8 +116,7 @@ def serve(index_specs: Sequence[str], host: str = "127.0.0.1", port: int = 8080,
 
         jvm.start()
     try:
-        _run_uvicorn(registry, host, port, token, writable, max_inflight, mcp, log_level, max_response_chars,
-                     search_threads)
+        _run_uvicorn(registry, token, how)
     finally:
         for s in registry.served.values():
             close = getattr(s, "close", None) if getattr(s, "sharded", False) else None
@@ -122,15 +149,15 @@ def _sharded_registry(index_specs, sharded, ray_address, replicas, shard_timeout
     return Registry({}, served=served)
 
 
-def _run_uvicorn(registry, host, port, token, writable, max_inflight, mcp, log_level, max_response_chars,
-                 search_threads) -> None:
+def _run_uvicorn(registry, token: Optional[str], how: Serving) -> None:
     import uvicorn
 
     from retrieval.server.app import create_app
 
-    app = create_app(registry, token=token, writable=writable, max_inflight=max_inflight, mcp=mcp,
-                     max_response_chars=max_response_chars, search_threads=search_threads)
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False, lifespan="on",
+    host, port, mcp = how.host, how.port, how.mcp
+    app = create_app(registry, token=token, writable=how.writable, max_inflight=how.max_inflight, mcp=mcp,
+                     max_response_chars=how.max_response_chars, search_threads=how.search_threads)
+    config = uvicorn.Config(app, host=host, port=port, log_level=how.log_level, access_log=False, lifespan="on",
                             timeout_graceful_shutdown=30, server_header=False)
     server = uvicorn.Server(config)
     threading.Thread(target=_announce, args=(server, registry, host, mcp), name="retr-ready", daemon=True).start()

@@ -40,7 +40,7 @@ class ServedShard(ShardSearcher):
     @contextlib.contextmanager
     def reading(self, at: Optional[int]) -> Iterator[None]:
         """The call inside reads generation ``at`` of this shard (None: whatever it reads now). A newer
-        one is moved to first (:meth:`retrieval.index.Index.pin`) while no call of this shard runs; an
+        one is moved to first (:meth:`retrieval.sharded.shard.ShardReader.pin`) while no call of this shard runs; an
         older one, or one the folder has already moved past, is :class:`MovedOn`: no answer from
         another generation."""
         if at is None:

@@ -3,9 +3,10 @@
 :class:`ShardedServed` stands where the registry's ``Served`` stands for one folder, so the same
 routes, auth, filters, 429 and metrics answer for it (``retr serve --index SHARDED`` with the
 shards in this process, or ``retr serve --sharded SHARDED`` with each shard a Ray Serve deployment,
-:mod:`retrieval.server.ray_shards`). Its :meth:`~ShardedServed.index` is a :class:`ShardedView`: the
-:class:`retrieval.sharded.index.ShardedIndex` (its rounds: statistics, search, exact merge, fusion,
-text; its ``snapshot`` and ``docstore``) plus ``highlight`` through a shard.
+:mod:`retrieval.server.ray_shards`). Its :meth:`~ShardedServed.index` is the
+:class:`retrieval.sharded.index.ShardedIndex` itself (its rounds: statistics, search, exact merge, fusion,
+text; its ``snapshot``, ``docstore`` and ``highlight``), the same :class:`retrieval.searcher.Searcher`
+surface a folder's ``Index`` gives the routes.
 
 Writes go through :mod:`retrieval.ops` (each document to its own shard, :func:`indexes.sharded.shard_of`;
 ids checked on every shard concerned before the first changes). Where the router reads the whole
@@ -26,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Iterator, List, Optional, Sequence
 
 from retrieval.server.gate import ApiError
 from retrieval.sharded.index import Caller, ShardedIndex, call_each
@@ -86,7 +87,6 @@ class ShardedServed:
         self.sharded_index = ShardedIndex(shards, call=call, path=self.path, pins=pins)
         self._call = call or call_each  # (the same caller the index uses)
         self.write_lock = threading.Lock()  # one write at a time from this server (each shard also locks)
-        self._view = ShardedView(self)
         self._on_close = on_close
 
     @classmethod
@@ -96,8 +96,9 @@ class ShardedServed:
         served.one_commit = True  # the folder is here: a write is one commit of the sharded index
         return served
 
-    def index(self) -> "ShardedView":
-        return self._view
+    def index(self) -> ShardedIndex:
+        """What the routes search and read (never closed by them: :meth:`close` closes it)."""
+        return self.sharded_index
 
     def call_one(self, i: int, method: str, *args) -> Any:
         ix = self.sharded_index
@@ -162,68 +163,3 @@ class ShardedServed:
 def _wire(op: str, payload: Sequence[Any]) -> list:
     """A write's payload as it travels to a replica: ids, or documents as tuples."""
     return list(payload) if op == "delete" else [(d.docid, d.text, d.title, d.metadata) for d in payload]
-
-
-class ShardedView:
-    """What the routes use of an ``Index``, for a sharded index: :class:`ShardedIndex`'s search,
-    ``snapshot`` and ``docstore``, plus ``highlight`` through a shard."""
-
-    def __init__(self, served: ShardedServed):
-        self._served = served
-        self._ix = served.sharded_index
-
-    # the search API: ShardedIndex's
-    def search(self, *a, **kw):
-        return self._ix.search(*a, **kw)
-
-    def batch_search(self, *a, **kw):
-        return self._ix.batch_search(*a, **kw)
-
-    def pipeline(self, *a, **kw):
-        return self._ix.pipeline(*a, **kw)
-
-    def default_pipeline(self):
-        return self._ix.default_pipeline()
-
-    def fields(self) -> Dict[str, int]:
-        return self._ix.fields()
-
-    @property
-    def retrievers(self) -> List[str]:
-        return self._ix.retrievers
-
-    def __len__(self) -> int:
-        return len(self._ix)
-
-    def follow(self) -> bool:
-        return False  # each shard follows its own folder's generations
-
-    def explain(self, *a, **kw):
-        """:meth:`retrieval.sharded.index.ShardedIndex.explain`: one folder's answer, from the merged lists
-        and the owning shard's parts under the global statistics."""
-        return self._ix.explain(*a, **kw)
-
-    def highlight(self, query: str, texts: Sequence[str], retriever: Optional[str] = None,
-                  fusion: Optional[str] = None):
-        """Any one shard's analysis marks the words (it is the same in every shard)."""
-        spec = str(self._ix.pipeline(retriever, fusion))
-        return self._served.call_one(0, "highlight", query, list(texts), spec)
-
-    @property
-    def docstore(self):
-        """:attr:`retrieval.sharded.index.ShardedIndex.docstore`."""
-        return self._ix.docstore
-
-    def snapshot(self):
-        """:meth:`retrieval.sharded.index.ShardedIndex.snapshot`: one commit of every shard for the
-        calls made through it (the info endpoint, a streamed batch)."""
-        return self._ix.snapshot()
-
-    def __enter__(self) -> "ShardedView":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        pass
-
-    def close(self) -> None:
-        pass

@@ -52,6 +52,89 @@ def _no_document_dimsel(dimsel) -> None:
                              _mode=mode.split("(")[0].strip().lower())
 
 
+class Router:
+    """What the router's rounds read and call, shared by :class:`ShardedIndex`, its documents
+    (:class:`ShardedDocs`) and its feedback rounds (:mod:`retrieval.sharded.prf`): the shards in
+    order, the caller, the commit pins, the options sent with every round and the shards' last
+    ``describe`` answers (``info``)."""
+
+    def __init__(self, shards: List[Any], call: Caller, pins, options: Dict[str, dict]):
+        self.shards, self.caller, self.pins, self.options = shards, call, pins, options
+        self.info: List[dict] = []
+
+    def reading(self):
+        """Hold one commit of every shard for the calls made inside (see :meth:`ShardedIndex.reading`)."""
+        return self.pins.reading() if self.pins is not None else contextlib.nullcontext()
+
+    def call(self, shards: Sequence[Any], method: str, args: tuple, kwargs: dict) -> List[Any]:
+        """``method`` on each of ``shards`` (answers in their order), through the caller."""
+        return self.caller(shards, method, args, kwargs)
+
+    def all(self, method: str, *args, **kwargs) -> List[Any]:
+        """``method`` on every shard, reading one commit."""
+        with self.reading():
+            return self.caller(self.shards, method, args, kwargs)
+
+    def count(self) -> int:
+        """The live documents of every shard."""
+        return sum(self.all("count"))
+
+    def hold_commit(self) -> Optional[List[Any]]:
+        """Each shard's generation of the newest commit, held (``Index.snapshot()`` of every shard, taken
+        while no move of the shards can run): what a :class:`ShardedSnapshot` reads through each shard's
+        ``holding``. None where the shards are not in this process."""
+        from retrieval.sharded.shard import ShardSearcher
+
+        if not all(isinstance(s, ShardSearcher) for s in self.shards):
+            return None
+        held: List[Any] = []
+        with self.reading():
+            try:
+                for s in self.shards:
+                    held.append(s.index.snapshot())
+            except BaseException:
+                for v in held:
+                    v.close()
+                raise
+        return held
+
+    def summary(self) -> dict:
+        """The index's description at the commit read now (what a :class:`ShardedSnapshot` answers as its
+        ``manifest``, ``generation`` and ``shards``; ``GET /v1/NAME`` shows it): ``manifest``
+        (``subindexes``: shard 0's entries with the documents of every shard added up; ``pipelines``;
+        the earliest ``created_at`` and latest ``updated_at``), ``generation`` (the sum of the shards':
+        it grows with every change of any shard), ``documents``, and ``shards``: each shard's folder,
+        documents and generation."""
+        with self.reading():
+            parts = self.caller(self.shards, "summary", (), {})
+        first = parts[0]
+        subs = {name: dict(e, doc_count=sum(int(p["subindexes"].get(name, {}).get("doc_count") or 0) for p in parts))
+                for name, e in first["subindexes"].items()}
+        manifest = {"subindexes": subs, "pipelines": first.get("pipelines", {}),
+                    "created_at": min((p["created_at"] for p in parts if p.get("created_at")), default=None),
+                    "updated_at": max((p["updated_at"] for p in parts if p.get("updated_at")), default=None)}
+        return {"manifest": manifest, "generation": sum(int(p["generation"]) for p in parts),
+                "documents": sum(int(p["documents"]) for p in parts),
+                "shards": [{"shard": p["folder"], "documents": p["documents"], "generation": p["generation"]}
+                           for p in parts]}
+
+    def fetch(self, docids: Sequence[str]) -> Dict[str, tuple]:
+        """``{docid: (title, text, metadata)}`` of those of ``docids`` the index holds, each from its own
+        shard (those shards in one call: each is sent every id and answers for its own). Called inside
+        :meth:`reading`."""
+        n = len(self.shards)
+        want: Dict[int, List[str]] = {}
+        for d in dict.fromkeys(docids):
+            want.setdefault(sh.shard_of(d, n), []).append(d)
+        rows: Dict[str, tuple] = {}
+        if want:
+            order = sorted(want)
+            ids = [d for i in order for d in want[i]]
+            for i, got in zip(order, self.caller([self.shards[i] for i in order], "fetch", (ids,), {})):
+                rows.update((d, r) for d, r in got.items() if sh.shard_of(d, n) == i)
+        return rows
+
+
 class ShardedIndex:
     """A sharded index searched as one: ``shards`` in shard order (local
     :class:`~retrieval.sharded.shard.ShardSearcher` objects or remote handles with their methods),
@@ -64,7 +147,6 @@ class ShardedIndex:
             raise InputError("a sharded index needs at least one shard")
         self.shards = list(shards)
         self.path = path
-        self._call = call or call_each
         self._options: Dict[str, dict] = {}
         # pseudo-relevance feedback configured per retriever: run by this router (retrieval.sharded.prf),
         # never set on the shards, whose own expansion would read their own top documents
@@ -73,6 +155,7 @@ class ShardedIndex:
 
         # local shards move to each commit together; remote ones are told the commit (pins.Commits)
         self._pins = pins if pins is not None else Pins.of(path, self.shards)
+        self._router = Router(self.shards, call or call_each, self._pins, self._options)
         self.describe()
 
     @classmethod
@@ -82,15 +165,23 @@ class ShardedIndex:
         _record, shards = open_shards(path)
         return cls(shards, path=Path(path))
 
+    @property
+    def _call(self) -> Caller:
+        """How the rounds call the shards (set: every round, the feedback's and the documents' too)."""
+        return self._router.caller
+
+    @_call.setter
+    def _call(self, call: Caller) -> None:
+        self._router.caller = call
+
     def _all(self, method: str, *args, **kwargs) -> List[Any]:
-        with self.reading():
-            return self._call(self.shards, method, args, kwargs)
+        return self._router.all(method, *args, **kwargs)
 
     def reading(self):
         """Hold one commit of every shard (the newest, see :mod:`retrieval.sharded.pins`) for the calls
         made inside: local shards pinned, remote ones told it (``pins``); remote shards without
         ``pins`` each follow the commit record themselves."""
-        return self._pins.reading() if self._pins is not None else contextlib.nullcontext()
+        return self._router.reading()
 
     def describe(self) -> List[dict]:
         """Every shard's ``describe()``, checked to be the shards of one index, in order."""
@@ -104,7 +195,7 @@ class ShardedIndex:
             if d.get("retrievers") != first.get("retrievers"):
                 raise IndexFormatError(f"shard {i} has the sub-indexes {sorted(d.get('retrievers') or {})}, shard 0 "
                                        f"{sorted(first.get('retrievers') or {})}")
-        self._info = infos
+        self._info = self._router.info = infos
         return infos
 
     # -- introspection ---------------------------------------------------------------------
@@ -113,7 +204,7 @@ class ShardedIndex:
         return list(self._info[0]["retrievers"])
 
     def __len__(self) -> int:
-        return sum(self._all("count"))
+        return self._router.count()
 
     def fields(self) -> Dict[str, int]:
         """The metadata fields of every shard's documents."""
@@ -163,6 +254,20 @@ class ShardedIndex:
                              "read or change the shards' records", self.path)
         return out
 
+    def begin_change(self, what: str):
+        """:meth:`retrieval.index.Index.begin_change` for the whole index: the shards' records are read
+        now (what the change is computed from; in-process shards only); ``commit(edit)`` records
+        ``edit(change)`` in every shard as one commit of the sharded index, refused where another
+        writer committed since, and reads the shards' descriptions again."""
+        from indexes.shard_commit import commit_manifests
+
+        read = [ix.manifest for ix in self.local()]
+
+        def commit(edit) -> None:
+            commit_manifests(self.path, edit, based_on=read)
+            self.describe()
+        return commit
+
     def confidences(self, texts: Sequence[str], lists: Dict[str, Sequence[list]]) -> List[dict]:
         """Per text, each retriever's ``(kind, value)`` confidence in its list (``lists``: {name: one
         list per text}) under the index's global statistics, as a fused search weighs them
@@ -202,7 +307,7 @@ class ShardedIndex:
         if not takers:
             raise ParameterError("{prf} applies to no retriever of {_p} (its retrievers do not take it)", _p=str(p))
         if setting:
-            check_vectors(self, takers)
+            check_vectors(self._router, takers)
         for n in takers:
             if setting:
                 self._prf[n] = setting
@@ -221,6 +326,11 @@ class ShardedIndex:
         some shard moved on since the last. Searches always read the newest commit (:meth:`reading`)."""
         before = [d["generation"] for d in self._info]
         return [d["generation"] for d in self.describe()] != before
+
+    def follow(self) -> bool:
+        """:meth:`retrieval.index.Index.follow` for a long-lived reader: every call already reads the newest
+        commit (:meth:`reading`); this reads the shards' descriptions anew, as :meth:`refresh`."""
+        return self.refresh()
 
     def highlight(self, query: str, texts: Sequence[str], retriever: Optional[str] = None,
                   fusion: Optional[str] = None) -> Optional[List[List[Tuple[int, int]]]]:
@@ -294,7 +404,7 @@ class ShardedIndex:
         from retrieval.sharded import prf as fb
 
         p = self.pipeline(req.retriever, req.fusion)
-        feedback = fb.settings(self, p, req.prf, self._prf)  # {member: Feedback}: expanded by this router
+        feedback = fb.settings(self._router, p, req.prf, self._prf)  # {member: Feedback}: expanded by this router
         self._warn_fields(req.filter)
         k, text, timings, ranks = req.k, req.text, req.timings, req.ranks
         kk = k if not p.fused else max(k, req.depth or DEPTH)
@@ -346,7 +456,7 @@ class ShardedIndex:
                                          feedback.get(n))
         for n in feedback:
             if n not in deep:
-                expanded, st = fb.expand(self, n, feedback[n], queries, kk, stats[n], threads)
+                expanded, st = fb.expand(self._router, n, feedback[n], queries, kk, stats[n], threads)
                 found = self._all("search", queries, [n], kk, dict(stats, **{n: st}), self._options, filter, dimsel,
                                   threads, expanded={n: expanded})
                 lists.update(merge.merge_all({n: rules[n]}, found, [q for q, _ in queries], kk))
@@ -460,7 +570,7 @@ class ShardedIndex:
         while todo:
             more = {}
             if feedback is not None:
-                expanded, st = fb.expand(self, name, feedback, todo, depth, stats[name], threads)
+                expanded, st = fb.expand(self._router, name, feedback, todo, depth, stats[name], threads)
                 more = {"expanded": {name: expanded}}
                 scoring = dict(stats, **{name: st})
             found = self._all("search", todo, [name], depth, scoring, self._options, filter, dimsel, threads, True,
@@ -492,42 +602,38 @@ class ShardedIndex:
 
     def _texts(self, hits: List[Hit], rows: Optional[Dict[str, tuple]] = None) -> None:
         """Each hit's title, text and metadata: from ``rows`` (sent with the lists), else fetched from
-        the hit's own shard (:meth:`_fetch`)."""
+        the hit's own shard (:meth:`Router.fetch`)."""
         rows = dict(rows or {})
-        rows.update(self._fetch([h.docid for h in hits if h.docid not in rows]))
+        rows.update(self._router.fetch([h.docid for h in hits if h.docid not in rows]))
         for h in hits:
             row = rows.get(h.docid)
             if row is not None:
                 h.title, h.text, h.metadata = row[0], row[1], row[2] or {}
 
-    def _fetch(self, docids: Sequence[str]) -> Dict[str, tuple]:
-        """``{docid: (title, text, metadata)}`` of those of ``docids`` the index holds, each from its own
-        shard (those shards in one call: each is sent every id and answers for its own). Called inside
-        :meth:`reading`."""
-        n = len(self.shards)
-        want: Dict[int, List[str]] = {}
-        for d in dict.fromkeys(docids):
-            want.setdefault(sh.shard_of(d, n), []).append(d)
-        rows: Dict[str, tuple] = {}
-        if want:
-            order = sorted(want)
-            ids = [d for i in order for d in want[i]]
-            for i, got in zip(order, self._call([self.shards[i] for i in order], "fetch", (ids,), {})):
-                rows.update((d, r) for d, r in got.items() if sh.shard_of(d, n) == i)
-        return rows
+    def unknown_fields(self, filter) -> List[str]:
+        """:meth:`retrieval.index.Index.unknown_fields` for the whole index: the fields of ``filter`` that no
+        shard's documents carry, in the filter's order."""
+        return self._unknown(filter, fresh=True)[0]
 
-    def _warn_fields(self, filter) -> None:
+    def _unknown(self, filter, fresh: bool) -> Tuple[List[str], Dict[str, int]]:
+        """(the fields of ``filter`` no document carries, every field): ``fresh=False`` reads the last
+        ``describe``'s fields first and asks the shards again only where one is unknown there."""
         flt = parse_filter(filter)
         if flt is None:
-            return
+            return [], {}
+
         def unknown_in(fields):
             return list(dict.fromkeys(f for f, _, _ in flt.conditions if f != DOCID and f not in fields))
 
-        fields = self._fields(fresh=False)
+        fields = self._fields(fresh=fresh)
         unknown = unknown_in(fields)
-        if unknown:  # perhaps added since: ask the shards again
+        if unknown and not fresh:  # perhaps added since: ask the shards again
             fields = self.fields()
             unknown = unknown_in(fields)
+        return unknown, fields
+
+    def _warn_fields(self, filter) -> None:
+        unknown, fields = self._unknown(filter, fresh=False)
         if unknown:
             warnings.warn(unknown_fields_message(unknown, fields), FilterWarning, stacklevel=4)
 
@@ -540,26 +646,7 @@ class ShardedIndex:
     def docstore(self) -> "ShardedDocs":
         """:attr:`retrieval.index.Index.docstore`'s reading for the whole index: rows ``(docid, title,
         text, metadata)`` by id (``get``, ``get_many``), each from its own shard, and ``len``."""
-        return ShardedDocs(self)
-
-    def summary(self) -> dict:
-        """The index's description at the commit read now (``GET /v1/NAME`` shows it): ``manifest``
-        (``subindexes``: shard 0's entries with the documents of every shard added up; ``pipelines``;
-        the earliest ``created_at`` and latest ``updated_at``), ``generation`` (the sum of the shards':
-        it grows with every change of any shard), ``documents``, and ``shards``: each shard's folder,
-        documents and generation."""
-        with self.reading():
-            parts = self._call(self.shards, "summary", (), {})
-        first = parts[0]
-        subs = {name: dict(e, doc_count=sum(int(p["subindexes"].get(name, {}).get("doc_count") or 0) for p in parts))
-                for name, e in first["subindexes"].items()}
-        manifest = {"subindexes": subs, "pipelines": first.get("pipelines", {}),
-                    "created_at": min((p["created_at"] for p in parts if p.get("created_at")), default=None),
-                    "updated_at": max((p["updated_at"] for p in parts if p.get("updated_at")), default=None)}
-        return {"manifest": manifest, "generation": sum(int(p["generation"]) for p in parts),
-                "documents": sum(int(p["documents"]) for p in parts),
-                "shards": [{"shard": p["folder"], "documents": p["documents"], "generation": p["generation"]}
-                           for p in parts]}
+        return ShardedDocs(self._router)
 
     def snapshot(self) -> "ShardedSnapshot":
         """:meth:`retrieval.index.Index.snapshot` for the whole index: the newest commit of every shard,
@@ -567,26 +654,7 @@ class ShardedIndex:
         and documents all read that one commit whatever writers commit meanwhile; the index itself moves
         on. Shards in other processes (Ray Serve replicas) keep no old generation for a caller: there
         each call of the snapshot reads the newest commit at that time."""
-        return ShardedSnapshot(self)
-
-    def hold_commit(self) -> Optional[List[Any]]:
-        """Each shard's generation of the newest commit, held (``Index.snapshot()`` of every shard, taken
-        while no move of the shards can run): what :class:`ShardedSnapshot` reads through each shard's
-        ``holding``. None where the shards are not in this process."""
-        from retrieval.sharded.shard import ShardSearcher
-
-        if not all(isinstance(s, ShardSearcher) for s in self.shards):
-            return None
-        held: List[Any] = []
-        with self.reading():
-            try:
-                for s in self.shards:
-                    held.append(s.index.snapshot())
-            except BaseException:
-                for v in held:
-                    v.close()
-                raise
-        return held
+        return ShardedSnapshot(self, self._router)
 
     def close(self) -> None:
         for s in self.shards:
@@ -606,15 +674,15 @@ class ShardedDocs:
     folder's: rows ``(docid, title, text, metadata)``, each read from its own shard. ``inside``: the
     context every read runs in (a snapshot's hold)."""
 
-    def __init__(self, index: ShardedIndex, inside: Optional[Callable[[], Any]] = None):
-        self._ix = index
+    def __init__(self, router: Router, inside: Optional[Callable[[], Any]] = None):
+        self._router = router
         self._inside = inside or contextlib.nullcontext
 
     def get_many(self, docids) -> Dict[str, tuple]:
         """The rows of those of ``docids`` the index holds, in the order asked (each id once)."""
         ids = list(dict.fromkeys(docids))
-        with self._inside(), self._ix.reading():
-            rows = self._ix._fetch(ids)
+        with self._inside(), self._router.reading():
+            rows = self._router.fetch(ids)
         return {d: (d, *rows[d]) for d in ids if d in rows}
 
     def get(self, docid: str) -> Optional[tuple]:
@@ -622,7 +690,7 @@ class ShardedDocs:
 
     def __len__(self) -> int:
         with self._inside():
-            return len(self._ix)
+            return self._router.count()
 
     def close(self) -> None:
         """Nothing to let go: each shard's store belongs to its shard."""
@@ -634,10 +702,10 @@ class ShardedSnapshot:
     batch_search, explain, get, ``len``, docstore, manifest, generation, close, ``with``), each call
     made through the index with every shard reading its held generation."""
 
-    def __init__(self, index: ShardedIndex):
-        self._ix = index
+    def __init__(self, index: ShardedIndex, router: Router):
+        self._ix, self._router = index, router
         self.path = index.path
-        self._held = index.hold_commit()
+        self._held = router.hold_commit()
         self._open = True
         self._summary: Optional[dict] = None
 
@@ -676,17 +744,17 @@ class ShardedSnapshot:
 
     @property
     def docstore(self) -> ShardedDocs:
-        return ShardedDocs(self._ix, self._inside)
+        return ShardedDocs(self._router, self._inside)
 
     def _described(self) -> dict:
         if self._summary is None:
             with self._inside():
-                self._summary = self._ix.summary()
+                self._summary = self._router.summary()
         return self._summary
 
     @property
     def manifest(self) -> dict:
-        """:meth:`ShardedIndex.summary`'s ``manifest`` of this commit."""
+        """:meth:`Router.summary`'s ``manifest`` of this commit."""
         return self._described()["manifest"]
 
     @property

@@ -225,7 +225,7 @@ class Commits:
 
     def _read(self) -> List[int]:
         """Each shard's generation in the newest commit: the one ``shards.json`` names, or a later one
-        its own folder committed alone (what :meth:`retrieval.index.Index.hold` opens for it). A shard
+        its own folder committed alone (what :meth:`retrieval.sharded.shard.ShardReader.hold` opens for it). A shard
         manifest newer than the commit read is a change of that folder alone, since a sharded write
         moves the shards' manifests only after replacing ``shards.json`` (checked unchanged here)."""
         from retrieval.sharded.shard import _stat, committed_at

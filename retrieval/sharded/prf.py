@@ -50,13 +50,13 @@ def positions(setting, n: int) -> List[int]:
     return sorted(set(top))
 
 
-def settings(ix, p, prf, configured: Dict[str, Any]) -> Dict[str, Any]:
+def settings(router, p, prf, configured: Dict[str, Any]) -> Dict[str, Any]:
     """The feedback of each member of pipeline ``p`` for one search: ``prf`` (this search's, as
     :meth:`retrieval.index.Index.search` takes it) on every member that takes it, else the setting
     :meth:`ShardedIndex.configure` gave it. ParameterErrors as one folder raises them."""
     from retrieval.bm25.prf import parse
 
-    takes = ix._info[0].get("prf") or {}
+    takes = router.info[0].get("prf") or {}
     if prf is None:
         return {n: s for n, s in configured.items() if n in p.retrievers and s}
     setting = parse(prf)
@@ -66,28 +66,28 @@ def settings(ix, p, prf, configured: Dict[str, Any]) -> Dict[str, Any]:
                              "retrievers ({_names}) takes it", _p=str(p), _names=", ".join(p.retrievers))
     if not setting:
         return {}
-    check_vectors(ix, takers)
+    check_vectors(router, takers)
     return {n: setting for n in takers}
 
 
-def check_vectors(ix, names: Sequence[str]) -> None:
+def check_vectors(router, names: Sequence[str]) -> None:
     """One ParameterError where a shard's sub-index ``names`` stores no term vectors."""
-    for info in ix._info:
+    for info in router.info:
         if any(not (info.get("prf") or {}).get(n, False) for n in names):
             raise ParameterError(NO_VECTORS)
 
 
-def expand(ix, name: str, setting, queries: Sequence[Tuple[str, str]], k: int, stats: Optional[dict],
+def expand(router, name: str, setting, queries: Sequence[Tuple[str, str]], k: int, stats: Optional[dict],
            threads: int = 1) -> Tuple[Dict[str, Any], Optional[dict]]:
     """Rounds 1-4 of the module docstring for retriever ``name`` and ``queries`` ``[(qid, text)]``
     searched for ``k`` hits: ``({qid: Boosted}, stats)``, the expanded queries and the global
     statistics that score them (``stats``, the query terms', with the feedback terms' added)."""
     depth = first_depth(setting, k)
-    opts = ix._options
-    found = ix._all("search", list(queries), [name], depth, {name: stats}, opts, None, None, threads)
+    opts = router.options
+    found = router.all("search", list(queries), [name], depth, {name: stats}, opts, None, None, threads)
     first = {q: merge.merge_lists("score", [a.get(name, {}).get(q, []) for a in found], depth) for q, _ in queries}
     want = {q: positions(setting, len(first[q])) for q, _ in queries}
-    n = len(ix.shards)
+    n = len(router.shards)
     owned: Dict[int, List[str]] = {}
     for q, _ in queries:
         for i in want[q]:
@@ -99,19 +99,19 @@ def expand(ix, name: str, setting, queries: Sequence[Tuple[str, str]], k: int, s
     if owned:  # the owners in one call, each sent every id and answering for its own (as ShardedIndex._texts)
         order = sorted(owned)
         ids = [d for i in order for d in owned[i]]
-        for i, got in zip(order, ix._call([ix.shards[i] for i in order], "vectors", (name, ids), {})):
+        for i, got in zip(order, router.call([router.shards[i] for i in order], "vectors", (name, ids), {})):
             vectors.update((d, v) for d, v in got.items() if sh.shard_of(d, n) == i)
     missing = sorted({first[q][i][0] for q, _ in queries for i in want[q]} - set(vectors))
     if missing:
         raise ParameterError(NO_VECTORS + " (no term vector of {_docs})", _docs=", ".join(missing[:5]))
     terms = sorted({t for v in vectors.values() for t in v[0]})
-    counted = merge.sum_stats(ix._all("term_stats", name, terms))
+    counted = merge.sum_stats(router.all("term_stats", name, terms))
     docs = int(counted["docs"])
     term_stats = counted.get("terms") or {}
     dfs = {t: int(term_stats[t][0]) for t in terms}
     items = [(text, [d for d, _s in first[q]], [s for _d, s in first[q]],
               {i: vectors[first[q][i][0]] for i in want[q]}) for q, text in queries]
-    boosted = ix._call(ix.shards[:1], "expand", (name, _as_dict(setting), k, items, dfs, docs, opts), {})[0]
+    boosted = router.call(router.shards[:1], "expand", (name, _as_dict(setting), k, items, dfs, docs, opts), {})[0]
     out = {q: b for (q, _t), b in zip(queries, boosted)}
     if stats is None:
         return out, None

@@ -39,6 +39,31 @@ def _stat(path: Path) -> Optional[Tuple[int, int, int, int]]:
     return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
 
 
+class ShardReader(Index):
+    """A shard folder's reader: it reads the generation its sharded index committed (``at_least``,
+    or a later one the folder committed alone) and moves only when told (:meth:`pin`), all shards
+    at once (:mod:`retrieval.sharded.pins`); a folder's own :meth:`refresh` leaves it where it is.
+    Searches, snapshots and long-lived reads are a folder's (:class:`retrieval.index.Index`)."""
+
+    def hold(self, at_least: int):
+        """Generation ``at_least`` of this shard folder (or a later one its own manifest names), opened
+        and held but not yet read (``manifest``; ``release()`` lets it go): :meth:`pin` installs it.
+        The sharded index opens every shard's generation this way first, to move all of them at once."""
+        return self._open(at_least)
+
+    def pin(self, at_least: int, held=None) -> None:
+        """Read generation ``at_least`` (see :meth:`hold`; ``held``: that generation, held already) from
+        now on; searches and snapshots running meanwhile finish on the generation they started on."""
+        with self._lock:
+            old = self._current()
+            new = held if held is not None else self._open(at_least)
+            self._at = at_least
+            if new.number == old.number and new.key == old.key:
+                new.release()
+                return
+            self._install(old, new)
+
+
 def committed_at(record: dict, position: int) -> int:
     """The generation the sharded record commits for shard ``position`` (0: whatever the shard's own
     manifest names, for a record without generations)."""
@@ -61,7 +86,8 @@ class ShardSearcher:
         self.path = Path(path)
         self.follows = True
         self._key: Optional[tuple] = None
-        self.index = Index.open(self.path, at_least=None if record is None else committed_at(record, position or 0))
+        at = None if record is None else committed_at(record, position or 0)
+        self.index = ShardReader.open(self.path, at_least=at)
         self.record, self.position = record, position
         if record is not None:
             try:
@@ -141,7 +167,7 @@ class ShardSearcher:
             out = {name: s.retriever(name).collection_stats(list(texts)) for name in retrievers}
             allowed = self._allowed(s, filter)
             if allowed is not None:
-                out[ALLOWED] = [len(allowed), len(s._g.metadata)]
+                out[ALLOWED] = [len(allowed), len(s.metadata)]
             return out
 
     def search(self, queries: Sequence[Tuple[str, str]], retrievers: Sequence[str], k: int,
@@ -159,14 +185,13 @@ class ShardSearcher:
         index (:mod:`retrieval.sharded.prf`), searched instead of their texts."""
         self._follow()
         self._configure(options)
-        idx = self.index
         qs = [Query(str(q), str(t)) for q, t in queries]
         stats = stats or {}
         with self._view() as s:
             allowed = self._allowed(s, filter)
             out: Dict[str, Dict[str, Scored]] = {}
             for name in retrievers:
-                r = idx._pick(s._g, name, dimsel, len(retrievers) > 1).with_stats(stats.get(name))
+                r = s.member(name, dimsel, len(retrievers) > 1).with_stats(stats.get(name))
                 if expanded and name in expanded:
                     r = r.expanded({q.qid: (q.text, expanded[name][q.qid]) for q in qs})
                 if allowed is None:
@@ -175,7 +200,7 @@ class ShardSearcher:
                     ranked = r.batch_search(qs, k, threads)
                     res = {q: [(d, x, d in allowed) for d, x in hits] for q, hits in ranked.items()}
                 else:
-                    res = {q.qid: idx._filtered(s._g, r, q.text, k, allowed) for q in qs}
+                    res = {q.qid: s.filtered(r, q.text, k, allowed) for q in qs}
                 out[name] = {q.qid: [(h[0], float(h[1]), *h[2:]) for h in res.get(q.qid, [])] for q in qs}
             if text:
                 ids = {h[0] for lists in out.values() for hits in lists.values() for h in hits}
@@ -207,7 +232,6 @@ class ShardSearcher:
 
         self._follow()
         self._configure(options)
-        idx = self.index
         stats = stats or {}
         with self._view() as s:
             if s.docstore.get(docid) is None:
@@ -215,7 +239,7 @@ class ShardSearcher:
             allowed = self._allowed(s, filter)
             out: Dict[str, Any] = {}
             for name, ranked in lists.items():
-                r = idx._pick(s._g, name, dimsel, fused).with_stats(stats.get(name))
+                r = s.member(name, dimsel, fused).with_stats(stats.get(name))
                 e = r.explain(text, docid, [(h[0], float(h[1])) for h in ranked])
                 out[name] = {"kind": r.kind, "score": e.score, "parts": e.parts, "formula": e.formula,
                              "columns": [list(c) for c in e.columns], "details": e.details, "notes": list(e.notes)}
@@ -273,7 +297,7 @@ class ShardSearcher:
             return len(s)
 
     def summary(self) -> Dict[str, Any]:
-        """This shard's part of a sharded index's description (:meth:`ShardedIndex.summary`): its
+        """This shard's part of a sharded index's description (:meth:`retrieval.sharded.index.Router.summary`): its
         generation, live documents, sub-index entries (kind, documents, config), tuned pipelines and
         its manifest's times."""
         self._follow()
@@ -306,7 +330,7 @@ class ShardSearcher:
         with warnings.catch_warnings():
             # a field only other shards carry is no mistake here; the router warns for the whole index
             warnings.simplefilter("ignore", FilterWarning)
-            return s._index._allowed(s._g, filter)
+            return s.allowed(filter)
 
 
 def open_shards(path: Union[str, Path], make=None) -> Tuple[dict, List[ShardSearcher]]:

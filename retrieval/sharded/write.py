@@ -58,6 +58,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
@@ -98,9 +99,8 @@ def _split(docs: Iterable[Document], n: int) -> List[List[Document]]:
 
 
 def build_sharded(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[str, Path], shards: int, *,
-                  subindexes: Optional[Mapping[str, Any]] = None, threads: int = 2, overwrite: bool = False,
-                  empty: str = "error", quiet: bool = False, executor=None, precomputed: Optional[dict] = None,
-                  report: Optional[dict] = None):
+                  subindexes: Optional[Mapping[str, Any]] = None, overwrite: bool = False,
+                  report: Optional[dict] = None, **options: Any):
     """Build a sharded index: ``shards`` ordinary folders (each :func:`retrieval.writer.build_index`
     of the documents routed to it, with the same ``subindexes``) and the sharded manifest, staged
     beside ``index_dir`` and moved into place when every shard is built. Returns the opened
@@ -113,18 +113,21 @@ def build_sharded(corpus: Union[str, Path, Iterable[Document]], index_dir: Union
     Replacing a sharded index (``overwrite``) holds its writer lock from the start of the build to the
     switch, one atomic exchange of the folders (:func:`_swap`); its shards' generations start after
     the old ones'. ``report`` gets ``record``: the sharded manifest this build committed (later writers
-    may have committed after it by the time this returns)."""
+    may have committed after it by the time this returns). ``**options``: how each shard is built,
+    :func:`retrieval.writer.build_index`'s ``threads`` (default 2), ``empty`` ("error"), ``quiet``
+    (False), ``executor`` (None), ``precomputed`` (None); another keyword is a TypeError naming it."""
     from retrieval.sharded.index import ShardedIndex
 
+    bad = sorted(set(options) - {"threads", "empty", "quiet", "executor", "precomputed"})
+    if bad:
+        raise TypeError(f"build_sharded() got an unexpected keyword argument {bad[0]!r}")
+    run = _Run(**options)
+    empty, quiet = run.empty, run.quiet
     index_dir = Path(index_dir)
     record = sh.new_record(shards)
     _may_write(index_dir, overwrite)
     docs = _read(corpus, empty)
-    parts = _split(docs, shards)
-    for i, part in enumerate(parts):
-        if not part:
-            raise ParameterError("{shards}: shard %d of %d would hold no document (the corpus has %d); use fewer"
-                                 % (i, shards, sum(map(len, parts))))
+    parts = _parts(docs, shards)
     remove_leftovers(index_dir)
     replacing = sh.is_sharded(index_dir)
     # a sharded index being replaced is held by its writer lock from here to the switch: its writers
@@ -135,23 +138,7 @@ def build_sharded(corpus: Union[str, Path, Iterable[Document]], index_dir: Union
         shutil.rmtree(stage, ignore_errors=True)
         stage.mkdir(parents=True)
         try:
-            shared = _vectors(docs, [(n, kind_of_spec(s), s, None) for n, s in (subindexes or {}).items()],
-                              quiet, executor, threads, given=precomputed)
-            # each kind's spec for one shard: what a kind chooses on the documents is chosen once, below
-            each = {n: kind_of_spec(s).shard_spec(s) for n, s in subindexes.items()} \
-                if isinstance(subindexes, Mapping) else subindexes
-            for i, part in enumerate(parts):
-                where = stage / record["folders"][i]
-                writer.build_index(part, where, subindexes=each, threads=threads, empty=empty, quiet=quiet,
-                                   executor=executor, precomputed=precomputed, shared=shared,
-                                   generation=first).close()
-                member = sh.member(record, i)
-                folder.commit_manifest(where, lambda ch, m=member: ch.new.__setitem__("sharded", m))
-            record["generations"] = [int(mf.read_manifest(stage / f)["generation"]) for f in record["folders"]]
-            sh.write(stage, record)
-            if isinstance(subindexes, Mapping):
-                tune_shards(stage, subindexes, quiet=quiet)
-            committed = sh.read(stage)
+            committed = _build_shards(stage, docs, parts, record, first, subindexes, run)
             _swap(stage, index_dir, replacing)
         except BaseException:
             shutil.rmtree(stage, ignore_errors=True)  # (after the switch: the old index)
@@ -159,6 +146,50 @@ def build_sharded(corpus: Union[str, Path, Iterable[Document]], index_dir: Union
     if report is not None:
         report["record"] = committed
     return ShardedIndex.open(index_dir)
+
+
+def _parts(docs: List[Document], shards: int) -> List[List[Document]]:
+    """``docs`` routed to ``shards`` parts; a part without documents is an error."""
+    parts = _split(docs, shards)
+    for i, part in enumerate(parts):
+        if not part:
+            raise ParameterError("{shards}: shard %d of %d would hold no document (the corpus has %d); use fewer"
+                                 % (i, shards, sum(map(len, parts))))
+    return parts
+
+
+@dataclass(frozen=True)
+class _Run:
+    """How :func:`build_sharded` builds each shard (its keywords of the same names)."""
+    threads: int = 2
+    empty: str = "error"
+    quiet: bool = False
+    executor: Any = None
+    precomputed: Optional[dict] = None
+
+
+def _build_shards(stage: Path, docs: Sequence[Document], parts: Sequence[Sequence[Document]], record: dict,
+                  first: int, subindexes: Optional[Mapping[str, Any]], run: _Run) -> dict:
+    """Every shard of ``record`` built in ``stage`` from its part of ``docs`` (generations from
+    ``first``), the sharded manifest written and what a kind chooses on the documents tuned once;
+    returns the sharded manifest committed in ``stage``."""
+    shared = _vectors(docs, [(n, kind_of_spec(s), s, None) for n, s in (subindexes or {}).items()],
+                      run.quiet, run.executor, run.threads, given=run.precomputed)
+    # each kind's spec for one shard: what a kind chooses on the documents is chosen once, below
+    each = {n: kind_of_spec(s).shard_spec(s) for n, s in subindexes.items()} \
+        if isinstance(subindexes, Mapping) else subindexes
+    for i, part in enumerate(parts):
+        where = stage / record["folders"][i]
+        writer.build_index(part, where, subindexes=each, threads=run.threads, empty=run.empty, quiet=run.quiet,
+                           executor=run.executor, precomputed=run.precomputed, shared=shared,
+                           generation=first).close()
+        member = sh.member(record, i)
+        folder.commit_manifest(where, lambda ch, m=member: ch.new.__setitem__("sharded", m))
+    record["generations"] = [int(mf.read_manifest(stage / f)["generation"]) for f in record["folders"]]
+    sh.write(stage, record)
+    if isinstance(subindexes, Mapping):
+        tune_shards(stage, subindexes, quiet=run.quiet)
+    return sh.read(stage)
 
 
 def tune_shards(path: Union[str, Path], specs: Mapping[str, Any], quiet: bool = True) -> bool:

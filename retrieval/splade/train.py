@@ -28,7 +28,7 @@ from typing import Dict, List, Optional, Sequence
 from indexes.atomic import atomic_path, write_text
 from indexes.errors import InputError, ParameterError
 from retrieval.models import restores_torch_settings
-from retrieval.trainrun import CARD, CHECKPOINT, Trainer, TrainingStopped, file_hash, prepare_output
+from retrieval.trainrun import CARD, CHECKPOINT, RunOptions, Trainer, TrainingStopped, file_hash, prepare_output
 
 
 @dataclass
@@ -92,12 +92,15 @@ TRAINER = Trainer("retr train splade", CARD)
 
 
 @restores_torch_settings
-def train(corpus, output, queries, qrels, cfg: Optional[SpladeTrainConfig] = None, *, index=None,
-          resume: bool = False, overwrite: bool = False, quiet: bool = False, allow_test: bool = False,
-          **settings) -> Path:
+def train(corpus, output, queries, qrels, cfg: Optional[SpladeTrainConfig] = None, *,
+          how: Optional[RunOptions] = None, **settings) -> Path:
     """Fine-tune a SPLADE model on ``queries`` + ``qrels`` (training qrels: a test split is refused unless
     ``allow_test``) with hard negatives from the BM25 ranking of ``corpus`` (or of the folder ``index``);
-    save it at ``output`` and return its path. ``settings`` override :class:`SpladeTrainConfig` fields."""
+    save it at ``output`` and return its path. ``index``, ``resume``, ``overwrite``, ``quiet``,
+    ``allow_test``: the run's options (:class:`retrieval.trainrun.RunOptions`), as keywords or as ``how``;
+    the other ``settings`` override :class:`SpladeTrainConfig` fields."""
+    how, settings = RunOptions.split(how, settings)
+    index, resume, overwrite, quiet, allow_test = how.index, how.resume, how.overwrite, how.quiet, how.allow_test
     bad = sorted(set(settings) - set(SpladeTrainConfig.__dataclass_fields__))
     if bad:
         raise ParameterError("unknown training setting(s): {_bad}", _bad=", ".join(bad))

@@ -171,9 +171,8 @@ def test_http_index_description_names_the_default(served):
 
 # The public names one class has and the other lacks, and the shared methods whose signatures still
 # differ: each entry is a difference still to remove (the list only shrinks).
-ONLY_INDEX = {"allowed", "follow", "hold", "manifest", "metadata", "pin", "retriever", "unknown_fields",
-              "use_retriever"}
-ONLY_SHARDED = {"describe", "hold_commit", "local", "reading", "summary"}
+ONLY_INDEX = {"allowed", "manifest", "metadata", "retriever", "use_retriever"}
+ONLY_SHARDED = {"describe", "reading"}
 SIGNATURES_DIFFER = {"open"}
 
 
@@ -214,6 +213,24 @@ def test_both_are_searchers(small_index, pair):
     assert isinstance(small_index, Searcher) and isinstance(sharded, Searcher)
     assert sharded.highlight("aspirin", ["Aspirin and cancer"]) == small_index.highlight("aspirin", ["Aspirin and cancer"])
     assert sharded.refresh() is False
+
+
+def test_the_surfaces_shared_steps_answer_alike(pair):
+    """The names that left the allow-lists answer on a sharded folder as on the folder holding its
+    documents; a folder snapshot's public steps (member, allowed, filtered, metadata: what a shard's
+    search runs) give the folder's own filtered search."""
+    single, sharded, _base = pair
+    flt = {"shrad": "odd", "docid": {"in": ["1"]}, "year": 2000}
+    assert sharded.unknown_fields(flt) == single.unknown_fields(flt) == ["shrad"]
+    assert sharded.unknown_fields(None) == single.unknown_fields(None) == []
+    assert sharded.follow() is False and single.local() == [single]
+    assert [ix.path.parent for ix in sharded.local()] == [sharded.path] * 2
+    with single.snapshot() as s:
+        allowed = s.allowed({"shard": "odd"})
+        assert 0 < len(allowed) < len(s.metadata) == len(single)
+        got = s.filtered(s.member("bm25"), Q, 5, allowed)
+    want = single.search(Q, k=5, retriever="bm25", filter={"shard": "odd"}, text=False)
+    assert [(d, x) for d, x, *_ in got] == [(h.docid, h.score) for h in want] and want
 
 
 def test_a_request_value_is_checked_once(small_index):

@@ -44,14 +44,22 @@ class DimSel(RetrieverBase):
     mode: none | prf | learned | oracle. ``alpha`` = share of dimensions kept (learned: default
     the selector's dev-chosen alpha); ``adaptive`` = use the learned selector's cumulative-share
     threshold instead of a fixed alpha (``threshold`` overrides it). ``prf_k`` = feedback docs.
-    ``qrels`` (path or dict) is required by the oracle mode.
+    ``qrels`` (path or dict) is required by the oracle mode. ``**options``: ``adaptive`` (default
+    False), ``threshold`` (None), and the oracle's ``oracle_beta`` (1.0) and ``oracle_neg_k`` (10);
+    another keyword is a TypeError naming it.
     """
 
     kind = "dense"
+    _OPTIONS = {"adaptive": False, "threshold": None, "oracle_beta": 1.0, "oracle_neg_k": 10}
 
     def __init__(self, dense, mode: str = "none", alpha: Optional[float] = None, prf_k: int = 5,
-                 selector: Union[None, str, Path, Selector] = None, qrels=None, adaptive: bool = False,
-                 threshold: Optional[float] = None, oracle_beta: float = 1.0, oracle_neg_k: int = 10):
+                 selector: Union[None, str, Path, Selector] = None, qrels=None, **options):
+        bad = [k for k in options if k not in self._OPTIONS]
+        if bad:
+            raise TypeError(f"DimSel.__init__() got an unexpected keyword argument {bad[0]!r}")
+        o = {**self._OPTIONS, **options}
+        adaptive, threshold = o["adaptive"], o["threshold"]
+        oracle_beta, oracle_neg_k = o["oracle_beta"], o["oracle_neg_k"]
         if mode not in MODES:
             raise DimSelError(f"unknown dimension selection mode {mode!r} (choose from: {', '.join(MODES)})")
         if not hasattr(dense, "search_vectors") or not hasattr(dense, "encode_queries"):
