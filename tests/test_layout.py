@@ -29,24 +29,32 @@ def _imports(path: Path, text: str | None = None, root: Path = ROOT) -> set:
     """Every module named by an import anywhere in the file (``from a.b import c`` names
     ``a.b`` and ``a.b.c``; relative imports are resolved; ``importlib.import_module("a")`` and
     ``__import__("a")`` with a written name count too). ``text``: the file's code, if not read from it."""
+    out = set()
+    for base, names in _import_statements(path, text, root):
+        out.add(base)
+        out.update(f"{base}.{n}" for n in names or ())
+    return out
+
+
+def _import_statements(path: Path, text: str | None = None, root: Path = ROOT):
+    """``(module, None)`` for each ``import a.b`` and written ``import_module("a")``/``__import__("a")``,
+    ``(base, names)`` for each ``from base import names`` (a relative base resolved), anywhere in the file:
+    the one walk both :func:`_imports` and :func:`_resolved_imports` read."""
     tree = ast.parse(path.read_text(encoding="utf-8") if text is None else text)
     here = _module(path, root).split(".")
     pkg = here if path.name == "__init__.py" else here[:-1]
-    out = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
                 and isinstance(node.args[0].value, str) \
                 and getattr(node.func, "attr", getattr(node.func, "id", None)) in ("import_module", "__import__"):
-            out.add(node.args[0].value)
+            yield node.args[0].value, None
         if isinstance(node, ast.Import):
-            out.update(a.name for a in node.names)
+            yield from ((a.name, None) for a in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 base = ".".join(pkg[:len(pkg) - node.level + 1] + ([base] if base else []))
-            out.add(base)
-            out.update(f"{base}.{a.name}" for a in node.names)
-    return out
+            yield base, [a.name for a in node.names]
 
 
 def _graph(package: str) -> dict:
@@ -407,24 +415,12 @@ def _resolved_imports(path: Path, files, root: Path = ROOT, text: str | None = N
             name = name.rpartition(".")[0]
         return name or None
 
-    tree = ast.parse(path.read_text(encoding="utf-8") if text is None else text)
-    here = _module(path, root).split(".")
-    pkg = here if path.name == "__init__.py" else here[:-1]
     out = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
-                and isinstance(node.args[0].value, str) \
-                and getattr(node.func, "attr", getattr(node.func, "id", None)) in ("import_module", "__import__"):
-            out.add(known(node.args[0].value))
-        elif isinstance(node, ast.Import):
-            out.update(known(a.name) for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                base = ".".join(pkg[:len(pkg) - node.level + 1] + ([base] if base else []))
-            for a in node.names:
-                full = f"{base}.{a.name}"
-                out.add(full if full in files else known(base))
+    for base, names in _import_statements(path, text, root):
+        if names is None:
+            out.add(known(base))
+        else:
+            out.update(f"{base}.{n}" if f"{base}.{n}" in files else known(base) for n in names)
     out.discard(None)
     return out
 
