@@ -87,7 +87,7 @@ class ShardSearcher:
         self.follows = True
         self._key: Optional[tuple] = None
         at = None if record is None else committed_at(record, position or 0)
-        self.index = ShardReader.open(self.path, at_least=at)
+        self.index = ShardReader(self.path, auto_refresh=True, at_least=at)
         self.record, self.position = record, position
         if record is not None:
             try:
@@ -143,19 +143,19 @@ class ShardSearcher:
     # -- the protocol ----------------------------------------------------------------------
     def describe(self) -> Dict[str, Any]:
         self._follow()
-        m = self.index.manifest
-        rec = m.get("sharded") or {}
-        return {"id": rec.get("id"), "shard": rec.get("shard"), "shards": rec.get("shards"),
-                "generation": int(m.get("generation", 0)), "documents": len(self.index),
-                "retrievers": {n: self.index.retriever(n).merge_rule for n in self.index.retrievers},
-                "needs_stats": {n: needs_stats(self.index.retriever(n)) for n in self.index.retrievers},
-                "pipelines": {b: dict(v) for b, v in m.get("pipelines", {}).items()},
-                "subindexes": {n: {"alias_of": e.get("alias_of")} for n, e in m.get("subindexes", {}).items()},
-                "fields": self.index.fields(),
-                # the retrievers that take pseudo-relevance feedback, and whether they store the term
-                # vectors it reads (retrieval.sharded.prf)
-                "prf": {n: self.index.retriever(n).stores_vectors() for n in self.index.retrievers
-                        if "prf" in self.index.retriever(n).call_options}}
+        with self.index.snapshot() as s:
+            m, rs = s.manifest, {n: s.retriever(n) for n in s.retrievers}
+            rec = m.get("sharded") or {}
+            return {"id": rec.get("id"), "shard": rec.get("shard"), "shards": rec.get("shards"),
+                    "generation": int(m.get("generation", 0)), "documents": len(s),
+                    "retrievers": {n: r.merge_rule for n, r in rs.items()},
+                    "needs_stats": {n: needs_stats(r) for n, r in rs.items()},
+                    "pipelines": {b: dict(v) for b, v in m.get("pipelines", {}).items()},
+                    "subindexes": {n: {"alias_of": e.get("alias_of")} for n, e in m.get("subindexes", {}).items()},
+                    "fields": dict(s.metadata.fields()),
+                    # the retrievers that take pseudo-relevance feedback, and whether they store the term
+                    # vectors it reads (retrieval.sharded.prf)
+                    "prf": {n: r.stores_vectors() for n, r in rs.items() if "prf" in r.call_options}}
 
     def stats(self, texts: Sequence[str], retrievers: Sequence[str], options: Optional[dict] = None,
               filter=None) -> Dict[str, Any]:

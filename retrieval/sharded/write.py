@@ -452,7 +452,7 @@ def _check_shard(p: Path, record: dict, i: int, rep: Report, at: int) -> None:
         if folder.committed_prepared(p, m) is not None:
             rep.notes.append(f"{p.name}: generation {at}, committed by the sharded index, is not yet in the shard's "
                              f"own manifest (a writer stopped half-way); the next write of the sharded index moves it")
-        with Index.open(p, auto_refresh=False, at_least=at) as idx:
+        with Index(p, auto_refresh=False, at_least=at) as idx:
             wrong = [d for d, _m in idx.docstore.iter_meta() if sh.shard_of(d, n) != i]
     except RetrError as e:
         rep.problems.append(f"{p.name}: {e}")

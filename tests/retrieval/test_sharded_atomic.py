@@ -129,8 +129,8 @@ def test_a_reader_open_during_a_write_sees_the_batch_whole_or_not_at_all(sharded
 
     def poll():
         while not done.is_set():
-            with live.reading():
-                seen.append((len(live), frozenset(_seen(live, 0, ids))))
+            with live.snapshot() as s:  # one commit of every shard for the count, the search and the gets
+                seen.append((len(s), frozenset(_seen(s, 0, ids))))
 
     t = threading.Thread(target=poll)
     t.start()
