@@ -815,9 +815,10 @@ class ShardedSnapshot:
 
 def open_index(path: Union[str, Path], auto_refresh: bool = True):
     """:func:`retrieval.open_index`: a sharded index's :class:`ShardedIndex` (its folder holds the
-    sharded manifest), else the folder's :class:`retrieval.index.Index`."""
+    sharded manifest), else the folder's :class:`retrieval.index.Index`; ``auto_refresh`` as both
+    classes' ``open`` take it."""
     if sh.is_sharded(path):
-        return ShardedIndex.open(path)
+        return ShardedIndex.open(path, auto_refresh=auto_refresh)
     from retrieval.index import Index
 
     return Index.open(path, auto_refresh=auto_refresh)
