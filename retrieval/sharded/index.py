@@ -321,8 +321,9 @@ class ShardedIndex:
     @property
     def manifest(self) -> dict:
         """The index's record at the newest commit, as one folder's manifest holds it: ``subindexes`` (shard
-        0's entries, ``doc_count`` summed over the shards), ``pipelines`` (the tuned ones), the earliest
-        ``created_at`` and the latest ``updated_at`` (:attr:`ShardedSnapshot.manifest` of that commit)."""
+        0's entries, the same in every shard, with ``doc_count`` summed over the shards), ``pipelines``
+        (the tuned ones), the earliest ``created_at`` and the latest ``updated_at``
+        (:attr:`ShardedSnapshot.manifest` of that commit)."""
         return self._router.summary()["manifest"]
 
     @property
@@ -769,13 +770,6 @@ class ShardedSnapshot:
     def manifest(self) -> dict:
         """:meth:`Router.summary`'s ``manifest`` of this commit."""
         return self._described()["manifest"]
-
-    @property
-    def manifest(self) -> dict:
-        """The index's record at the newest commit, as one folder's manifest holds it: ``subindexes`` (shard
-        0's entries, ``doc_count`` summed over the shards), ``pipelines`` (the tuned ones), the earliest
-        ``created_at`` and the latest ``updated_at`` (:attr:`ShardedSnapshot.manifest` of that commit)."""
-        return self._router.summary()["manifest"]
 
     @property
     def generation(self) -> int:

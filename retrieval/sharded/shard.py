@@ -298,13 +298,12 @@ class ShardSearcher:
 
     def summary(self) -> Dict[str, Any]:
         """This shard's part of a sharded index's description (:meth:`retrieval.sharded.index.Router.summary`): its
-        generation, live documents, sub-index entries (kind, documents, config), tuned pipelines and
-        its manifest's times."""
+        generation, live documents, sub-index entries (as its manifest holds them: kind, documents,
+        config, model, tuning, ...), tuned pipelines and its manifest's times."""
         self._follow()
         with self._view() as s:
             m, n, gen = s.manifest, len(s), s.generation
-        subs = {name: {"kind": e.get("kind", ""), "doc_count": e.get("doc_count"), "config": e.get("config", {})}
-                for name, e in m.get("subindexes", {}).items()}
+        subs = {name: dict(e) for name, e in m.get("subindexes", {}).items()}
         return {"shard": self.position, "folder": self.path.name, "generation": gen, "documents": n,
                 "subindexes": subs, "pipelines": {b: dict(v) for b, v in m.get("pipelines", {}).items()},
                 "created_at": m.get("created_at"), "updated_at": m.get("updated_at")}
