@@ -202,7 +202,7 @@ def _stats(xs):
 def single_speed(sc: SpeedCorpus, ref, old, bm, repeats: int):
     """One query at a time, every system on the same query in turn (the first rotates), so that
     drift in the machine's speed hits all alike; p50 and mean over all queries and repeats."""
-    r = sc.idx.retriever("bm25")
+    r = sc.idx.snapshot().retriever("bm25")
     floor = bench_searcher(r._index.searcher)
     out, identical = {}, {}
     for k in (10, 1000):
@@ -250,7 +250,7 @@ def batch_speed(sc: SpeedCorpus, ref, bm, threads_list, repeats: int, k: int = 1
     time ratio within the round (runs of one round are seconds apart, so a burst of load on the
     shared machine hits both). Every system returns each query's ranked (docid, score) list except
     the rows marked otherwise."""
-    r = sc.idx.retriever("bm25")
+    r = sc.idx.snapshot().retriever("bm25")
     floor = bench_searcher(r._index.searcher)
     qs = sc.queries
     texts, qids = [q.text for q in qs], [q.qid for q in qs]
@@ -288,7 +288,7 @@ def path_choice(sc: SpeedCorpus, ks=(10, 100, 1000)):
     """Both of HitSearcher's paths on every query (they return the same hits): the exhaustive
     term-at-a-time one and Lucene's collector, by the postings the query's terms have. This is the
     measurement behind HitSearcher.DEFAULT_EXHAUSTIVE_SHARE."""
-    li = sc.idx.retriever("bm25")._index
+    li = sc.idx.snapshot().retriever("bm25")._index
     js = li.searcher
     default = float(jvm.autoclass("retr.lucene.HitSearcher").DEFAULT_EXHAUSTIVE_SHARE)
     texts = [q.text for q in sc.queries]

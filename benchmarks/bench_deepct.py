@@ -121,7 +121,7 @@ def throughput(model_dir, texts):
 def latency(idx, names, qs, n=100):
     out = {}
     for name in names:
-        r = idx.retriever(name)
+        r = idx.snapshot().retriever(name)
         r.search(qs[0].text, 10)
         ts = []
         for q in qs[:n]:
@@ -179,7 +179,7 @@ def run_collection(col, threads, rebuild=False, retune=False):
             "variant_bytes": e["variant_bytes"],
             "bm25_bytes": idx.info()["subindexes"]["bm25"]["size_bytes"],
         }
-        r = idx.retriever(sub)
+        r = idx.snapshot().retriever(sub)
         tag = "" if sub == "deepct" else f" [{sub}]"
         for mode in ("impact", "bm25"):
             for scale in ("linear", "sqrt"):

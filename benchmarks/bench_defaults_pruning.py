@@ -155,7 +155,7 @@ def retrievability(col, docs, indexes=None) -> dict:
             words = [w for w in (x.lower() for x in word.findall(d.contents)) if w not in STOPWORDS]
             if len(words) >= 2:
                 qs += [Query(f"{i}.{j}", " ".join(rng.sample(words, 2))) for j in range(RETRIEVABILITY_QUERIES)]
-        res = defaults_runs._open(col, indexes).retriever("bm25").batch_search(qs, 100, 2)
+        res = defaults_runs._open(col, indexes).snapshot().retriever("bm25").batch_search(qs, 100, 2)
         pos = {d.docid: i for i, d in enumerate(docs)}
         r10, r100, grav = (np.zeros(len(docs)) for _ in range(3))
         for hits in res.values():

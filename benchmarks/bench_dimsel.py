@@ -69,7 +69,7 @@ class Bench:
     def __init__(self, col, with_train=True):
         self.col = col
         self.idx = ds_index(col)
-        self.dense = self.idx.retriever("dense")
+        self.dense = self.idx.snapshot().retriever("dense")
         self.trq, self.trqr, self.teq, self.teqr = query_split(col)
         t0 = time.perf_counter()
         self.Qte = self.dense.encode_queries([q.text for q in self.teq])

@@ -32,9 +32,9 @@ TRAIN = {"scifact": ["train"], "nfcorpus": ["train", "dev"]}
 def lists_for(idx, qs):
     """Each retriever's top DEPTH per query, and under "conf" each list's confidence (the retrievers'
     ``confidence``), which the confidence-weighted fusions of the grid (and the untuned default) use."""
-    out = {n: idx.retriever(n).batch_search(qs, DEPTH, 2) for n in NAMES}
+    out = {n: idx.snapshot().retriever(n).batch_search(qs, DEPTH, 2) for n in NAMES}
     out["conf"] = dict(zip((q.qid for q in qs), list_confidences(
-        {n: idx.retriever(n) for n in NAMES}, [q.text for q in qs], {n: [out[n][q.qid] for q in qs] for n in NAMES})))
+        {n: idx.snapshot().retriever(n) for n in NAMES}, [q.text for q in qs], {n: [out[n][q.qid] for q in qs] for n in NAMES})))
     return out
 
 
@@ -97,7 +97,7 @@ def latency(col, n_queries=1000):
     spec = "bm25+dense:rrf(k=60)"
     for q in qs[:20]:  # warm up: JVM, model, caches
         idx.search(q.text, k=5, retriever=spec)
-    dense = idx.retriever("dense")
+    dense = idx.snapshot().retriever("dense")
     stages = {"query encoding": [], "dense search (faiss)": [], "bm25": [], "fusion": [], "text": []}
     total = []
     for q in qs:

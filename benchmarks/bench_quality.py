@@ -255,7 +255,7 @@ def collection_curves(col, data_c, head, ests):
     queries = col.queries()
     qrels = col.qrels()
     idx = data_c["idx"]
-    Q = idx.retriever("dense").encode_queries([q.text for q in queries])
+    Q = idx.snapshot().retriever("dense").encode_queries([q.text for q in queries])
     qids = [q.qid for q in queries]
     out = {}
     tmp = QDIR / name / f"bm25-tmp-{os.getpid()}"  # one per process: runs may go in parallel

@@ -147,7 +147,7 @@ def equality(col, shard_counts, k=100) -> dict:
     docs = list(read_corpus(col.corpus, empty="skip"))
     spec = {"dense": DenseSpec()}
     t0 = time.perf_counter()
-    pre = get_kind("dense").shard_vectors(docs[:-50], spec=spec["dense"], quiet=True)
+    pre = get_kind("dense").encode_documents(docs[:-50], spec=spec["dense"], quiet=True)
     encode_s = time.perf_counter() - t0
     qs = {q.qid: q.text for q in col.queries()}
     r = _build_and_compare(work, docs, spec, pre, shard_counts, qs, k)
@@ -156,7 +156,7 @@ def equality(col, shard_counts, k=100) -> dict:
 
 
 def stand_in_vectors(docs, spec, seed: int = 0) -> dict:
-    """Seeded random unit vectors for ``docs`` in the form ``shard_vectors`` returns, under the encoder
+    """Seeded random unit vectors for ``docs`` in the form ``encode_documents`` returns, under the encoder
     config ``spec`` would record (so the build takes them as its own, ``vectors_from``): 100,000
     synthetic passages would take MiniLM about 3 hours on 2 CPU cores (results/dense_speed.md), and
     what the dense merge's exactness needs is vectors in faiss, not meaningful ones. Queries and

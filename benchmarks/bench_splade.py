@@ -53,7 +53,7 @@ def latency(idx, qs):
     """Per-query wall time of idx.search (text=False) at k=10 and k=1000 for BM25 and SPLADE, and
     SPLADE's Lucene part alone (query weights computed beforehand), interleaved query by query so
     that both see the same machine; ms p50/p99."""
-    spl = idx.retriever("splade")
+    spl = idx.snapshot().retriever("splade")
     weights = spl.query_terms([q.text for q in qs])
     lucene = spl._lucene()
     for q in qs[:20]:  # warm up the JVM, the model and the caches
@@ -88,7 +88,7 @@ def against_pyserini(idx, qs):
     from pyserini.search.lucene import LuceneImpactSearcher
 
     folder = idx.path / idx.manifest["subindexes"]["splade"]["path"] / "impact"
-    spl = idx.retriever("splade")
+    spl = idx.snapshot().retriever("splade")
     weights = spl.query_terms([q.text for q in qs])
 
     class Given:  # Pyserini's searcher asks its query encoder for the weights: hand it ours
@@ -171,7 +171,7 @@ def run_collection(col, deepct_model=None, finetune=False):
 
     def sparsity(name):
         e, st = idx.manifest["subindexes"][name], idx.info()["subindexes"][name]["stats"]
-        qterms = [len(w) for w in idx.retriever(name).query_terms([q.text for q in qs])]
+        qterms = [len(w) for w in idx.snapshot().retriever(name).query_terms([q.text for q in qs])]
         return {"mean_terms_per_passage": st["mean_terms_per_passage"], "postings": st["postings"],
                 "mean_terms_per_query": statistics.fmean(qterms), "index_bytes": folder_size(folder(name)),
                 "bm25_index_bytes": folder_size(folder("bm25")), "build_seconds": e.get("build_seconds"),

@@ -61,7 +61,7 @@ def dump(col, indexes: Path | None) -> None:
         out = run_path(col.name, name)
         if out.exists():
             continue
-        res = idx.retriever(name).batch_search(qs, DEPTH, 2)
+        res = idx.snapshot().retriever(name).batch_search(qs, DEPTH, 2)
         tmp = out.with_suffix(".tmp")
         with gzip.open(tmp, "wt") as f:
             json.dump({q: [[d, float(s)] for d, s in v] for q, v in res.items()}, f)
@@ -193,7 +193,7 @@ def dump_variant(col, variant: str, indexes: Path | None) -> None:
             got = load(col.name, n)
             lists[n] = {q.qid: got.get(q.qid, [])[:VARIANT_DEPTH] for q in qs}
             continue
-        res = idx.retriever(n).batch_search(qs, VARIANT_DEPTH + 1, 2)
+        res = idx.snapshot().retriever(n).batch_search(qs, VARIANT_DEPTH + 1, 2)
         own = (lambda q: q.split("|", 1)[1]) if variant == "doc" else (lambda q: None)
         lists[n] = {q: [(d, float(s)) for d, s in v if d != own(q)][:VARIANT_DEPTH] for q, v in res.items()}
         tmp = run_path(name, n).with_suffix(".tmp")
@@ -204,7 +204,7 @@ def dump_variant(col, variant: str, indexes: Path | None) -> None:
     from retrieval.fusion import list_confidences
 
     conf = dict(zip((q.qid for q in qs), list_confidences(
-        {n: idx.retriever(n) for n in NAMES}, [q.text for q in qs], {n: [lists[n][q.qid] for q in qs] for n in NAMES})))
+        {n: idx.snapshot().retriever(n) for n in NAMES}, [q.text for q in qs], {n: [lists[n][q.qid] for q in qs] for n in NAMES})))
     conf_path.write_text(json.dumps(conf))
 
 

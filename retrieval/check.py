@@ -49,11 +49,11 @@ def _first(xs) -> str:
 def check_index(path: Union[str, Path], full: bool = False, sample: int = 1000, strict: bool = False,
                 seed: int = 0, at_least: Optional[int] = None) -> Report:
     """Check the folder at ``path``; the returned :class:`Report` lists one line per problem.
-    ``at_least``: a shard's generation its sharded index committed (``Index.open``'s)."""
+    ``at_least``: a shard's generation its sharded index committed (the ``Index`` constructor's)."""
     path = Path(path)
     rep = Report(str(path))
     try:
-        idx = Index.open(path, auto_refresh=False, at_least=at_least)
+        idx = Index(path, auto_refresh=False, at_least=at_least)
     except RetrError as e:
         rep.problems.append(str(e))
         return rep

@@ -231,11 +231,12 @@ class Index:
         self._gen: Optional[_Generation] = _open_generation(self.path, at_least)
 
     @classmethod
-    def open(cls, path: Union[str, Path], auto_refresh: bool = True, at_least: Optional[int] = None) -> "Index":
-        """``at_least``: open a shard folder at the generation its sharded index committed (or a later
-        one its own manifest names) and stay there; refresh does not move it (a sharded index's reader,
-        :class:`retrieval.sharded.shard.ShardReader`, moves it with the other shards)."""
-        return cls(path, auto_refresh=auto_refresh, at_least=at_least)
+    def open(cls, path: Union[str, Path], auto_refresh: bool = True) -> "Index":
+        """The folder at ``path``; ``auto_refresh``: each call first moves to the newest generation a
+        writer made (False: only :meth:`refresh` moves it). (The constructor's ``at_least`` opens a shard
+        folder at the generation its sharded index committed and keeps it there: a sharded index's
+        reader, :class:`retrieval.sharded.shard.ShardReader`, moves it with the other shards.)"""
+        return cls(path, auto_refresh=auto_refresh)
 
     # -- generations -----------------------------------------------------
     def _current(self) -> _Generation:
@@ -395,15 +396,16 @@ class Index:
     def docstore(self) -> DocStore:
         return self._current().docstore
 
-    def retriever(self, name: str) -> Retriever:
+    def _retriever(self, name: str) -> Retriever:
         o = self._overrides.get(name)
         if o is not None:
             return o
         return self._current().retriever(name, self._options.get(name))
 
-    def use_retriever(self, name: str, retriever: Retriever) -> None:
-        """Answer sub-index ``name`` through ``retriever`` from now on (dimension selection's
-        ``attach``); one whose ``rebind(new)`` returns a retriever follows the index to new generations."""
+    def _use_retriever(self, name: str, retriever: Retriever) -> None:
+        """Answer sub-index ``name`` through ``retriever`` from now on (:meth:`Snapshot.use_retriever`,
+        dimension selection's ``attach``); one whose ``rebind(new)`` returns a retriever follows the
+        index to new generations."""
         if not isinstance(retriever, Retriever):
             raise InputError(f"use_retriever takes a retrieval.kinds.Retriever (a RetrieverBase), not "
                              f"{type(retriever).__name__}")
@@ -422,16 +424,16 @@ class Index:
         p = self.pipeline(retriever)
         done = []
         for key in given:
-            takers = [n for n in p.retrievers if key in self.retriever(n).options]
+            takers = [n for n in p.retrievers if key in self._retriever(n).options]
             if not takers:
                 # the option and those there are, as parameters (the CLI names them by its flags)
-                there = sorted({o for n in p.retrievers for o in self.retriever(n).options})
+                there = sorted({o for n in p.retrievers for o in self._retriever(n).options})
                 takes = ("its retrievers take " + ", ".join("{%s}" % o for o in there)) if there else \
                     "its retrievers take no options"
                 raise ParameterError("{%s} applies to no retriever of {_p} (%s)" % (key, takes), _p=str(p))
             done += [n for n in takers if n not in done]
         for n in done:
-            r = self.retriever(n)
+            r = self._retriever(n)
             mine = {k: v for k, v in given.items() if k in r.options}
             r.configure(**mine)
             self._options[n] = dict(self._options.get(n, {}), **mine)
@@ -462,17 +464,10 @@ class Index:
                                  self.path)
         return p
 
-    @property
-    def metadata(self) -> MetadataTable:
-        """The current generation's documents and metadata, indexed for filters."""
-        return self._current().metadata
-
-    def allowed(self, filter) -> Optional[Allowed]:
-        """The documents a filter (see :mod:`retrieval.filters`) allows; None for no filter."""
-        return self._allowed(self._current(), filter)
-
     @staticmethod
     def _allowed(g: "_Generation", filter) -> Optional[Allowed]:
+        """The documents of generation ``g`` a filter (see :mod:`retrieval.filters`) allows; None for no
+        filter (a snapshot's :meth:`Snapshot.allowed`)."""
         flt = parse_filter(filter)
         if flt is None:
             return None
@@ -582,7 +577,7 @@ class Index:
         """Per text, each retriever's ``(kind, value)`` confidence in its list (``lists``: {name: one
         list per text}), as a fused search weighs them (:func:`retrieval.fusion.list_confidences`);
         a sharded index answers the same under its global statistics."""
-        return list_confidences({n: self.retriever(n) for n in lists}, list(texts), lists)
+        return list_confidences({n: self._retriever(n) for n in lists}, list(texts), lists)
 
     @staticmethod
     def _confidences(g, p: Pipeline, rs, texts, lists, timings):
@@ -924,7 +919,10 @@ class _View:
     def get(self, docid: str) -> Optional[Document]:
         return _document(self._g.docstore.get(docid))
 
-    def retriever(self, name: str):
+    def retriever(self, name: str) -> Retriever:
+        """Sub-index ``name``'s retriever in this generation (the one :meth:`use_retriever` set, if any),
+        with the index's :meth:`Index.configure` options: a kind's own methods (``encode_queries``,
+        ``feedback``, ...) for code that reads below the search."""
         return self._index._pick(self._g, name)
 
     def member(self, name: str, dimsel=None, fused: bool = False) -> Retriever:
@@ -938,7 +936,8 @@ class _View:
         return self._g.metadata
 
     def allowed(self, filter) -> Optional[Allowed]:
-        """The documents of this generation a filter allows (None: no filter), as :meth:`Index.allowed`."""
+        """The documents of this generation a filter (see :mod:`retrieval.filters`) allows; None for no
+        filter. A condition on a field no document carries warns (:class:`~indexes.errors.FilterWarning`)."""
         return self._index._allowed(self._g, filter)
 
     def filtered(self, r: Retriever, query: str, k: int, allowed: Allowed):
@@ -951,7 +950,11 @@ class _View:
         return self._index._pipeline(self.manifest, retriever, fusion)
 
     def use_retriever(self, name: str, retriever) -> None:
-        self._index.use_retriever(name, retriever)
+        """Make the index (this generation and the later ones: see :meth:`Index.refresh`) answer
+        sub-index ``name`` through ``retriever``, a :class:`retrieval.kinds.Retriever` (dimension
+        selection's ``attach``); one whose ``rebind(new)`` returns a retriever follows the index to
+        new generations, another is dropped there for the new generation's own."""
+        self._index._use_retriever(name, retriever)
 
 
 class Snapshot(_View):

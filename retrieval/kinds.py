@@ -68,8 +68,9 @@ class BuildContext:
     """What a kind may read while it builds: the document store (``docs()`` streams
     ``(docid, contents)`` from it), the corpus fingerprint, a cache folder for
     resumable work, vectors another stage already computed (``precomputed``: the quality
-    estimator's), what a sharded index's kinds computed once for all shards (``shared``, per
-    sub-index name; :meth:`shared_part` is the one of ``subindex``), and the executor that
+    estimator's), what the kinds computed ahead for the documents (``shared``, per sub-index name,
+    :meth:`SubIndexKind.encode_documents`; :meth:`shared_part` is the one of ``subindex``: a sharded
+    build computes it once for all its shards), and the executor that
     runs the kind's model (``retrieval.executors.runner_of(ctx.executor)``)."""
 
     store_path: Path
@@ -78,7 +79,7 @@ class BuildContext:
     quiet: bool = False
     threads: int = 2
     precomputed: Optional[dict] = None
-    shared: Optional[Dict[str, Any]] = None              # sub-index name -> what its kind made for every shard
+    shared: Optional[Dict[str, Any]] = None              # sub-index name -> what its kind encoded ahead
     subindex: str = ""                                   # the name of the sub-index being built or changed
     generation: int = 0                                  # the generation being written
     stream: Optional[Iterable[Tuple[str, str]]] = None   # docs as they are read (BM25 during a build)
@@ -93,8 +94,8 @@ class BuildContext:
         return ((docid, contents(title, text)) for docid, title, text, _meta in DocStore(self.store_path).iter_docs())
 
     def shared_part(self) -> Any:
-        """What a sharded index's kind computed once for every shard for the sub-index being built or
-        changed (its :meth:`SubIndexKind.shard_vectors`, read by that kind alone), or None."""
+        """What the kind of the sub-index being built or changed computed ahead for these documents
+        (its :meth:`SubIndexKind.encode_documents`, read by that kind alone), or None."""
         return (self.shared or {}).get(self.subindex) if self.subindex else None
 
 
@@ -292,33 +293,34 @@ class SubIndexKind:
         (a sparse kind's postings and mean terms per passage); nothing by default."""
         return {}
 
-    def shard_vectors(self, docs: Sequence, spec=None, entry: Optional[dict] = None, quiet: bool = False,
-                      executor=None, threads: int = 2, given: Any = None) -> Any:
-        """For a sharded index: what this kind's model makes of ``docs`` (``retrieval.types.Document``),
-        computed once for all shards as one folder's build (``spec``) or change (``entry``; ``threads``:
-        the writer's, as a folder's change gets them) computes it, in a form the kind alone reads: each
-        shard's build or change finds it as ``BuildContext.shared_part()`` and uses its documents' part
-        instead of encoding its own part, whose batches would differ. ``given``: what the caller already
-        made of ``docs`` (``build_sharded``'s ``precomputed``), which a kind returns if it is its own form.
-        None: nothing to share."""
+    def encode_documents(self, docs: Sequence, spec=None, entry: Optional[dict] = None, quiet: bool = False,
+                         executor=None, threads: int = 2, given: Any = None) -> Any:
+        """What this kind's model makes of ``docs`` (``retrieval.types.Document``), in one pass, as a
+        build of ``spec`` or a change of ``entry`` (``threads``: the writer's) makes it, in a form the
+        kind alone reads: a build or change given it (``BuildContext.shared``) finds it as
+        ``BuildContext.shared_part()`` and takes its own documents' part instead of encoding them in
+        batches of their own, which would differ in the last bits (a writer that builds several folders
+        from one corpus, a sharded build, computes it once for all). ``given``: what the caller already
+        made of ``docs`` (a build's ``precomputed``), which a kind returns if it is its own form. None:
+        the kind has no model stage to run ahead."""
         return None
 
     def after_add(self, index, name: str, spec, quiet: bool = False) -> None:
         """Runs once the sub-index built from ``spec`` is listed in the manifest of ``index``
         (DeepCT tunes a fusion)."""
 
-    def shard_spec(self, spec):
-        """For a sharded build: the spec each shard is built with. A kind that chooses settings on
-        the documents it has (DeepCT's tuning) builds the shards without choosing and chooses once
-        for the whole index in :meth:`tune_sharded`; by default each shard gets ``spec``."""
+    def untuned(self, spec):
+        """``spec`` with nothing chosen on the documents at build time: a writer that builds the
+        documents in parts (a sharded build) builds each part with it, then asks :meth:`choose` once
+        over the whole index. By default ``spec`` itself (a kind that chooses nothing)."""
         return spec
 
-    def tune_sharded(self, index, name: str, spec, quiet: bool = False) -> Optional[Callable[[Any], None]]:
-        """After a sharded build of ``spec`` (``index``: the sharded index, a
-        ``retrieval.sharded.index.ShardedIndex``, which this may configure): what one folder's build
-        would choose on its documents, chosen once through the sharded search, as ``edit(change)`` of
-        one shard's manifest change (``indexes.folder.Change``); the sharded writer records it in
-        every shard as one commit. None: nothing to choose."""
+    def choose(self, index, name: str, spec, quiet: bool = False) -> Optional[Callable[[Any], None]]:
+        """What a build of ``spec`` chooses on its documents (DeepCT's defaults and fusion), chosen
+        through the search of ``index`` (a :class:`retrieval.searcher.Searcher` opened by its folder,
+        which this may configure: a folder, or a sharded folder as a whole), as ``edit(change)`` of the
+        index's record (``indexes.folder.Change``), which the caller commits (``begin_change``; a
+        sharded index records it in every shard as one commit). None: nothing to choose."""
         return None
 
     def with_dimsel(self, index, name: str, dimsel):

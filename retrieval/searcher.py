@@ -60,7 +60,22 @@ class Searcher(Protocol):
 
     def close(self) -> None: ...
 
+    @property
+    def manifest(self) -> dict: ...
+
+    @property
+    def generation(self) -> int: ...
+
+    def configure(self, retriever: str = ..., **options) -> List[str]: ...
+
+    def unknown_fields(self, filter) -> List[str]: ...
+
+    def local(self) -> list: ...
+
+    def begin_change(self, what: str): ...
+
 
 #: the methods and properties of :class:`Searcher`, in the order above
 SURFACE = ("retrievers", "__len__", "info", "fields", "default_pipeline", "pipeline", "search", "batch_search",
-           "search_df", "explain", "highlight", "confidences", "get", "snapshot", "refresh", "close")
+           "search_df", "explain", "highlight", "confidences", "get", "snapshot", "refresh", "close",
+           "manifest", "generation", "configure", "unknown_fields", "local", "begin_change")

@@ -112,7 +112,7 @@ def build_index(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[s
     ``precomputed``: vectors another stage already computed for the documents (the quality
     estimator's), which a kind uses when they are its encoder's (``BuildContext.precomputed``).
     ``shared``: per sub-index name, what its kind already made of these documents for every shard of
-    a sharded index (``SubIndexKind.shard_vectors``; ``BuildContext.shared``).
+    a sharded index (``SubIndexKind.encode_documents``; ``BuildContext.shared``).
     ``generation``: the folder's first generation (default: 0, or the one after that of
     the folder it replaces). ``executor`` (:class:`retrieval.executors.Executor`, or an
     opened runner) says where the kinds' models run; Lucene always runs here.

@@ -278,7 +278,7 @@ class ShardedReader(Reader):
 
     def once(self, rnd: random.Random) -> tuple:
         idx = self.idx
-        with idx.reading():  # one commit of every shard for all that follows
+        with idx._reading():  # one commit of every shard for all that follows
             g = self.generation_now()
             hits = idx.search("common " + rnd.choice(WORDS), k=10, text=True)
             for h in hits:
@@ -316,7 +316,7 @@ class ShardedReader(Reader):
             t.join()
         final: dict = {}
         try:
-            with self.idx.reading():
+            with self.idx._reading():
                 final = {"generations": list(self.generation_now()), "documents": len(self.idx)}
         except Exception as e:
             self.fail(f"the last read: {type(e).__name__}: {e}")

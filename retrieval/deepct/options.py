@@ -73,10 +73,10 @@ def deepct_tune(v: Values):
     """Choose a DeepCT sub-index's defaults again (mode, weight scale, k1/b, then the
     bm25+NAME fusion) on its model's held-out training queries, without re-encoding.
     A sharded index is tuned once through its search, and every shard records the choice."""
-    from retrieval.deepct.tuning import manifest_of, retune_deepct
+    from retrieval.deepct.tuning import retune_deepct
 
     name = v.name
-    m = manifest_of(retune_deepct(v.index, name, mode=v.mode, scale=v.scale, quiet=v.quiet))
+    m = retune_deepct(v.index, name, mode=v.mode, scale=v.scale, quiet=v.quiet).manifest
     e = m["subindexes"][name]
     t, c = e["tuning"], e["config"]
     fusion = m.get("pipelines", {}).get(f"bm25+{name}", {}).get("spec", "untuned")

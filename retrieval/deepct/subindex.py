@@ -25,7 +25,7 @@ from typing import ClassVar, Dict, List, Optional, Sequence, Tuple
 from indexes import impact
 from indexes import manifest as mf
 from indexes.errors import InputError, ParameterError
-from retrieval.deepct.tuning import (apply_tuning, folder_runs, sharded_choice, tune_bm25, tune_default_fusion,
+from retrieval.deepct.tuning import (apply_tuning, choose, folder_runs, tune_bm25, tune_default_fusion,
                                      tunes, with_alias)
 from retrieval.deepct.weights import (DEFAULT_B, DEFAULT_K1, DEFAULT_MODE, MODES, SCALES, compact_weights,
                                       open_variant, plain_query_terms, term_weights, variant_name, variants_of,
@@ -398,23 +398,24 @@ class DeepCTKind(SubIndexKind):
         if spec.tune_fusion and "bm25" in index.retrievers:
             tune_default_fusion(index, name, quiet=quiet)
 
-    def shard_vectors(self, docs: Sequence, spec=None, entry: Optional[dict] = None, quiet: bool = False,
-                      executor=None, threads: int = 2, given=None) -> Optional[dict]:
-        """The term weights of a sharded build or change, made once for every shard (:func:`shared_weights`)."""
+    def encode_documents(self, docs: Sequence, spec=None, entry: Optional[dict] = None, quiet: bool = False,
+                         executor=None, threads: int = 2, given=None) -> Optional[dict]:
+        """The term weights of ``docs`` for a build or change, made in one pass (:func:`shared_weights`)."""
         if entry is not None and entry.get("alias_of"):
             return None
         return shared_weights(docs, spec=spec, entry=entry, quiet=quiet, executor=executor, threads=threads)
 
-    def shard_spec(self, spec: DeepCTSpec) -> DeepCTSpec:
-        """Each shard is built without tuning: :meth:`tune_sharded` chooses once for the whole index."""
+    def untuned(self, spec: DeepCTSpec) -> DeepCTSpec:
+        """``spec`` without tuning: :meth:`choose` chooses afterwards, once, over the whole index."""
         return replace(spec, tune=False, tune_fusion=False) if tunes(spec) else spec
 
-    def tune_sharded(self, index, name: str, spec: DeepCTSpec, quiet: bool = False):
+    def choose(self, index, name: str, spec: DeepCTSpec, quiet: bool = False):
         """The mode, scale, k1/b and ``bm25+<name>`` fusion one folder's build of ``spec`` would
-        choose, chosen on the model's held-out training queries through the sharded search."""
+        choose, chosen on the model's held-out training queries through ``index``'s search
+        (:func:`retrieval.deepct.tuning.choose`)."""
         if not tunes(spec):
             return None
-        return sharded_choice(index, name, spec, spec.tune_fusion, quiet=quiet)
+        return choose(index, name, spec, spec.tune_fusion, quiet=quiet)
 
     def spec_of(self, entry: dict, **changes) -> DeepCTSpec:
         """The spec ``entry`` records (the fields :class:`DeepCTSpec` has), with ``changes``."""

@@ -6,13 +6,14 @@ A build tunes (``DeepCTSpec.tune``, :func:`tune_bm25` then :func:`apply_tuning`)
 :func:`retune_deepct` chooses again on a built folder, without re-encoding (every
 variant is on disk), as a manifest-only generation of its own.
 
-A sharded index (issue #30) chooses once for all its shards, never per shard: its shards are
-built without tuning (``DeepCTKind.shard_spec``), then :func:`sharded_choice` runs the same grid
-through the sharded search (:func:`sharded_runs`: the index's global statistics, so every run equals
-the run of one folder holding every document) and the same fusion tuning, and the sharded writer
-records the choice in every shard as one commit (``retrieval.sharded.write.tune_shards``, or
-:func:`retune_deepct` given a ``ShardedIndex``, through :func:`indexes.shard_commit.commit_manifests`). A shard's own documents and statistics would choose
-otherwise, and its default runs would then differ from the folder's.
+Choosing again (:func:`retune_deepct`) and a sharded build's choice (issue #30) take one path over any
+:class:`retrieval.searcher.Searcher`, a folder or a sharded folder alike: :func:`choose` runs the same
+grid through the index's own search (:func:`search_runs`; a sharded index's global statistics make every
+run equal the run of one folder holding every document) and the same fusion tuning, and returns the
+choice as one edit of the index's record, which ``begin_change`` commits (a folder: one generation; a
+sharded index: every shard, one commit). A sharded build builds its shards without choosing
+(``DeepCTKind.untuned``) and asks ``DeepCTKind.choose`` once over the whole index: a shard's own
+documents and statistics would choose otherwise, and its default runs would then differ from the folder's.
 
 The kind (:mod:`retrieval.deepct.subindex`) imports this module, so this one reaches
 the kind, where it needs its spec, through the registry (:func:`retrieval.kinds.kind_of`).
@@ -58,7 +59,7 @@ def dev_queries_of(card: dict, docids: Sequence[str]) -> Optional[Tuple[List[Que
 
 #: ``run(queries, mode, scale, k1, b)``: each query's first 1000 ``(docid, score)`` in the variant
 #: ``mode-scale`` (k1/b: BM25 over pseudo term frequencies; None in impact mode), as a search of the
-#: sub-index's default retriever with those options returns them (:func:`folder_runs`, :func:`sharded_runs`)
+#: sub-index's default retriever with those options returns them (:func:`folder_runs`, :func:`search_runs`)
 Runs = Callable[[Sequence[Query], str, str, Optional[float], Optional[float]], Dict[str, Scored]]
 
 
@@ -68,7 +69,7 @@ def tune_bm25(run: Runs, entry: dict, card: dict, docids: Sequence[str], quiet: 
     training queries (never test queries); also scores the impact variants of
     each scale, so that the mode and scale can be chosen from the same queries.
     ``run`` searches one configuration: one folder's variants (:func:`folder_runs`) or a
-    sharded index's search with its global statistics (:func:`sharded_runs`), which rank alike."""
+    searcher's search of the sub-index (:func:`search_runs`), which rank alike."""
     from eval import evaluate
 
     got = dev_queries_of(card, docids)
@@ -114,9 +115,10 @@ def folder_runs(folder: Path, entry: dict) -> Iterator[Runs]:
             s.close()
 
 
-def sharded_runs(index, name: str) -> Runs:
-    """:data:`Runs` through a sharded index's search of ``name`` (``retrieval.sharded.index.ShardedIndex``:
-    global statistics, an exact merge), configured for each run: rankings equal to one folder's."""
+def search_runs(index, name: str) -> Runs:
+    """:data:`Runs` through ``index``'s search of ``name`` (a :class:`retrieval.searcher.Searcher`; a
+    sharded index's: global statistics, an exact merge), configured for each run: rankings equal to
+    :func:`folder_runs`' on one folder holding the same documents."""
     def run(qs: Sequence[Query], mode: str, scale: str, k1: Optional[float], b: Optional[float]):
         index.configure(name, mode=mode, scale=scale, k1=k1, b=b)
         res = index.batch_search(list(qs), k=1000, retriever=name, threads=2)
@@ -155,36 +157,19 @@ def with_alias(name: str, entry: dict) -> Dict[str, dict]:
     return {name: entry, f"{name}-query": q_entry}
 
 
-def _record(path: Path, name: str, entry: dict, tune_fusion: bool, quiet: bool):
-    """Write ``name`` and its DeepCT-Query alias into the manifest, then tune the fusion."""
-    from indexes import folder as owner
-    from retrieval.index import Index
-
-    def record(ch):
-        if ch.old["subindexes"].get(name, {}).get("path") != entry["path"]:
-            raise InputError(f"sub-index {name!r} changed (another writer) while it was being tuned; run it again",
-                             path)
-        for n, e in with_alias(name, entry).items():
-            ch.new["subindexes"][n] = e
-
-    owner.commit_manifest(path, record)  # a generation of its own: readers of the current one keep it
-    idx = Index.open(path)
-    if tune_fusion and "bm25" in idx.retrievers:
-        tune_default_fusion(idx, name, quiet=quiet)
-    return Index.open(path)
-
-
 def retune_deepct(index, name: str = "deepct", mode: str = "auto", scale: str = "auto", quiet: bool = True,
                   tune_fusion: bool = True):
     """Choose a built DeepCT sub-index's defaults again (mode, scale, k1/b, then the
     ``bm25+<name>`` fusion) on its model's held-out training queries, without
     re-encoding: every variant is already on disk. For folders built before the
-    scale was tuned, or to pin a mode/scale. Returns the reopened index. ``index``: a folder's
-    ``Index``, or a ``ShardedIndex`` (tuned through its search, recorded in every shard as one commit)."""
+    scale was tuned, or to pin a mode/scale. Returns the reopened index. ``index``: any
+    :class:`retrieval.searcher.Searcher` opened by its folder, a folder's or a sharded folder's (tuned
+    through its search, :func:`choose`; recorded as one change of its record: ``begin_change``)."""
     from retrieval.kinds import kind_of
 
-    sharded = _local_shards(index)
-    entry = (sharded[0].manifest if sharded else index.manifest)["subindexes"].get(name)
+    if index.path is None:
+        raise InputError("a sharded index opened over remote shards cannot be tuned; tune it by its folder")
+    entry = index.manifest["subindexes"].get(name)
     if entry is None or entry.get("kind") != "deepct" or entry.get("alias_of"):
         raise InputError(f"{index.path}: no DeepCT sub-index named {name!r}")
     card_path = _card_path(entry)
@@ -194,20 +179,11 @@ def retune_deepct(index, name: str = "deepct", mode: str = "auto", scale: str = 
         raise ParameterError("{mode} must be auto|%s and {scale} auto|%s (got {_mode!r}, {_scale!r})"
                              % ("|".join(MODES), "|".join(SCALES)), _mode=mode, _scale=scale)
     spec = kind_of(entry).spec_of(entry, mode=mode, scale=scale, k1=None, b=None, tune=True)
-    if sharded:
-        return _retune_sharded(index, name, spec, tune_fusion, quiet)
-    from indexes.sharded import refuse_one_shard
-
-    refuse_one_shard(index.manifest, index.path, "retune")
-    entry = json.loads(json.dumps(entry))  # a private copy
-    with folder_runs(index.path / entry["path"], entry) as run:
-        tuning = tune_bm25(run, entry, json.loads(card_path.read_text()), [d for d, *_ in index.docstore.iter_docs()],
-                           quiet=quiet, scales=SCALES if scale == "auto" else (scale,))
-    if tuning is None:
-        raise InputError(f"{card_path}: the model card names no held-out training queries for this corpus")
-    apply_tuning(entry, tuning, spec)
-    entry["spec"] = asdict(spec)
-    return _record(index.path, name, entry, tune_fusion, quiet)
+    commit = index.begin_change("retune")  # (what the choice reads; refused on a lone shard of a sharded index)
+    with type(index).open(index.path) as work:  # configured run by run: not the caller's index
+        edit = choose(work, name, spec, tune_fusion, quiet, need_queries=True)
+    commit(edit)
+    return type(index).open(index.path)
 
 
 def _card_path(entry: dict) -> Path:
@@ -224,8 +200,8 @@ def tune_default_fusion(idx, name: str = "deepct", quiet: bool = True) -> Option
 
 
 def _tune_fusion(idx, name: str, entry: dict, docids: Sequence[str], quiet: bool, save: bool) -> Optional[dict]:
-    """``retrieval.tune.tune`` of ``bm25+<name>`` on the dev queries over ``docids`` (an ``Index`` or a
-    ``ShardedIndex``); its report, stored when ``save``; None without such queries."""
+    """``retrieval.tune.tune`` of ``bm25+<name>`` on the dev queries over ``docids`` (``idx``: any
+    Searcher); its report, stored when ``save``; None without such queries."""
     from retrieval.tune import tune
 
     card_path = _card_path(entry)
@@ -239,43 +215,27 @@ def _tune_fusion(idx, name: str, entry: dict, docids: Sequence[str], quiet: bool
                 save=save, quiet=quiet)
 
 
-# ------------------------------------------------------------------------- sharded indexes
-def _local_shards(index) -> list:
-    """The shard folders' own ``Index`` objects of a sharded index, [] for a folder: the folder readers
-    ``index.local()`` names besides ``index`` itself (a folder's is itself alone; a sharded index opened
-    over remote shards has none here, and says so)."""
-    if index.path is None:
-        raise InputError("a sharded index opened over remote shards cannot be tuned; tune it by its folder")
-    return [ix for ix in index.local() if ix is not index]
-
-
-def manifest_of(index) -> dict:
-    """The manifest of a folder's index, or of a sharded index's first shard (every shard records the same
-    sub-indexes and tuning)."""
-    shards = _local_shards(index)
-    return (shards[0] if shards else index).manifest
-
-
+# ------------------------------------------------------------------------- through a Searcher
 def tunes(spec) -> bool:
     """Whether a build of ``spec`` (a ``DeepCTSpec``) chooses anything on the dev queries."""
     return bool((spec.tune and (spec.k1 is None or spec.b is None)) or spec.tune_fusion)
 
 
-def sharded_choice(index, name: str, spec, tune_fusion: bool, quiet: bool = True, need_queries: bool = False):
-    """What one folder's build (or retune) of ``spec`` chooses, chosen once over the sharded index
-    ``index`` (a ``ShardedIndex``) through its search: :func:`tune_bm25` with :func:`sharded_runs`,
-    :func:`apply_tuning`, then the ``bm25+<name>`` fusion (``retrieval.tune``) with those defaults.
-    Returns ``edit(change)``, which records the choice in one shard's manifest change (the same in
-    every shard); ``index`` is left configured for the grid's last run. ``need_queries``: an error
-    when the model card names no dev queries for this corpus (a retune), else nothing is tuned."""
-    shards = _local_shards(index)
-    entry = json.loads(json.dumps(shards[0].manifest["subindexes"][name]))
-    docids = [d for s in shards for d, *_ in s.docstore.iter_docs()]
+def choose(index, name: str, spec, tune_fusion: bool, quiet: bool = True, need_queries: bool = False):
+    """What one folder's build (or retune) of ``spec`` chooses, chosen over ``index`` (any
+    :class:`retrieval.searcher.Searcher` opened by its folder: a folder, or a sharded folder as a
+    whole) through its search: :func:`tune_bm25` with :func:`search_runs`, :func:`apply_tuning`, then
+    the ``bm25+<name>`` fusion (``retrieval.tune``) with those defaults. Returns ``edit(change)``,
+    which records the choice in a manifest change (a sharded index's: the same in every shard);
+    ``index`` is left configured for the grid's last run. ``need_queries``: an error when the model
+    card names no dev queries for this corpus (a retune), else nothing is tuned."""
+    entry = json.loads(json.dumps(index.manifest["subindexes"][name]))
+    docids = [d for ix in index.local() for d, *_ in ix.docstore.iter_docs()]
     card_path = _card_path(entry)
     card = json.loads(card_path.read_text()) if card_path.is_file() else {}
     tuning = None
     if spec.tune and (spec.k1 is None or spec.b is None):
-        tuning = tune_bm25(sharded_runs(index, name), entry, card, docids, quiet=quiet,
+        tuning = tune_bm25(search_runs(index, name), entry, card, docids, quiet=quiet,
                            scales=SCALES if spec.scale == "auto" else (spec.scale,))
         if tuning is None and need_queries:
             raise InputError(f"{card_path}: the model card names no held-out training queries for this corpus")
@@ -304,13 +264,3 @@ def sharded_choice(index, name: str, spec, tune_fusion: bool, quiet: bool = True
 
     return edit
 
-
-def _retune_sharded(index, name: str, spec, tune_fusion: bool, quiet: bool):
-    """:func:`retune_deepct` of a sharded index: one commit of every shard (the sharded writer's)."""
-    from indexes.shard_commit import commit_manifests
-
-    based_on = [s.manifest for s in _local_shards(index)]
-    with type(index).open(index.path) as work:  # configured run by run: not the caller's index
-        edit = sharded_choice(work, name, spec, tune_fusion, quiet, need_queries=True)
-    commit_manifests(index.path, edit, based_on=based_on, quiet=quiet)
-    return type(index).open(index.path)

@@ -509,12 +509,12 @@ class DenseKind(SubIndexKind):
             out["truncated"] = int(entry["truncated"]) + over_window(_writer_encoder(entry), (d.contents for d in docs))
         return out
 
-    def shard_vectors(self, docs: Sequence, spec=None, entry: Optional[dict] = None, quiet: bool = False,
-                      executor=None, threads: int = 2, given=None) -> Optional[dict]:
+    def encode_documents(self, docs: Sequence, spec=None, entry: Optional[dict] = None, quiet: bool = False,
+                         executor=None, threads: int = 2, given=None) -> Optional[dict]:
         """The vectors a build (``spec``: shards of ``spec.shard_size`` texts in the corpus's order, as
         ``_encode_store`` cuts them) or a change (``entry``: the change's documents at once, as
-        ``_encode_new``) makes; a vector depends on its batch's padding, so shards encoding their own
-        parts would differ from one folder in the last bits. ``given`` vectors of every document (this
+        ``_encode_new``) makes; a vector depends on its batch's padding, so folders encoding their own
+        parts of ``docs`` would differ from one folder of them all in the last bits. ``given`` vectors of every document (this
         function's form) stand in for encoding; the build checks their encoder (``_reusable``)."""
         if isinstance(given, dict) and {"config", "docids", "array"} <= set(given) \
                 and {d.docid for d in docs} <= set(given["docids"]):

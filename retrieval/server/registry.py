@@ -65,7 +65,8 @@ class Served:
         """Start what the first search would: the JVM, every retriever (models loaded), the
         document store and the metadata table."""
         idx = self.index()
-        first = next(iter(idx.metadata.docids), None)
+        with idx.snapshot() as s:
+            first = next(iter(s.metadata.docids), None)
         for name in idx.retrievers:
             idx.search(WARM_QUERY, k=1, retriever=name, text=False)
             if first is not None:  # the filtered path loads its own Java classes

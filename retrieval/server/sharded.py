@@ -84,7 +84,11 @@ class ShardedServed:
                  call: Optional[Caller] = None, on_close=None, pins=None):
         self.name, self.path = name, Path(path)
         self.shard_names = list(shard_names)
-        self.sharded_index = ShardedIndex(shards, call=call, path=self.path, pins=pins)
+        from retrieval.sharded.pins import Pins
+
+        # the commit every call reads: the index's rounds and call_one hold it alike
+        self.pins = pins if pins is not None else Pins.of(self.path, list(shards))
+        self.sharded_index = ShardedIndex(shards, call=call, path=self.path, pins=self.pins)
         self._call = call or call_each  # (the same caller the index uses)
         self.write_lock = threading.Lock()  # one write at a time from this server (each shard also locks)
         self._on_close = on_close
@@ -102,8 +106,8 @@ class ShardedServed:
 
     def call_one(self, i: int, method: str, *args) -> Any:
         ix = self.sharded_index
-        with ix.reading():  # local shards: the newest commit, held for the call
-            return self._call(ix.shards[i:i + 1], method, args, {})[0]
+        with self.pins.reading() if self.pins is not None else contextlib.nullcontext():
+            return self._call(ix.shards[i:i + 1], method, args, {})[0]  # local shards: the newest commit, held
 
     def warm(self) -> None:
         """A search per retriever through every shard (models loaded, JVMs started), a filtered one,

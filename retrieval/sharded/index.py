@@ -63,7 +63,7 @@ class Router:
         self.info: List[dict] = []
 
     def reading(self):
-        """Hold one commit of every shard for the calls made inside (see :meth:`ShardedIndex.reading`)."""
+        """Hold one commit of every shard for the calls made inside (see :meth:`ShardedIndex._reading`)."""
         return self.pins.reading() if self.pins is not None else contextlib.nullcontext()
 
     def call(self, shards: Sequence[Any], method: str, args: tuple, kwargs: dict) -> List[Any]:
@@ -142,7 +142,7 @@ class ShardedIndex:
     search of one folder holding every shard's documents (see the package docstring)."""
 
     def __init__(self, shards: Sequence[Any], call: Optional[Caller] = None, path: Optional[Path] = None,
-                 pins=None):
+                 pins=None, auto_refresh: bool = True):
         if not shards:
             raise InputError("a sharded index needs at least one shard")
         self.shards = list(shards)
@@ -154,16 +154,19 @@ class ShardedIndex:
         from retrieval.sharded.pins import Pins
 
         # local shards move to each commit together; remote ones are told the commit (pins.Commits)
-        self._pins = pins if pins is not None else Pins.of(path, self.shards)
+        self._pins = pins if pins is not None else Pins.of(path, self.shards, auto=auto_refresh)
         self._router = Router(self.shards, call or call_each, self._pins, self._options)
-        self.describe()
+        self._describe()
 
     @classmethod
-    def open(cls, path: Union[str, Path]) -> "ShardedIndex":
+    def open(cls, path: Union[str, Path], auto_refresh: bool = True) -> "ShardedIndex":
+        """The sharded index at ``path``, every shard opened in this process at the newest commit;
+        ``auto_refresh``: each call first moves every shard to the newest commit (False: only
+        :meth:`refresh` moves them), as :meth:`retrieval.index.Index.open`."""
         from retrieval.sharded.shard import open_shards
 
         _record, shards = open_shards(path)
-        return cls(shards, path=Path(path))
+        return cls(shards, path=Path(path), auto_refresh=auto_refresh)
 
     @property
     def _call(self) -> Caller:
@@ -177,13 +180,13 @@ class ShardedIndex:
     def _all(self, method: str, *args, **kwargs) -> List[Any]:
         return self._router.all(method, *args, **kwargs)
 
-    def reading(self):
+    def _reading(self):
         """Hold one commit of every shard (the newest, see :mod:`retrieval.sharded.pins`) for the calls
         made inside: local shards pinned, remote ones told it (``pins``); remote shards without
         ``pins`` each follow the commit record themselves."""
         return self._router.reading()
 
-    def describe(self) -> List[dict]:
+    def _describe(self) -> List[dict]:
         """Every shard's ``describe()``, checked to be the shards of one index, in order."""
         infos = self._all("describe")
         first = infos[0]
@@ -213,13 +216,13 @@ class ShardedIndex:
     def _fields(self, fresh: bool) -> Dict[str, int]:
         """:meth:`fields` (``fresh=False``: as the last ``describe`` saw them)."""
         out: Dict[str, int] = {}
-        for d in (self.describe() if fresh else self._info):
+        for d in (self._describe() if fresh else self._info):
             for f, n in d.get("fields", {}).items():
                 out[f] = out.get(f, 0) + int(n)
         return dict(sorted(out.items()))
 
     def info(self) -> dict:
-        infos = self.describe()
+        infos = self._describe()
         return {"path": str(self.path) if self.path else None, "sharded": True, "shards": len(infos),
                 "id": infos[0].get("id"), "documents": sum(d["documents"] for d in infos),
                 "generations": [d["generation"] for d in infos], "retrievers": infos[0]["retrievers"],
@@ -247,7 +250,7 @@ class ShardedIndex:
     def local(self) -> list:
         """The shard folders' own :class:`retrieval.index.Index` objects, at the commit this index reads
         now (in-process shards only): what a change of the whole index (a tuning) is computed from."""
-        with self.reading():
+        with self._reading():
             out = [getattr(s, "index", None) for s in self.shards]
         if any(ix is None for ix in out):
             raise InputError("this sharded index is searched through remote shards; open it by its folder to "
@@ -265,7 +268,7 @@ class ShardedIndex:
 
         def commit(edit) -> None:
             commit_manifests(self.path, edit, based_on=read)
-            self.describe()
+            self._describe()
         return commit
 
     def confidences(self, texts: Sequence[str], lists: Dict[str, Sequence[list]]) -> List[dict]:
@@ -273,7 +276,7 @@ class ShardedIndex:
         list per text}) under the index's global statistics, as a fused search weighs them
         (:func:`retrieval.fusion.list_confidences` of one folder's retrievers)."""
         names, texts = list(lists), list(texts)
-        with self.reading():
+        with self._reading():
             stats = merge.sum_stats_by_name(self._all("stats", texts, names, self._options, None), names)
             per = {n: [list(x) for x in lists[n]] for n in names}
             return self._call(self.shards[:1], "confidence", (texts, per, stats, self._options), {})[0]
@@ -316,20 +319,31 @@ class ShardedIndex:
         return takers
 
     @property
+    def manifest(self) -> dict:
+        """The index's record at the newest commit, as one folder's manifest holds it: ``subindexes`` (shard
+        0's entries, the same in every shard, with ``doc_count`` summed over the shards), ``pipelines``
+        (the tuned ones), the earliest ``created_at`` and the latest ``updated_at``
+        (:attr:`ShardedSnapshot.manifest` of that commit)."""
+        return self._router.summary()["manifest"]
+
+    @property
     def generation(self) -> int:
         """The sum of the shards' generations (each change of a shard makes one), as
         :attr:`ShardedSnapshot.generation` counts them."""
-        return sum(int(d["generation"]) for d in self.describe())
+        return sum(int(d["generation"]) for d in self._describe())
 
     def refresh(self) -> bool:
-        """Read every shard's description anew (sub-indexes, tuned pipelines, generations); True when
-        some shard moved on since the last. Searches always read the newest commit (:meth:`reading`)."""
+        """Move every shard to the newest commit (with ``auto_refresh``, each call does that first) and
+        read their descriptions anew (sub-indexes, tuned pipelines, generations); True when some shard
+        moved on since the last."""
         before = [d["generation"] for d in self._info]
-        return [d["generation"] for d in self.describe()] != before
+        if self._pins is not None and not self._pins.gate.inside():
+            self._pins.sync()
+        return [d["generation"] for d in self._describe()] != before
 
     def follow(self) -> bool:
-        """:meth:`retrieval.index.Index.follow` for a long-lived reader: every call already reads the newest
-        commit (:meth:`reading`); this reads the shards' descriptions anew, as :meth:`refresh`."""
+        """:meth:`retrieval.index.Index.follow` for a long-lived reader: :meth:`refresh` (with
+        ``auto_refresh`` every call reads the newest commit already; this reads the descriptions anew)."""
         return self.refresh()
 
     def highlight(self, query: str, texts: Sequence[str], retriever: Optional[str] = None,
@@ -337,7 +351,7 @@ class ShardedIndex:
         """:meth:`retrieval.index.Index.highlight` through the first shard (the analysis of a query's
         words is the same in every shard)."""
         spec = str(self.pipeline(retriever, fusion))
-        with self.reading():
+        with self._reading():
             local = getattr(self.shards[0], "index", None)
             if local is not None:
                 return local.highlight(query, list(texts), retriever=spec)
@@ -393,7 +407,7 @@ class ShardedIndex:
 
         for attempt in range(3):
             try:
-                with self.reading():  # every round reads the same commit of every shard
+                with self._reading():  # every round reads the same commit of every shard
                     return self._rounds(queries, req, threads)
             except MovedOn:  # a replica moved past the commit read (restarted, a commit between): the newest
                 if attempt == 2 or (self._pins is not None and self._pins.gate.inside()):
@@ -509,7 +523,7 @@ class ShardedIndex:
         self._warn_fields(filter)
         for attempt in range(3):
             try:
-                with self.reading():  # every round reads the same commit of every shard
+                with self._reading():  # every round reads the same commit of every shard
                     if not self._call([owner], "fetch", ([docid],), {})[0]:
                         raise NotFound(f"no document {str(docid)[:200]!r} in the index")
                     stats, lists, _rows = self._lists(p, [("0", query)], n, req.but(text=False))
@@ -639,7 +653,7 @@ class ShardedIndex:
 
     def get(self, docid: str) -> Optional[Document]:
         i = sh.shard_of(docid, len(self.shards))
-        with self.reading():
+        with self._reading():
             return self._call(self.shards[i:i + 1], "get", (docid,), {})[0]
 
     @property
@@ -795,9 +809,10 @@ class ShardedSnapshot:
 
 def open_index(path: Union[str, Path], auto_refresh: bool = True):
     """:func:`retrieval.open_index`: a sharded index's :class:`ShardedIndex` (its folder holds the
-    sharded manifest), else the folder's :class:`retrieval.index.Index`."""
+    sharded manifest), else the folder's :class:`retrieval.index.Index`; ``auto_refresh`` as both
+    classes' ``open`` take it."""
     if sh.is_sharded(path):
-        return ShardedIndex.open(path)
+        return ShardedIndex.open(path, auto_refresh=auto_refresh)
     from retrieval.index import Index
 
     return Index.open(path, auto_refresh=auto_refresh)

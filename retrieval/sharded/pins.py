@@ -85,9 +85,10 @@ class Gate:
 class Pins:
     """The commit every local shard of the sharded index at ``path`` reads, moved as one."""
 
-    def __init__(self, path, shards: Sequence[Any]):
+    def __init__(self, path, shards: Sequence[Any], auto: bool = True):
         self.path = path
         self.shards = list(shards)
+        self.auto = auto  # each call brings the commit up to date first (False: only sync() moves it)
         for s in self.shards:
             s.follows = False
         self.gate = Gate()
@@ -95,14 +96,15 @@ class Pins:
         self._sync_lock = threading.Lock()
 
     @classmethod
-    def of(cls, path, shards: Sequence[Any]) -> Optional["Pins"]:
+    def of(cls, path, shards: Sequence[Any], auto: bool = True) -> Optional["Pins"]:
         """Pins for ``shards`` when every one is a local shard of the folder ``path``, else None
-        (remote shards follow the record themselves)."""
+        (remote shards follow the record themselves). ``auto``: every call moves them to the newest
+        commit first (a sharded index's ``auto_refresh``)."""
         from retrieval.sharded.shard import ShardSearcher
 
         if path is None or not all(isinstance(s, ShardSearcher) and s.record is not None for s in shards):
             return None
-        return cls(path, shards)
+        return cls(path, shards, auto)
 
     def _state(self) -> tuple:
         return tuple(s.state() for s in self.shards)
@@ -110,8 +112,8 @@ class Pins:
     @contextlib.contextmanager
     def reading(self) -> Iterator[None]:
         """One call of the router: the shards' commit is brought up to date first (unless this thread
-        is inside a call already), then held until the call ends."""
-        if not self.gate.inside():
+        is inside a call already, or ``auto`` is off), then held until the call ends."""
+        if self.auto and not self.gate.inside():
             self.sync()
         with self.gate.reading():
             yield

@@ -87,7 +87,7 @@ class ShardSearcher:
         self.follows = True
         self._key: Optional[tuple] = None
         at = None if record is None else committed_at(record, position or 0)
-        self.index = ShardReader.open(self.path, at_least=at)
+        self.index = ShardReader(self.path, auto_refresh=True, at_least=at)
         self.record, self.position = record, position
         if record is not None:
             try:
@@ -143,19 +143,19 @@ class ShardSearcher:
     # -- the protocol ----------------------------------------------------------------------
     def describe(self) -> Dict[str, Any]:
         self._follow()
-        m = self.index.manifest
-        rec = m.get("sharded") or {}
-        return {"id": rec.get("id"), "shard": rec.get("shard"), "shards": rec.get("shards"),
-                "generation": int(m.get("generation", 0)), "documents": len(self.index),
-                "retrievers": {n: self.index.retriever(n).merge_rule for n in self.index.retrievers},
-                "needs_stats": {n: needs_stats(self.index.retriever(n)) for n in self.index.retrievers},
-                "pipelines": {b: dict(v) for b, v in m.get("pipelines", {}).items()},
-                "subindexes": {n: {"alias_of": e.get("alias_of")} for n, e in m.get("subindexes", {}).items()},
-                "fields": self.index.fields(),
-                # the retrievers that take pseudo-relevance feedback, and whether they store the term
-                # vectors it reads (retrieval.sharded.prf)
-                "prf": {n: self.index.retriever(n).stores_vectors() for n in self.index.retrievers
-                        if "prf" in self.index.retriever(n).call_options}}
+        with self.index.snapshot() as s:
+            m, rs = s.manifest, {n: s.retriever(n) for n in s.retrievers}
+            rec = m.get("sharded") or {}
+            return {"id": rec.get("id"), "shard": rec.get("shard"), "shards": rec.get("shards"),
+                    "generation": int(m.get("generation", 0)), "documents": len(s),
+                    "retrievers": {n: r.merge_rule for n, r in rs.items()},
+                    "needs_stats": {n: needs_stats(r) for n, r in rs.items()},
+                    "pipelines": {b: dict(v) for b, v in m.get("pipelines", {}).items()},
+                    "subindexes": {n: {"alias_of": e.get("alias_of")} for n, e in m.get("subindexes", {}).items()},
+                    "fields": dict(s.metadata.fields()),
+                    # the retrievers that take pseudo-relevance feedback, and whether they store the term
+                    # vectors it reads (retrieval.sharded.prf)
+                    "prf": {n: r.stores_vectors() for n, r in rs.items() if "prf" in r.call_options}}
 
     def stats(self, texts: Sequence[str], retrievers: Sequence[str], options: Optional[dict] = None,
               filter=None) -> Dict[str, Any]:
@@ -298,13 +298,12 @@ class ShardSearcher:
 
     def summary(self) -> Dict[str, Any]:
         """This shard's part of a sharded index's description (:meth:`retrieval.sharded.index.Router.summary`): its
-        generation, live documents, sub-index entries (kind, documents, config), tuned pipelines and
-        its manifest's times."""
+        generation, live documents, sub-index entries (as its manifest holds them: kind, documents,
+        config, model, tuning, ...), tuned pipelines and its manifest's times."""
         self._follow()
         with self._view() as s:
             m, n, gen = s.manifest, len(s), s.generation
-        subs = {name: {"kind": e.get("kind", ""), "doc_count": e.get("doc_count"), "config": e.get("config", {})}
-                for name, e in m.get("subindexes", {}).items()}
+        subs = {name: dict(e) for name, e in m.get("subindexes", {}).items()}
         return {"shard": self.position, "folder": self.path.name, "generation": gen, "documents": n,
                 "subindexes": subs, "pipelines": {b: dict(v) for b, v in m.get("pipelines", {}).items()},
                 "created_at": m.get("created_at"), "updated_at": m.get("updated_at")}

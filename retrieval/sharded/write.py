@@ -176,7 +176,7 @@ def _build_shards(stage: Path, docs: Sequence[Document], parts: Sequence[Sequenc
     shared = _vectors(docs, [(n, kind_of_spec(s), s, None) for n, s in (subindexes or {}).items()],
                       run.quiet, run.executor, run.threads, given=run.precomputed)
     # each kind's spec for one shard: what a kind chooses on the documents is chosen once, below
-    each = {n: kind_of_spec(s).shard_spec(s) for n, s in subindexes.items()} \
+    each = {n: kind_of_spec(s).untuned(s) for n, s in subindexes.items()} \
         if isinstance(subindexes, Mapping) else subindexes
     for i, part in enumerate(parts):
         where = stage / record["folders"][i]
@@ -193,7 +193,7 @@ def _build_shards(stage: Path, docs: Sequence[Document], parts: Sequence[Sequenc
 
 
 def tune_shards(path: Union[str, Path], specs: Mapping[str, Any], quiet: bool = True) -> bool:
-    """What each kind of ``specs`` chooses on the documents (``SubIndexKind.tune_sharded``: DeepCT's
+    """What each kind of ``specs`` chooses on the documents (``SubIndexKind.choose``: DeepCT's
     defaults and default fusion on its model's held-out queries), chosen once over the whole sharded
     index ``path`` through its search (global statistics), as one folder holding every document
     chooses, and recorded in every shard's manifest as one commit. False: nothing to choose."""
@@ -201,7 +201,7 @@ def tune_shards(path: Union[str, Path], specs: Mapping[str, Any], quiet: bool = 
 
     with ShardedIndex.open(path) as idx:
         based_on = [ix.manifest for ix in idx.local()]
-        edits = [e for e in (kind_of_spec(s).tune_sharded(idx, n, s, quiet=quiet) for n, s in specs.items())
+        edits = [e for e in (kind_of_spec(s).choose(idx, n, s, quiet=quiet) for n, s in specs.items())
                  if e is not None]
     if not edits:
         return False
@@ -217,14 +217,14 @@ def tune_shards(path: Union[str, Path], specs: Mapping[str, Any], quiet: bool = 
 def _vectors(docs: Sequence[Document], makers, quiet: bool, executor, threads: int = 2,
              given: Any = None) -> Dict[str, Any]:
     """Per sub-index name, what its kind's model makes of ``docs``, once for every shard
-    (``SubIndexKind.shard_vectors``; ``makers``: (name, kind, spec, entry)), as one folder's build or
+    (``SubIndexKind.encode_documents``; ``makers``: (name, kind, spec, entry)), as one folder's build or
     change of ``docs`` makes it: each shard's part of it then stands in for encoding the shard's own
     documents in batches of their own (``BuildContext.shared``), so every model sub-index, not only
     the first, holds exactly what one folder holds."""
     out: Dict[str, Any] = {}
     for name, kind, spec, entry in makers:
-        got = kind.shard_vectors(docs, spec=spec, entry=entry, quiet=quiet, executor=executor, threads=threads,
-                                 given=given)
+        got = kind.encode_documents(docs, spec=spec, entry=entry, quiet=quiet, executor=executor,
+                                    threads=threads, given=given)
         if got is not None:
             out[name] = got
     return out
@@ -452,7 +452,7 @@ def _check_shard(p: Path, record: dict, i: int, rep: Report, at: int) -> None:
         if folder.committed_prepared(p, m) is not None:
             rep.notes.append(f"{p.name}: generation {at}, committed by the sharded index, is not yet in the shard's "
                              f"own manifest (a writer stopped half-way); the next write of the sharded index moves it")
-        with Index.open(p, auto_refresh=False, at_least=at) as idx:
+        with Index(p, auto_refresh=False, at_least=at) as idx:
             wrong = [d for d, _m in idx.docstore.iter_meta() if sh.shard_of(d, n) != i]
     except RetrError as e:
         rep.problems.append(f"{p.name}: {e}")

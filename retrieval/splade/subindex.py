@@ -253,9 +253,9 @@ class SpladeKind(SubIndexKind):
                              encoder=entry.get("encoder"))
         return dict(entry, added_impacts_from=source)
 
-    def shard_vectors(self, docs: Sequence, spec=None, entry: Optional[dict] = None, quiet: bool = False,
-                      executor=None, threads: int = 2, given=None) -> Optional[dict]:
-        """The impacts of a sharded build or change, made once for every shard (:func:`shared_impacts`)."""
+    def encode_documents(self, docs: Sequence, spec=None, entry: Optional[dict] = None, quiet: bool = False,
+                         executor=None, threads: int = 2, given=None) -> Optional[dict]:
+        """The impacts of ``docs`` for a build or change, made in one pass (:func:`shared_impacts`)."""
         return shared_impacts(docs, spec=spec, entry=entry, quiet=quiet, executor=executor, threads=threads)
 
     def delete(self, folder: Path, entry: dict, docids: Sequence[str], ctx: BuildContext) -> dict:

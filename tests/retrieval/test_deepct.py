@@ -233,7 +233,7 @@ def test_index_with_deepct_answers_through_cli_and_api(tmp_path, tiny_beir, mode
     r = run_retr("search", "--index", idx_dir, "--queries", tiny_beir / "queries.jsonl", "--retriever", "deepct",
                  "--deepct-mode", "impact", "--deepct-scale", "sqrt", "--output", run2, "--k", "5", "--quiet")
     assert r.returncode == 0, r.stderr
-    idx.retriever("deepct").configure(mode="impact", scale="sqrt")
+    idx.snapshot().retriever("deepct").configure(mode="impact", scale="sqrt")
     api2 = idx.batch_search(qs, k=5, retriever="deepct")
     got = {(p[0], p[2]): float(p[4]) for p in (l.split() for l in run2.read_text().splitlines())}
     assert got == {(q, h.docid): pytest.approx(h.score, abs=1e-5) for q, hs in api2.items() for h in hs}
@@ -249,7 +249,7 @@ def test_index_with_deepct_answers_through_cli_and_api(tmp_path, tiny_beir, mode
         assert pinned.manifest["subindexes"][name]["config"]["mode"] == "impact"
         assert pinned.manifest["subindexes"][name]["config"]["scale"] == "sqrt"
     assert pinned.manifest["subindexes"]["deepct-query"]["config"]["query"] == "deepct"
-    assert pinned.retriever("deepct").search(doc.title, 3)[0][0] == doc.docid
+    assert pinned.snapshot().retriever("deepct").search(doc.title, 3)[0][0] == doc.docid
     back = retune_deepct(pinned)
     assert back.manifest["subindexes"]["deepct"]["config"] == e["config"]
     r = run_retr("deepct-tune", "--index", idx_dir, "--mode", "impact", "--scale", "linear", "--quiet")
@@ -336,10 +336,10 @@ def test_retr_add_grows_the_deepct_sub_index(tmp_path, tiny_beir, model_dir):
         assert doc_count(folder / v) == 92, v
     for mode in ("impact", "bm25"):
         for scale in ("linear", "sqrt"):
-            idx2.retriever("deepct").configure(mode=mode, scale=scale)
+            idx2.snapshot().retriever("deepct").configure(mode=mode, scale=scale)
             assert idx2.search("zyxwvut quokka", k=1, retriever="deepct")[0].docid == "new-1", (mode, scale)
     # the alias shares the grown folder (plain query terms: a 2-epoch model may weight a query term at 0)
-    idx2.retriever("deepct-query").configure(query="plain")
+    idx2.snapshot().retriever("deepct-query").configure(query="plain")
     assert idx2.search("zyxwvut", k=1, retriever="deepct-query")[0].docid == "new-1"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["IDX"]
 

@@ -32,7 +32,7 @@ def test_dense_top10_equals_brute_force(dense_index, small_corpus):
     all of them again costs half a minute and tests the same code)."""
     from tests.conftest import dense_vectors
 
-    r = dense_index.retriever("dense")
+    r = dense_index.snapshot().retriever("dense")
     ids, D = dense_vectors(dense_index.path)
     docs = {d.docid: d for d in read_corpus(small_corpus)}
     assert sorted(ids) == sorted(docs)

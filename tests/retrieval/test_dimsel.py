@@ -117,7 +117,7 @@ def test_training_lowers_loss_is_deterministic_and_round_trips(tmp_path):
 # --------------------------------------------------------------------------- search
 def test_dimsel_none_reproduces_plain_dense_search(dense_index, small_corpus):
     qs = read_queries(small_corpus / "queries.jsonl")[:20]
-    dense = dense_index.retriever("dense")
+    dense = dense_index.snapshot().retriever("dense")
     plain = dense.batch_search(qs, 50)
     none = DimSel(dense, "none").batch_search(qs, 50)
     assert none == plain  # same ids, same float scores, same order
@@ -149,24 +149,24 @@ def test_an_attached_selection_follows_the_index_to_a_new_generation(dense_index
     path = tmp_path / "IDX"
     shutil.copytree(dense_index.path, path, ignore=shutil.ignore_patterns(".lock", ".readers"))
     idx = retrieval.open_index(path)
-    old = idx.retriever("dense")
+    old = idx.snapshot().retriever("dense")
     attach(idx, DimSel(old, "none"))
     before = idx.search("zebrafish regeneration", k=5, retriever="dense", text=False)
     add_documents(path, [retrieval.Document("new-1", "zebrafish fin regeneration after amputation")], quiet=True)
     got = idx.search("zebrafish regeneration", k=5, retriever="dense", text=False)
-    now = idx.retriever("dense")
+    now = idx.snapshot().retriever("dense")
     assert isinstance(now, DimSel) and now.dense is not old and now.dense.kind == "dense"
     assert idx.generation == 1 and "new-1" in [h.docid for h in got] and got != before
     attach(idx, now.dense)  # a plain retriever does not follow: the next generation answers with its own
     add_documents(path, [retrieval.Document("new-2", "zebrafish heart regeneration")], quiet=True)
     idx.refresh()
-    assert not isinstance(idx.retriever("dense"), DimSel) and idx.retriever("dense") is not now.dense
+    assert not isinstance(idx.snapshot().retriever("dense"), DimSel) and idx.snapshot().retriever("dense") is not now.dense
     idx.close()
 
 
 def test_prf_and_oracle_search_with_masked_queries(dense_index, small_corpus):
     qs = read_queries(small_corpus / "queries.jsonl")[:10]
-    dense = dense_index.retriever("dense")
+    dense = dense_index.snapshot().retriever("dense")
     Q = dense.encode_queries([q.text for q in qs])
     prf = DimSel(dense, "prf", alpha=0.25, prf_k=3)
     res = prf.batch_search(qs, 10)
@@ -197,15 +197,15 @@ def test_bad_input_fails_clearly(dense_index, small_index, tmp_path):
     with pytest.raises(DimSelError, match="needs a dense sub-index"):
         dense_index.search("fever", retriever="bm25", dimsel="prf")
     with pytest.raises(DimSelError, match="unknown dimension selection mode"):
-        DimSel(dense_index.retriever("dense"), "magic")
+        DimSel(dense_index.snapshot().retriever("dense"), "magic")
     with pytest.raises(DimSelError, match="no trained dimension selector"):
-        DimSel(dense_index.retriever("dense"), "learned", selector=tmp_path / "none")
+        DimSel(dense_index.snapshot().retriever("dense"), "learned", selector=tmp_path / "none")
     sel = fit(_synthetic(n=40), SelectorConfig(hidden=8, epochs=2, cand_k=50))
     sel.save(tmp_path / "sel16")
     with pytest.raises(DimSelError, match="trained for dimension 16.*384"):
-        DimSel(dense_index.retriever("dense"), "learned", selector=tmp_path / "sel16")
+        DimSel(dense_index.snapshot().retriever("dense"), "learned", selector=tmp_path / "sel16")
     with pytest.raises(DimSelError, match="alpha must be in"):
-        DimSel(dense_index.retriever("dense"), "prf", alpha=1.5)
+        DimSel(dense_index.snapshot().retriever("dense"), "prf", alpha=1.5)
 
 
 def test_cli_train_and_search(dense_index, small_corpus, tmp_path, retr):

@@ -144,7 +144,7 @@ def test_bm25_terms_are_lucenes_figures(index, queries):
 def test_impact_terms_are_the_query_weight_times_the_stored_impact(index, queries):
     """SPLADE: each shared word-piece's query weight is the model's, and its stored impact is what a
     one-term query of weight 1 scores the passage (read from Lucene without explain)."""
-    r = index.retriever("splade")
+    r = index.snapshot().retriever("splade")
     weights = r.query_terms([queries[0]])[0]
     lucene = r._lucene()
     for h in index.search(queries[0], k=3, retriever="splade", text=False):
@@ -160,7 +160,7 @@ def test_impact_terms_are_the_query_weight_times_the_stored_impact(index, querie
 def test_dense_is_the_inner_product_and_dimension_selection_says_which_dimensions(index, queries, corpus):
     from retrieval.dense.dimsel.masks import keep_count
 
-    r = index.retriever("dense")
+    r = index.snapshot().retriever("dense")
     q = r.encode_queries([queries[1]])[0]
     docs = {d.docid: d for d in retrieval.read_corpus(corpus / "corpus.jsonl")}
     hits = index.search(queries[1], k=3, retriever="dense", text=False)

@@ -27,7 +27,7 @@ _FULL = {}
 
 def full_ranking(idx, query, retriever="bm25", **kw):
     """Every document the retriever ranks for the query, with metadata (computed once)."""
-    mode = getattr(idx.retriever("deepct"), "mode", None) if "deepct" in retriever else None
+    mode = getattr(idx.snapshot().retriever("deepct"), "mode", None) if "deepct" in retriever else None
     key = (str(idx.path), query, retriever, json.dumps(kw, sort_keys=True), mode)
     if key not in _FULL:
         _FULL[key] = [(h.docid, h.score, h.metadata) for h in idx.search(query, k=len(idx), retriever=retriever,
@@ -66,7 +66,7 @@ def test_metadata_table_equals_the_plain_rules(meta_dense_index):
     for flt in FILTERS + [{"docid": {"in": list(rows)[:5] + ["missing"]}}, {"tags": {"in": ["a", "c"]}}]:
         f = parse_filter(flt)
         want = [d for d, m in rows.items() if matches(d, m, f)]
-        assert meta_dense_index.allowed(flt).docids == want, flt
+        assert meta_dense_index.snapshot().allowed(flt).docids == want, flt
 
 
 @pytest.fixture(params=["auto", "native", "deepen"])
@@ -102,7 +102,7 @@ def fused_oracle(idx, q, k, spec, flt, depth=100):
     f = parse_filter(flt)
     lists = {name: [(d, s) for d, s, m in full_ranking(idx, q, name) if matches(d, m, f)][:max(k, depth)]
              for name in p.retrievers}
-    conf = list_confidences({n: idx.retriever(n) for n in p.retrievers}, [q], {n: [lists[n]] for n in lists})[0]
+    conf = list_confidences({n: idx.snapshot().retriever(n) for n in p.retrievers}, [q], {n: [lists[n]] for n in lists})[0]
     return [d for d, _s, _raw in fuse(lists, p.fusion, conf)[:k]]
 
 
@@ -151,11 +151,11 @@ def test_approximate_faiss_types_filter_through_the_selector(meta_dense_index):
 
     from indexes.faiss_index import FaissIndex
 
-    dense = meta_dense_index.retriever("dense")
+    dense = meta_dense_index.snapshot().retriever("dense")
     ids = dense._index.docids
     X = np.vstack([dense._index.index.reconstruct(i) for i in range(len(ids))])
     q = dense.encode_queries([QUERIES[0]])
-    allowed = meta_dense_index.allowed({"shard": "odd"})
+    allowed = meta_dense_index.snapshot().allowed({"shard": "odd"})
     flat = FaissIndex.build(X, ids, factory="Flat", use_gpu=False)
     _, want = flat.search(q, 10, allowed=allowed)
     for factory in ("HNSW16", "IVF4,Flat", "PCA64,Flat"):

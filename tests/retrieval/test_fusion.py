@@ -188,7 +188,7 @@ def test_untuned_default_is_confidence_weighted_combmnz_and_tuning_wins(small_de
     assert idx.pipeline("bm25+dense").fusion == Fusion("combmnz", norm="minmax", confidence=4, centre=-0.3)
     qs = read_queries(small_corpus / "queries.jsonl")[:10]
     bare = idx.batch_search(qs, k=10, retriever="bm25+dense")
-    lists = {n: idx.retriever(n).batch_search(qs, 100, 1) for n in ("bm25", "dense")}
+    lists = {n: idx.snapshot().retriever(n).batch_search(qs, 100, 1) for n in ("bm25", "dense")}
     bm25_dir = idx.path / idx.manifest["subindexes"]["bm25"]["path"]
     weights_differ = 0
     for q in qs:

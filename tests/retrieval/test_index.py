@@ -60,7 +60,7 @@ def test_batch_equals_single_and_threads_agree(small_index, small_corpus):
 
 
 def test_bm25_parameters_change_ranking(small_index):
-    r = small_index.retriever("bm25")
+    r = small_index.snapshot().retriever("bm25")
     q = "cerebral white matter diffusion in newborn infants"
     base = [h.score for h in small_index.search(q, k=5, text=False)]
     r.configure(k1=2.0, b=1.0)
@@ -70,7 +70,7 @@ def test_bm25_parameters_change_ranking(small_index):
         r.configure(k1=0.9, b=0.4)
     assert base != other
     with pytest.raises(InputError, match="use_retriever takes a retrieval.kinds.Retriever"):
-        small_index.use_retriever("bm25", object())  # the reader calls the protocol; it does not probe
+        small_index.snapshot().use_retriever("bm25", object())  # the reader calls the protocol; it does not probe
     assert small_index.search(q, k=5, text=False)[0].score == base[0]
 
 
@@ -101,4 +101,4 @@ def test_python_api_refuses_over_long_passages_and_bad_bm25_before_any_work(tmp_
     with pytest.raises(retrieval.InputError, match="b must be a number in"):
         small_index.configure("bm25", b=1.5)
     assert not (tmp_path / "A").exists() and not (tmp_path / "B").exists()
-    assert small_index.retriever("bm25").b == 0.4  # a refused option changes nothing
+    assert small_index.snapshot().retriever("bm25").b == 0.4  # a refused option changes nothing

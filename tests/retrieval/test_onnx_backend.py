@@ -114,13 +114,13 @@ def test_index_records_backend_and_added_document_encodes_alike(tmp_path, monkey
     onnx_v = DenseEncoder(device="cpu", backend="onnx").encode([new], quiet=True)[0]
     torch_v = DenseEncoder(device="cpu").encode([new], quiet=True)[0]
     assert np.array_equal(got, onnx_v) and not np.array_equal(got, torch_v)
-    assert idx.retriever("dense").encoder.backend == "onnx"
+    assert idx.snapshot().retriever("dense").encoder.backend == "onnx"
     # RETR_QUERY_BACKEND overrides the recorded backend for queries only; a bad value is one error
     monkeypatch.setenv("RETR_QUERY_BACKEND", "torch")
-    assert retrieval.open_index(tmp_path / "I").retriever("dense").encoder.backend == "torch"
+    assert retrieval.open_index(tmp_path / "I").snapshot().retriever("dense").encoder.backend == "torch"
     monkeypatch.setenv("RETR_QUERY_BACKEND", "tensorrt")
     with pytest.raises(InputError, match="not an encoder backend"):
-        retrieval.open_index(tmp_path / "I").retriever("dense").encoder
+        retrieval.open_index(tmp_path / "I").snapshot().retriever("dense").encoder
 
 
 @pytest.mark.parametrize("flag,value", [("--backend", "tensorrt"), ("--precision", "fp8")])

@@ -71,7 +71,7 @@ def test_feedback_explains_the_expanded_query(dv_index, small_corpus):
     idx = retrieval.open_index(dv_index.path)
     idx.configure("bm25", prf="rm3")
     hits = idx.search(q.text, k=10, text=False)
-    r = idx.retriever("bm25")
+    r = idx.snapshot().retriever("bm25")
     ex = r.explain(q.text, hits[3].docid, [(h.docid, h.score) for h in hits])
     assert ex.score == hits[3].score
     assert ex.total == pytest.approx(hits[3].score, abs=1e-5)

@@ -162,7 +162,7 @@ def test_pruned_dense_build_reuses_the_learned_estimators_vectors(small_corpus, 
     assert np.abs(vp - encoded).max() <= 1e-4  # the same vectors up to float noise from other batch padding
     qs = read_queries(small_corpus / "queries.jsonl")[:20]
     a = idx.batch_search(qs, k=10, retriever="dense")
-    qv = fresh.retriever("dense").encode_queries([q.text for q in qs])
+    qv = fresh.snapshot().retriever("dense").encode_queries([q.text for q in qs])
     for q, s in zip(qs, qv @ encoded.T):  # the ranking of a dense index freshly encoded from the kept passages
         sa = {h.docid: h.score for h in a[q.qid]}
         sb = {ids_p[j]: float(s[j]) for j in np.argsort(-s, kind="stable")[:10]}

@@ -129,8 +129,8 @@ def test_a_reader_open_during_a_write_sees_the_batch_whole_or_not_at_all(sharded
 
     def poll():
         while not done.is_set():
-            with live.reading():
-                seen.append((len(live), frozenset(_seen(live, 0, ids))))
+            with live.snapshot() as s:  # one commit of every shard for the count, the search and the gets
+                seen.append((len(s), frozenset(_seen(s, 0, ids))))
 
     t = threading.Thread(target=poll)
     t.start()
@@ -214,3 +214,23 @@ def test_the_in_process_server_writes_one_commit(sharded, tmp_path):
     finally:
         served.close()
     _check(sharded)
+
+
+def test_auto_refresh_off_reads_one_commit_until_refresh(sharded, tmp_path):
+    """``open(path, auto_refresh=False)`` means the same for a sharded folder as for a folder: searches
+    keep reading the commit opened until ``refresh()`` moves every shard to the newest; the default
+    moves on each call."""
+    import retrieval
+    from retrieval import ops
+    from retrieval.collections import read_corpus
+    from retrieval.sharded.index import ShardedIndex
+
+    still, moving = retrieval.open_index(sharded, auto_refresh=False), ShardedIndex.open(sharded)
+    n, ids = len(still), _batch(tmp_path, 0)
+    ops.add(sharded, list(read_corpus(tmp_path / "batch0.jsonl")), ops.WriteOptions(quiet=True))
+    assert _seen(moving, 0, ids) == set(ids) and len(moving) == n + len(ids)
+    assert _seen(still, 0, ids) == set() and len(still) == n  # the commit it opened, every shard
+    assert still.refresh() is True
+    assert _seen(still, 0, ids) == set(ids) and len(still) == n + len(ids)
+    assert still.refresh() is False
+    still.close(), moving.close()

@@ -110,7 +110,7 @@ def test_configured_feedback_on_a_sharded_index(folders, meta_corpus, small_corp
     try:
         for ix in (single, two):
             assert ix.configure("bm25", prf=SETTINGS[1], k1=1.2) == ["bm25"]
-        assert all(s.index.retriever("bm25").feedback is None for s in two.shards)
+        assert all(s.index.snapshot().retriever("bm25").feedback is None for s in two.shards)
         want = _run(single, qs)
         assert want != plain and _run(two, qs) == want
         assert _run(two, qs, prf="none") == _run(single, qs, prf="none")

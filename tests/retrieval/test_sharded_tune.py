@@ -149,7 +149,7 @@ def test_retuning_a_sharded_index_commits_once_and_matches_the_folder(pair, corp
     r = run_retr("deepct-tune", "--index", sharded.path, "--quiet")
     assert r.returncode == 0, r.stderr
     assert [_tuned(m) for m in _shard_manifests(sharded.path)] == [want, want]
-    sharded.describe()
+    sharded.refresh()
     _assert_same_runs(single, sharded, corpus)
     # a fusion tuned on training queries: the same report as the folder's, stored in every shard
     args = ("--queries", corpus / "queries.jsonl", "--qrels", corpus / "qrels" / "train.tsv",
@@ -161,7 +161,7 @@ def test_retuning_a_sharded_index_commits_once_and_matches_the_folder(pair, corp
     single.refresh()
     got = [_tuned(m)["pipelines"] for m in _shard_manifests(sharded.path)]
     assert got == [_tuned(single.manifest)["pipelines"]] * 2
-    sharded.describe()
+    sharded.refresh()
     qs = _queries(corpus)
     assert _run_text(single, qs, "bm25+deepct-query") == _run_text(sharded, qs, "bm25+deepct-query")
 
@@ -182,7 +182,7 @@ def test_a_change_of_one_shard_drops_the_tuned_fusions_of_all_as_in_the_folder(p
     assert r.returncode == 0, r.stderr
     writer.add_documents(single.path, list(read_corpus(new)), quiet=True).close()
     single.refresh()
-    sharded.describe()
+    sharded.refresh()
     assert not single.manifest.get("pipelines")
     assert [m.get("pipelines") for m in _shard_manifests(sharded.path)] == [None, None]
     _assert_same_runs(single, sharded, corpus)

@@ -102,7 +102,7 @@ def test_an_impact_is_read_back_from_lucene_as_written(index, encoder, corpus):
     and an expansion term (absent from the passage) finds the passage."""
     doc = list(retrieval.read_corpus(corpus / "corpus.jsonl"))[7]
     imp = encoder.impacts([doc.contents])[0]
-    lucene = index.retriever("splade")._lucene()
+    lucene = index.snapshot().retriever("splade")._lucene()
     own = set(encoder.tokenizer.tokenize(doc.contents))
     expansion = [t for t in sorted(imp, key=imp.get, reverse=True) if t not in own and not t.startswith("[")]
     assert expansion
@@ -113,7 +113,7 @@ def test_an_impact_is_read_back_from_lucene_as_written(index, encoder, corpus):
 
 def test_tokens_query_mode_and_fusion_and_filters(index, corpus):
     qs = _queries(corpus, 5)
-    r = index.retriever("splade")
+    r = index.snapshot().retriever("splade")
     assert r.query_terms(["heart attack risk"], "tokens") == [{"heart": 1, "attack": 1, "risk": 1}]
     index.configure("splade", query="tokens")
     try:
@@ -128,7 +128,7 @@ def test_tokens_query_mode_and_fusion_and_filters(index, corpus):
     full = index.search(qs[0].text, k=120, retriever="splade", text=False)
     odd = index.search(qs[0].text, k=5, retriever="splade", text=False, filter={"shard": "odd"})
     assert [h.docid for h in odd] == [h.docid for h in full if int(h.docid) % 2][:5]
-    assert index.retriever("splade").native_filter
+    assert index.snapshot().retriever("splade").native_filter
     with pytest.raises(Exception, match="not a SPLADE query weighting"):
         index.configure("splade", query="bogus")
 
@@ -167,7 +167,7 @@ def test_delete_update_add_then_compact_equal_a_fresh_build(tmp_path, index, cor
     assert rep.ok and "splade" in rep.checked, rep.problems
     # everything that was there is still there, but the one deleted
     assert {d for d, *_ in idx.docstore.iter_docs()} == (before - {victim.docid}) | {"new-1"}
-    assert idx.retriever("splade") and len(idx) == 120
+    assert idx.snapshot().retriever("splade") and len(idx) == 120
     idx = compact(idx, quiet=True)
     assert check_index(idx.path, full=True, strict=True).ok
     final = [Document(d, text, title) for d, title, text, _m in idx.docstore.iter_docs()]

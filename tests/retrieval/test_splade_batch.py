@@ -80,7 +80,7 @@ def test_build_records_batch_and_added_documents_reuse_it(tmp_path, texts):
     assert entry["encoder"]["batch"] == 4
     # the added passages' stored impacts are batch 4's for that change (read back from Lucene)
     want = SpladeEncoder(threads=1, batch=4).impacts([texts[12], texts[3]])
-    r = idx.retriever("splade")
+    r = idx.snapshot().retriever("splade")
     got = r._lucene().explain(want[0], "n1", None)
     assert got is not None and abs(got["score"] - sum(v * v for v in want[0].values())) < 1e-3
 

@@ -23,7 +23,7 @@ Usage::
     from retrieval.dense.dimsel.training import train_selector
     idx = retrieval.open_index("IDX")
     train_selector(idx, "queries.jsonl", "qrels/train.tsv")          # -> IDX/dense/dimsel/
-    r = DimSel(idx.retriever("dense"), mode="learned")             # or mode="prf", alpha=0.5, prf_k=5
+    r = DimSel(idx.snapshot().retriever("dense"), mode="learned")  # or mode="prf", alpha=0.5, prf_k=5
     r.search("what causes fever", k=10)
     idx.search("what causes fever", retriever="dense", dimsel="learned")
 """

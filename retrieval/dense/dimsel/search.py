@@ -28,7 +28,8 @@ from retrieval.types import Query, Scored
 
 
 def dense_of(index, retriever: str = "dense"):
-    """The dense retriever ``retriever`` of an opened Index, or a clear error."""
+    """The dense retriever ``retriever`` of an opened Index's snapshot (or of the generation a search
+    reads), or a clear error."""
     entries = index.manifest.get("subindexes", {})
     if retriever not in entries or entries[retriever].get("kind") != "dense":
         dense = [n for n, e in entries.items() if e.get("kind") == "dense"]
@@ -207,11 +208,11 @@ def wrap(index, retriever: str = "dense", dimsel=None) -> "DimSel":
 def attach(index, dimsel: DimSel, retriever: str = "dense") -> DimSel:
     """Make ``index`` answer sub-index ``retriever`` through ``dimsel`` from now on (so
     ``Index.search(..., retriever="dense")``, fused pipelines and the CLI use the masked queries).
-    Uses ``Index.use_retriever`` where the Index has it, else its retriever cache."""
-    dense_of(index, retriever)
-    if hasattr(index, "use_retriever"):
-        index.use_retriever(retriever, dimsel)
-    else:
-        with index._lock:
-            index._retrievers[retriever] = dimsel
+    Through ``Index.snapshot().use_retriever``; a sharded index has no single dense retriever to
+    replace (its searches take ``dimsel=`` per call)."""
+    with index.snapshot() as s:
+        if not hasattr(s, "use_retriever"):
+            raise DimSelError("attach needs one index folder: a sharded index takes dimsel= per search", index.path)
+        dense_of(s, retriever)
+        s.use_retriever(retriever, dimsel)
     return dimsel

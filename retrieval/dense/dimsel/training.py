@@ -281,7 +281,8 @@ def train_selector(index, queries, qrels, output: Optional[Union[str, Path]] = N
     from retrieval.collections import read_queries
 
     cfg = (cfg or SelectorConfig()).validate()
-    dense = dense_of(index, retriever)
+    with index.snapshot() as s:
+        dense = dense_of(s, retriever)
     # a folder of its own replaces the selector there as before, and nothing else (an index, another
     # trainer's model, a folder of the user's) is written into
     dest = TrainOutput(output, TRAINER, overwrite=True) if output is not None else None
