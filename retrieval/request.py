@@ -13,6 +13,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple, TypedDict
 
 from indexes.errors import InputError
 from retrieval.kinds import PRIMARY
+from retrieval.options import check_keywords
 
 DEFAULT_K = 10     # hits for one query when the caller names no k
 RUN_K = 1000       # hits per query of a run (retr search --queries, a PyTerrier retriever)
@@ -196,18 +197,12 @@ class BatchOptions(_Options, total=False):
 BATCH_RUN = {"threads": 1, "quiet": True, "batch_size": None, "as_frame": False}
 
 
-def _declared(td) -> frozenset:
-    return frozenset(td.__required_keys__ | td.__optional_keys__)
-
-
 def search_request(fn: str, request: Optional[SearchRequest], k: Any, retriever: Optional[str],
                    options: Mapping[str, Any]) -> SearchRequest:
     """The request of ``fn(query, k, retriever, request=..., **options)``: ``options`` are
     :class:`SearchOptions` (another keyword is a TypeError naming it, as Python's own for ``fn``), or
     ``request`` whole (then the keywords are left at their defaults)."""
-    bad = sorted(set(options) - _declared(SearchOptions))
-    if bad:
-        raise TypeError(f"{fn}() got an unexpected keyword argument {bad[0]!r}")
+    check_keywords(fn, options, SearchOptions)
     return request_of(request, k=k, retriever=retriever, **options)
 
 
@@ -215,9 +210,7 @@ def batch_request(fn: str, request: Optional[SearchRequest], k: Any, retriever: 
                   options: Mapping[str, Any]) -> Tuple[SearchRequest, Dict[str, Any]]:
     """:func:`search_request` for ``batch_search``: ``options`` are :class:`BatchOptions`; returns the
     request (``text`` False unless asked) and how the batch runs (:data:`BATCH_RUN`'s keys)."""
-    bad = sorted(set(options) - _declared(BatchOptions))
-    if bad:
-        raise TypeError(f"{fn}() got an unexpected keyword argument {bad[0]!r}")
+    check_keywords(fn, options, BatchOptions)
     run = {n: options.get(n, d) for n, d in BATCH_RUN.items()}
     given = {n: v for n, v in options.items() if n not in BATCH_RUN}
     given.setdefault("text", False)

@@ -660,20 +660,16 @@ _LONG_LEFT: set = set()
 
 #: the library's functions still taking over MAX_PARAMS parameters ("file:qualified name"); the list only
 #: shrinks. Inside the library the search options travel as one SearchRequest; the public search methods take
-#: query, k, retriever and the rest as ``**options: Unpack[SearchOptions]`` (retrieval/request.py). Elsewhere
-#: options travel as small frozen dataclasses (writer._First/_Stages, lucene.Indexing, trainrun.RunOptions,
-#: pairs.Mining, tune.Tuning, server.run.Serving); the rest are public keyword APIs, each with its reason below
+#: query, k, retriever and the rest as ``**options: Unpack[SearchOptions]`` (retrieval/request.py), and the
+#: other public keyword APIs (build_index, index_corpus, DenseEncoder, sts.evaluate, train_head) their less
+#: common keywords as ``**options`` of one declared TypedDict, checked by retrieval.options.check_keywords, so
+#: that help(), editors and type checkers still know every keyword. Elsewhere options travel as small frozen
+#: dataclasses (writer._First/_Stages, lucene.Indexing, trainrun.RunOptions, pairs.Mining, tune.Tuning,
+#: server.run.Serving). What is left has its reason below
 _WIDE_LEFT = {
     # an MCP tool: FastMCP derives the tool's input schema from the function's parameters, one property per
     # parameter; folding them into one value would change the schema every MCP client calls the tool with
     "retrieval/server/mcp_tools.py:_add_search_tool.search",
-    # the library's front door (retrieval.build_index, index_corpus): every keyword documented and passed by
-    # name; folding them into **options would hide them from help() and editors
-    "retrieval/writer.py:build_index", "retrieval/writer.py:index_corpus",
-    # a public constructor whose keywords are the encoder's documented settings (the onnx work's module)
-    "retrieval/dense/encoder.py:DenseEncoder.__init__",
-    # STS evaluation and the quality head's trainer: public keyword APIs of benchmarks and `retr quality train`
-    "retrieval/dense/sts.py:evaluate", "retrieval/quality/learned.py:train_head",
 }
 
 
