@@ -19,9 +19,12 @@ import time
 from typing import Any, Dict, List, Optional, Sequence
 from urllib.parse import quote, urlsplit
 
+from typing_extensions import Unpack
+
 from indexes.errors import InputError, RetrError
 from retrieval.frames import batch_result, search_df
-from retrieval.request import DEFAULT_K, SearchRequest, request_of
+from retrieval.request import (DEFAULT_K, BatchOptions, SearchOptions, SearchRequest, batch_request,
+                               search_request)
 from retrieval.types import Document, Hit, Hits, QueriesArg, as_queries
 
 MAX_BATCH = 1_000  # queries per request: the server's limit (retrieval.server.schemas.MAX_BATCH, not imported here)
@@ -235,49 +238,47 @@ class Client:
             body["prf"] = feedback
         return body
 
-    def search(self, query: str, k: int = DEFAULT_K, retriever: Optional[str] = None, fusion: Optional[str] = None,
-               text: bool = True, depth: Optional[int] = None, timings=None, dimsel=None, filter=None,
-               text_chars: Optional[int] = None, prf=None, ranks: bool = False, per_document: bool = False,
-               request: Optional[SearchRequest] = None) -> List[Hit]:
+    def search(self, query: str, k: int = DEFAULT_K, retriever: Optional[str] = None, *,
+               text_chars: Optional[int] = None, request: Optional[SearchRequest] = None,
+               **options: Unpack[SearchOptions]) -> List[Hit]:
         """As :meth:`retrieval.index.Index.search`, answered by the server (``timings`` is ignored;
-        ``prf`` in Index.search's forms, sent as the request's ``"prf"``: :func:`prf_body`)."""
-        req = request_of(request, k=k, retriever=retriever, fusion=fusion, text=text, depth=depth, dimsel=dimsel,
-                         filter=filter, prf=prf, ranks=ranks, per_document=per_document)
-        body = self._body(req, text_chars)
+        ``prf`` in Index.search's forms, sent as the request's ``"prf"``: :func:`prf_body`;
+        ``text_chars``: each hit's text cut to that many characters by the server)."""
+        body = self._body(self._request("Client.search", request, k, retriever, options), text_chars)
         body["query"] = query
         out = self.request("POST", self._path("/search"), body)
         return self._hits(out["hits"], out["retriever"])
 
-    async def asearch(self, query: str, k: int = DEFAULT_K, retriever: Optional[str] = None,
-                      fusion: Optional[str] = None, text: bool = True, depth: Optional[int] = None, timings=None,
-                      dimsel=None, filter=None, text_chars: Optional[int] = None, prf=None, ranks: bool = False,
-                      per_document: bool = False, request: Optional[SearchRequest] = None) -> List[Hit]:
+    async def asearch(self, query: str, k: int = DEFAULT_K, retriever: Optional[str] = None, *,
+                      text_chars: Optional[int] = None, request: Optional[SearchRequest] = None,
+                      **options: Unpack[SearchOptions]) -> List[Hit]:
         """:meth:`search` for asyncio: the request goes through the loop's ``httpx.AsyncClient`` (a 429
         is retried after its Retry-After with ``asyncio.sleep``), so the event loop keeps running and
         several searches wait on the server at once."""
-        req = request_of(request, k=k, retriever=retriever, fusion=fusion, text=text, depth=depth, dimsel=dimsel,
-                         filter=filter, prf=prf, ranks=ranks, per_document=per_document)
-        body = self._body(req, text_chars)
+        body = self._body(self._request("Client.asearch", request, k, retriever, options), text_chars)
         body["query"] = query
         out = await self.arequest("POST", self._path("/search"), body)
         return self._hits(out["hits"], out["retriever"])
 
+    @staticmethod
+    def _request(fn: str, request: Optional[SearchRequest], k, retriever: Optional[str],
+                 options: dict) -> SearchRequest:
+        """The request of a search's keywords (``timings`` has no use here: the server times itself)."""
+        return search_request(fn, request, k, retriever, {n: v for n, v in options.items() if n != "timings"})
+
     def batch_search(self, queries: QueriesArg, qids: Optional[Sequence[str]] = None, k: int = DEFAULT_K,
-                     retriever: Optional[str] = None, fusion: Optional[str] = None, threads: int = 1, text: bool = False,
-                     quiet: bool = True, depth: Optional[int] = None, batch_size: Optional[int] = None,
-                     timings=None, dimsel=None, filter=None, text_chars: Optional[int] = None,
-                     as_frame: bool = False, prf=None, per_document: bool = False,
-                     request: Optional[SearchRequest] = None) -> Dict[str, List[Hit]]:
+                     retriever: Optional[str] = None, *, text_chars: Optional[int] = None,
+                     request: Optional[SearchRequest] = None, **options: Unpack[BatchOptions]) -> Dict[str, List[Hit]]:
         """As :meth:`retrieval.index.Index.batch_search` (the same forms of ``queries``: Query objects,
         ``{qid: text}``, texts with ``qids``, a topics DataFrame): ``{qid: hits}`` in the order of ``queries``,
         or with ``as_frame`` a PyTerrier-style DataFrame (:mod:`retrieval.frames`)
         (``threads`` and ``quiet`` are the server's business; ``batch_size`` queries per request, 1,000 at
         most, each request streamed back a query at a time; ``prf`` as in :meth:`search`, for every query)."""
         qs, k = as_queries(queries, qids, k)
-        size = min(batch_size or MAX_BATCH, MAX_BATCH)
+        req, run = batch_request("Client.batch_search", request, k, retriever,
+                                 {n: v for n, v in options.items() if n != "timings"})
+        size = min(run["batch_size"] or MAX_BATCH, MAX_BATCH)
         out: Dict[str, List[Hit]] = {}
-        req = request_of(request, False, k=k, retriever=retriever, fusion=fusion, text=text, depth=depth, dimsel=dimsel,
-                         filter=filter, prf=prf, per_document=per_document)
         base = self._body(req, text_chars, one=False)
         for i in range(0, len(qs), size):
             body = dict(base)
@@ -285,7 +286,7 @@ class Client:
             # streamed (one line per query), so the server's response budget bounds a query, not the batch
             for r in self._stream(self._path("/batch_search/stream"), body):
                 out[r["qid"]] = self._hits(r["hits"], r.get("retriever"), r["qid"])
-        return batch_result(out, qs, req.text, as_frame)
+        return batch_result(out, qs, req.text, run["as_frame"])
 
     def search_df(self, query: str, k: int = DEFAULT_K, retriever: Optional[str] = None, fusion: Optional[str] = None,
                   qid: str = "1", text: bool = False, **options):

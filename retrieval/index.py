@@ -23,6 +23,8 @@ import warnings
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
+from typing_extensions import Unpack
+
 from indexes import generations as gens
 from indexes import folder
 from indexes import manifest as mf
@@ -34,7 +36,8 @@ from retrieval.filters import Allowed, MetadataTable, first_allowed, parse_filte
 from retrieval.fusion import Pipeline, explain_fusion, fuse, list_confidences, parse_pipeline
 from retrieval.kinds import PRIMARY, Explained, Retriever, kind_of
 from retrieval.progress import progress
-from retrieval.request import DEFAULT_K, DefaultPipeline, SearchRequest, default_pipeline, request_of
+from retrieval.request import (DEFAULT_K, BatchOptions, DefaultPipeline, SearchOptions, SearchRequest,
+                               batch_request, default_pipeline, request_of, search_request)
 from retrieval.types import Document, Hit, Hits, QueriesArg, Query, as_queries
 
 DEPTH = 100  # candidates each fused retriever returns, at least (more when k is larger)
@@ -488,16 +491,16 @@ class Index:
         :class:`~indexes.errors.FilterWarning` of :meth:`search` names)."""
         return self._current().metadata.unknown(parse_filter(filter))
 
-    def search(self, query: str, k: int = DEFAULT_K, retriever: Optional[str] = None, fusion: Optional[str] = None,
-               text: bool = True, depth: Optional[int] = None, timings: Optional[Dict[str, float]] = None,
-               dimsel=None, filter=None, ranks: bool = False, prf=None, per_document: bool = False,
-               request: Optional[SearchRequest] = None) -> Hits:
+    def search(self, query: str, k: int = DEFAULT_K, retriever: Optional[str] = None, *,
+               request: Optional[SearchRequest] = None, **options: Unpack[SearchOptions]) -> Hits:
         """Top-``k`` hits for one query, with title, text and metadata unless ``text=False``.
 
         ``retriever`` is a sub-index name or a fused pipeline spec such as
         ``bm25+dense`` or ``bm25+dense:rrf(k=60)`` (see :mod:`retrieval.fusion`);
-        fused retrievers each return ``max(k, depth or 100)`` candidates.
-        ``timings``, when given, accumulates seconds per stage. ``dimsel``: query-aware
+        fused retrievers each return ``max(k, depth or 100)`` candidates. The other options are
+        keywords (:class:`~retrieval.request.SearchOptions`: ``fusion``, ``text``, ``depth``,
+        ``timings``, ``dimsel``, ``filter``, ``ranks``, ``prf``, ``per_document``; another keyword is a
+        TypeError naming it). ``timings``, when given, accumulates seconds per stage. ``dimsel``: query-aware
         dimension selection on the dense retriever(s) (see :func:`retrieval.dense.dimsel.search.wrap`).
 
         ``filter`` (see :mod:`retrieval.filters`) restricts the hits to matching documents,
@@ -523,8 +526,7 @@ class Index:
         ``request``: these options as one :class:`retrieval.request.SearchRequest` (then give no
         other option). Returns :class:`~retrieval.types.Hits`, whose ``pipeline`` names what ran (the
         folder's default pipeline when ``retriever`` is None: :meth:`default_pipeline`)."""
-        req = request_of(request, k=k, retriever=retriever, fusion=fusion, text=text, depth=depth, timings=timings,
-                         dimsel=dimsel, filter=filter, ranks=ranks, prf=prf, per_document=per_document)
+        req = search_request("Index.search", request, k, retriever, options)
         g = self._enter()
         try:
             return self._search(g, query, req)
@@ -607,11 +609,8 @@ class Index:
         return r.search_filtered(query, k, allowed)
 
     def batch_search(self, queries: QueriesArg, qids: Optional[Sequence[str]] = None, k: int = DEFAULT_K,
-                     retriever: Optional[str] = None, fusion: Optional[str] = None, threads: int = 1, text: bool = False,
-                     quiet: bool = True, depth: Optional[int] = None, batch_size: Optional[int] = None,
-                     timings: Optional[Dict[str, float]] = None, dimsel=None, filter=None, as_frame: bool = False,
-                     prf=None, per_document: bool = False, request: Optional[SearchRequest] = None
-                     ) -> Dict[str, List[Hit]]:
+                     retriever: Optional[str] = None, *, request: Optional[SearchRequest] = None,
+                     **options: Unpack[BatchOptions]) -> Dict[str, List[Hit]]:
         """Search many queries; returns ``{qid: hits}`` in the order of ``queries``.
 
         ``queries`` is a list of :class:`Query`, a mapping ``{qid: text}``, a list of
@@ -621,18 +620,20 @@ class Index:
         ``query``: PyTerrier's). Queries go to the backends in
         batches of ``batch_size`` (default: all at once when quiet, else
         about 20 batches so the progress bar moves). All of them search one generation.
-        ``filter``, ``prf`` and ``per_document`` apply to every query, as in :meth:`search`.
+        ``filter``, ``prf`` and ``per_document`` apply to every query, as in :meth:`search`. The
+        options are keywords (:class:`~retrieval.request.BatchOptions`: those of :meth:`search` but
+        ``ranks``, and ``threads``, ``quiet``, ``batch_size``, ``as_frame``).
 
         ``as_frame``: a pandas DataFrame instead, PyTerrier's columns ``qid, query, docno, score,
         rank`` (rank 0-based, as PyTerrier's; ``title`` and ``text`` too with ``text=True``): see
         :mod:`retrieval.frames`. ``request``: the search options as one
         :class:`retrieval.request.SearchRequest`, as :meth:`search` takes it."""
         qs, k = as_queries(queries, qids, k)
-        req = request_of(request, False, k=k, retriever=retriever, fusion=fusion, text=text, depth=depth,
-                         timings=timings, dimsel=dimsel, filter=filter, prf=prf, per_document=per_document)
+        req, run = batch_request("Index.batch_search", request, k, retriever, options)
         g = self._enter()
         try:
-            return batch_result(self._batch_search(g, qs, req, threads, quiet, batch_size), qs, req.text, as_frame)
+            got = self._batch_search(g, qs, req, run["threads"], run["quiet"], run["batch_size"])
+            return batch_result(got, qs, req.text, run["as_frame"])
         finally:
             self._leave(g)
 
@@ -960,27 +961,20 @@ class _View:
 class Snapshot(_View):
     """One generation of an :class:`Index`, held until closed (see :meth:`Index.snapshot`)."""
 
-    def search(self, query: str, k: int = DEFAULT_K, retriever: Optional[str] = None, fusion: Optional[str] = None,
-               text: bool = True, depth: Optional[int] = None, timings: Optional[Dict[str, float]] = None,
-               dimsel=None, filter=None, ranks: bool = False, prf=None, per_document: bool = False,
-               request: Optional[SearchRequest] = None) -> Hits:
+    def search(self, query: str, k: int = DEFAULT_K, retriever: Optional[str] = None, *,
+               request: Optional[SearchRequest] = None, **options: Unpack[SearchOptions]) -> Hits:
         """:meth:`Index.search` on this generation."""
-        req = request_of(request, k=k, retriever=retriever, fusion=fusion, text=text, depth=depth, timings=timings,
-                         dimsel=dimsel, filter=filter, ranks=ranks, prf=prf, per_document=per_document)
+        req = search_request("Snapshot.search", request, k, retriever, options)
         return self._index._search(self._g, query, req)
 
     def batch_search(self, queries: QueriesArg, qids: Optional[Sequence[str]] = None, k: int = DEFAULT_K,
-                     retriever: Optional[str] = None, fusion: Optional[str] = None, threads: int = 1, text: bool = False,
-                     quiet: bool = True, depth: Optional[int] = None, batch_size: Optional[int] = None,
-                     timings: Optional[Dict[str, float]] = None, dimsel=None, filter=None, as_frame: bool = False,
-                     prf=None, per_document: bool = False, request: Optional[SearchRequest] = None
-                     ) -> Dict[str, List[Hit]]:
+                     retriever: Optional[str] = None, *, request: Optional[SearchRequest] = None,
+                     **options: Unpack[BatchOptions]) -> Dict[str, List[Hit]]:
         """:meth:`Index.batch_search` on this generation (the same forms of ``queries``, ``as_frame``)."""
         qs, k = as_queries(queries, qids, k)
-        req = request_of(request, False, k=k, retriever=retriever, fusion=fusion, text=text, depth=depth,
-                         timings=timings, dimsel=dimsel, filter=filter, prf=prf, per_document=per_document)
-        return batch_result(self._index._batch_search(self._g, qs, req, threads, quiet, batch_size), qs, req.text,
-                            as_frame)
+        req, run = batch_request("Snapshot.batch_search", request, k, retriever, options)
+        got = self._index._batch_search(self._g, qs, req, run["threads"], run["quiet"], run["batch_size"])
+        return batch_result(got, qs, req.text, run["as_frame"])
 
     def search_df(self, query: str, k: int = DEFAULT_K, retriever: Optional[str] = None, fusion: Optional[str] = None,
                   qid: str = "1", text: bool = False, **options):

@@ -153,3 +153,12 @@ def training_options(base: str = "minilm") -> Tuple[Option, ...]:
         Option("--base", help=f"Base encoder: 'minilm', 'splade-tiny' or a local HF folder [default: {base}]."),
     )
 
+
+
+def check_keywords(fn: str, given: Mapping[str, Any], declared, *private: str) -> None:
+    """A keyword of ``given`` that ``declared`` (a TypedDict: the ``**options: Unpack[...]`` of ``fn``)
+    does not name, nor ``private``, is a TypeError naming it, as Python's own for ``fn``: before any work."""
+    names = set(declared.__required_keys__) | set(declared.__optional_keys__) | set(private)
+    bad = sorted(set(given) - names)
+    if bad:
+        raise TypeError(f"{fn}() got an unexpected keyword argument {bad[0]!r}")

@@ -9,10 +9,11 @@ retriever unset and gets this answer through ``Index.pipeline(None)``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Tuple, TypedDict
 
 from indexes.errors import InputError
 from retrieval.kinds import PRIMARY
+from retrieval.options import check_keywords
 
 DEFAULT_K = 10     # hits for one query when the caller names no k
 RUN_K = 1000       # hits per query of a run (retr search --queries, a PyTerrier retriever)
@@ -155,3 +156,62 @@ def request_of(request: Optional[SearchRequest], text_default: bool = True, **op
         raise RequestError(f"give the search options either as request= or as keywords, not both "
                            f"(keywords given: {', '.join(sorted(given))})")
     return request
+
+
+# ------------------------------------------------------------------ the keywords of the public search methods
+
+class _Options(TypedDict, total=False):
+    fusion: Optional[str]
+    text: bool
+    depth: Optional[int]
+    timings: Optional[Dict[str, float]]
+    dimsel: Any
+    filter: Any
+    prf: Any
+    per_document: bool
+
+
+class SearchOptions(_Options, total=False):
+    """The keywords ``search(query, k, retriever, **options)`` takes beside its first three (``Index``,
+    a sharded index, a snapshot, the :class:`~retrieval.searcher.Searcher` protocol, the client), each
+    a :class:`SearchRequest` field of the same name and default: ``fusion``, ``text`` (True),
+    ``depth``, ``timings``, ``dimsel``, ``filter``, ``prf``, ``per_document``, ``ranks``. Declared
+    so that editors and type checkers know them (``**options: Unpack[SearchOptions]``, PEP 692)."""
+
+    ranks: bool
+
+
+class BatchOptions(_Options, total=False):
+    """The keywords ``batch_search(queries, qids, k, retriever, **options)`` takes: those of
+    :class:`SearchOptions` but ``ranks`` (``text`` False by default), and how the batch runs:
+    ``threads`` (1), ``quiet`` (True), ``batch_size`` (None: all at once when quiet) and
+    ``as_frame`` (False: ``{qid: hits}``; True: a PyTerrier-style DataFrame)."""
+
+    threads: int
+    quiet: bool
+    batch_size: Optional[int]
+    as_frame: bool
+
+
+#: how a batch runs, beside its request (:class:`BatchOptions`), with their defaults
+BATCH_RUN = {"threads": 1, "quiet": True, "batch_size": None, "as_frame": False}
+
+
+def search_request(fn: str, request: Optional[SearchRequest], k: Any, retriever: Optional[str],
+                   options: Mapping[str, Any]) -> SearchRequest:
+    """The request of ``fn(query, k, retriever, request=..., **options)``: ``options`` are
+    :class:`SearchOptions` (another keyword is a TypeError naming it, as Python's own for ``fn``), or
+    ``request`` whole (then the keywords are left at their defaults)."""
+    check_keywords(fn, options, SearchOptions)
+    return request_of(request, k=k, retriever=retriever, **options)
+
+
+def batch_request(fn: str, request: Optional[SearchRequest], k: Any, retriever: Optional[str],
+                  options: Mapping[str, Any]) -> Tuple[SearchRequest, Dict[str, Any]]:
+    """:func:`search_request` for ``batch_search``: ``options`` are :class:`BatchOptions`; returns the
+    request (``text`` False unless asked) and how the batch runs (:data:`BATCH_RUN`'s keys)."""
+    check_keywords(fn, options, BatchOptions)
+    run = {n: options.get(n, d) for n, d in BATCH_RUN.items()}
+    given = {n: v for n, v in options.items() if n not in BATCH_RUN}
+    given.setdefault("text", False)
+    return request_of(request, False, k=k, retriever=retriever, **given), run

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Protocol, Sequence, Tuple, runtime_checkable
 
+from typing_extensions import Unpack
+
 from retrieval.fusion import Pipeline
-from retrieval.request import DefaultPipeline, SearchRequest
+from retrieval.request import BatchOptions, DefaultPipeline, SearchOptions, SearchRequest
 from retrieval.types import Document, Hit, Hits, QueriesArg
 
 
@@ -28,17 +30,12 @@ class Searcher(Protocol):
 
     def pipeline(self, retriever: Optional[str] = None, fusion: Optional[str] = None) -> Pipeline: ...
 
-    def search(self, query: str, k: int = ..., retriever: Optional[str] = None, fusion: Optional[str] = None,
-               text: bool = True, depth: Optional[int] = None, timings: Optional[Dict[str, float]] = None,
-               dimsel=None, filter=None, ranks: bool = False, prf=None, per_document: bool = False,
-               request: Optional[SearchRequest] = None) -> Hits: ...
+    def search(self, query: str, k: int = ..., retriever: Optional[str] = None, *,
+               request: Optional[SearchRequest] = None, **options: Unpack[SearchOptions]) -> Hits: ...
 
     def batch_search(self, queries: QueriesArg, qids: Optional[Sequence[str]] = None, k: int = ...,
-                     retriever: Optional[str] = None, fusion: Optional[str] = None, threads: int = 1,
-                     text: bool = False, quiet: bool = True, depth: Optional[int] = None,
-                     batch_size: Optional[int] = None, timings: Optional[Dict[str, float]] = None, dimsel=None,
-                     filter=None, as_frame: bool = False, prf=None, per_document: bool = False,
-                     request: Optional[SearchRequest] = None) -> Dict[str, List[Hit]]: ...
+                     retriever: Optional[str] = None, *, request: Optional[SearchRequest] = None,
+                     **options: Unpack[BatchOptions]) -> Dict[str, List[Hit]]: ...
 
     def search_df(self, query: str, k: int = ..., retriever: Optional[str] = None, fusion: Optional[str] = None,
                   qid: str = "1", text: bool = False, **options): ...

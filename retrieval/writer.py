@@ -27,7 +27,10 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import AbstractSet, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import (AbstractSet, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple,
+                    TypedDict, Union)
+
+from typing_extensions import Unpack
 
 from indexes import generations as gens
 from indexes import manifest as mf
@@ -38,6 +41,7 @@ from retrieval.collections import check_lengths, check_metadata, count_lines, is
 from retrieval.executors import Executor, open_executor
 from retrieval.index import Index
 from retrieval.kinds import PRIMARY, BuildContext, SubIndexKind, get_kind, kind_of, kind_of_spec
+from retrieval.options import check_keywords
 from retrieval.progress import progress
 from retrieval.types import Document
 
@@ -79,14 +83,39 @@ def _plan(subindexes: Optional[Mapping[str, Any]]) -> Tuple[str, Any, Dict[str, 
     return streaming[0][0], streaming[0][1], rest
 
 
+class BuildOptions(TypedDict, total=False):
+    """The keywords of :func:`build_index` beside its first seven (``**options: Unpack[BuildOptions]``:
+    editors and type checkers know them; another keyword is a TypeError naming it), each None unless
+    given: ``keep``, ``pruning``, ``precomputed``, ``generation``, ``executor``, ``shared``, ``chunk``,
+    ``include``, ``exclude``, ``source`` (see :func:`build_index`)."""
+
+    keep: Union[AbstractSet[str], Callable[[Document], bool], None]
+    pruning: Optional[dict]
+    precomputed: Optional[dict]
+    generation: Optional[int]
+    executor: Any
+    shared: Optional[dict]
+    chunk: Any
+    include: Any
+    exclude: Any
+    source: Optional[str]
+
+
+class CorpusOptions(TypedDict, total=False):
+    """The keywords of :func:`index_corpus` beside its first seven (``**options: Unpack[CorpusOptions]``),
+    each None unless given: ``prune``, ``quality``, ``executor``, ``chunk``, ``include``, ``exclude``."""
+
+    prune: Optional[float]
+    quality: Optional[str]
+    executor: Any
+    chunk: Any
+    include: Any
+    exclude: Any
+
+
 def build_index(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[str, Path], *,
                 subindexes: Optional[Mapping[str, Any]] = None, threads: int = 2, overwrite: bool = False,
-                empty: str = "error", quiet: bool = False,
-                keep: Union[AbstractSet[str], Callable[[Document], bool], None] = None,
-                pruning: Optional[dict] = None, precomputed: Optional[dict] = None,
-                generation: Optional[int] = None, executor=None, shared: Optional[dict] = None,
-                chunk=None, include=None, exclude=None, source: Optional[str] = None,
-                _read_as: Optional[dict] = None) -> Index:
+                empty: str = "error", quiet: bool = False, **options: Unpack[BuildOptions]) -> Index:
     """Build an index folder: a document store and the sub-indexes ``subindexes`` (name -> spec,
     each spec naming its kind: ``{"dense": DenseSpec()}``). The sub-index that indexes the corpus
     as it is read (BM25's kind) is built with its default spec unless ``subindexes`` holds one
@@ -116,21 +145,26 @@ def build_index(corpus: Union[str, Path, Iterable[Document]], index_dir: Union[s
     ``generation``: the folder's first generation (default: 0, or the one after that of
     the folder it replaces). ``executor`` (:class:`retrieval.executors.Executor`, or an
     opened runner) says where the kinds' models run; Lucene always runs here.
+
+    The keywords after ``quiet`` are :class:`BuildOptions` (another keyword is a TypeError naming it).
     """
+    check_keywords("build_index", options, BuildOptions, "_read_as")
+    o = options.get
     index_dir = Path(index_dir)
     first, first_spec, rest = _plan(subindexes)  # fails on a bad option before reading the corpus
-    gen = folder.next_build_generation(index_dir) if generation is None else int(generation)
-    source = source or (str(corpus) if isinstance(corpus, (str, Path)) else "<python iterable>")
+    gen = folder.next_build_generation(index_dir) if o("generation") is None else int(o("generation"))
+    source = o("source") or (str(corpus) if isinstance(corpus, (str, Path)) else "<python iterable>")
     # a bad option fails before anything is read; ``_read_as``: how index_corpus already read ``corpus``
-    reading = _read_as or _reading(corpus, chunk, include, exclude)
+    reading = o("_read_as") or _reading(corpus, o("chunk"), o("include"), o("exclude"))
     t0 = time.perf_counter()
-    how = _First(empty=empty, keep=keep, pruning=pruning, threads=threads, quiet=quiet, gen=gen,
+    how = _First(empty=empty, keep=o("keep"), pruning=o("pruning"), threads=threads, quiet=quiet, gen=gen,
                  cache=_cache_base(index_dir), source=source, reading=reading)
     with folder.atomic_folder(index_dir, overwrite=overwrite) as tmp:
         m = _build_first(corpus, tmp, first, first_spec, how)
         m["subindexes"][first]["build_seconds"] = round(time.perf_counter() - t0, 3)
         if rest:
-            _build_rest(tmp, m, rest, how, _Stages(executor=executor, precomputed=precomputed, shared=shared))
+            _build_rest(tmp, m, rest, how, _Stages(executor=o("executor"), precomputed=o("precomputed"),
+                                                   shared=o("shared")))
         gens.pause("index:built")
         folder.write_built(tmp, m)
         for name, spec in rest.items():
@@ -291,9 +325,8 @@ def _cache_base(index_dir: Path) -> Path:
 
 
 def index_corpus(corpus: Union[str, Path], index_dir: Union[str, Path], *,
-                 subindexes: Optional[Mapping[str, Any]] = None, prune: Optional[float] = None,
-                 quality: Optional[str] = None, threads: int = 2, overwrite: bool = False, empty: str = "error",
-                 quiet: bool = False, executor=None, chunk=None, include=None, exclude=None) -> Index:
+                 subindexes: Optional[Mapping[str, Any]] = None, threads: int = 2, overwrite: bool = False,
+                 empty: str = "error", quiet: bool = False, **options: Unpack[CorpusOptions]) -> Index:
     """What `retr index` does, as one call.
 
     - ``chunk``, ``include``, ``exclude``: how the corpus is read, as :func:`build_index` takes
@@ -308,9 +341,13 @@ def index_corpus(corpus: Union[str, Path], index_dir: Union[str, Path], *,
       folder has its own); ``overwrite`` then rebuilds those only.
     - ``executor`` (:class:`retrieval.executors.Executor`: ``local`` or ``ray``) runs the
       model stages (quality scores, the kinds' models); one Ray session serves them all.
+
+    The keywords after ``quiet`` are :class:`CorpusOptions` (another keyword is a TypeError naming it).
     """
+    check_keywords("index_corpus", options, CorpusOptions)
+    prune, quality, o = options.get("prune"), options.get("quality"), options.get
     index_dir = Path(index_dir)
-    executor = _executor_spec(executor)
+    executor = _executor_spec(o("executor"))
     _, _, rest = _plan(subindexes)
     if quality is not None and prune is None:
         raise ParameterError("{quality} only applies with a pruning share ({prune})")
@@ -327,7 +364,7 @@ def index_corpus(corpus: Union[str, Path], index_dir: Union[str, Path], *,
         hint = " pruned" if prune is not None else ", or ask for a new sub-index ({subindexes}) to add it"
         raise ParameterError("{_path}: index folder already exists; pass {overwrite} to rebuild it" + hint,
                              _path=str(index_dir))
-    reading = _reading(corpus, chunk, include, exclude)
+    reading = _reading(corpus, o("chunk"), o("include"), o("exclude"))
     if adding:
         return _add_to_built(corpus, index_dir, rest, reading, overwrite=overwrite, quiet=quiet, executor=executor)
     kw = dict(subindexes=subindexes, threads=threads, overwrite=True, empty=empty, quiet=quiet,

@@ -659,29 +659,17 @@ def _sizes(path: Path, text: str | None = None):
 _LONG_LEFT: set = set()
 
 #: the library's functions still taking over MAX_PARAMS parameters ("file:qualified name"); the list only
-#: shrinks. Inside the library the search options travel as one SearchRequest; what is left on the search
-#: paths is the public keyword API (search/batch_search of Index, Snapshot, ShardedIndex, the Searcher
-#: protocol, the Client and the MCP tool), each of which builds that request. Elsewhere options travel as
-#: small frozen dataclasses (writer._First/_Stages, lucene.Indexing, trainrun.RunOptions, pairs.Mining,
-#: tune.Tuning, server.run.Serving); the rest are public keyword APIs, each with its reason below
+#: shrinks. Inside the library the search options travel as one SearchRequest; the public search methods take
+#: query, k, retriever and the rest as ``**options: Unpack[SearchOptions]`` (retrieval/request.py), and the
+#: other public keyword APIs (build_index, index_corpus, DenseEncoder, sts.evaluate, train_head) their less
+#: common keywords as ``**options`` of one declared TypedDict, checked by retrieval.options.check_keywords, so
+#: that help(), editors and type checkers still know every keyword. Elsewhere options travel as small frozen
+#: dataclasses (writer._First/_Stages, lucene.Indexing, trainrun.RunOptions, pairs.Mining, tune.Tuning,
+#: server.run.Serving). What is left has its reason below
 _WIDE_LEFT = {
-    "retrieval/searcher.py:Searcher.search", "retrieval/searcher.py:Searcher.batch_search",
-    "retrieval/client.py:Client.search", "retrieval/client.py:Client.asearch",
-    "retrieval/client.py:Client.batch_search",
-    "retrieval/index.py:Index.search", "retrieval/index.py:Index.batch_search",
-    "retrieval/index.py:Snapshot.search",
-    "retrieval/index.py:Snapshot.batch_search",
+    # an MCP tool: FastMCP derives the tool's input schema from the function's parameters, one property per
+    # parameter; folding them into one value would change the schema every MCP client calls the tool with
     "retrieval/server/mcp_tools.py:_add_search_tool.search",
-    "retrieval/sharded/index.py:ShardedIndex.search", "retrieval/sharded/index.py:ShardedIndex.batch_search",
-    "retrieval/sharded/index.py:ShardedIndex._deep_search",
-    "retrieval/sharded/shard.py:ShardSearcher.search",
-    # the library's front door (retrieval.build_index, index_corpus): every keyword documented and passed by
-    # name; folding them into **options would hide them from help() and editors
-    "retrieval/writer.py:build_index", "retrieval/writer.py:index_corpus",
-    # a public constructor whose keywords are the encoder's documented settings (the onnx work's module)
-    "retrieval/dense/encoder.py:DenseEncoder.__init__",
-    # STS evaluation and the quality head's trainer: public keyword APIs of benchmarks and `retr quality train`
-    "retrieval/dense/sts.py:evaluate", "retrieval/quality/learned.py:train_head",
 }
 
 

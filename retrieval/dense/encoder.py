@@ -17,11 +17,12 @@ import os
 import sys
 from itertools import islice
 from pathlib import Path
-from typing import Iterable, Iterator, Optional, Sequence
+from typing import Iterable, Iterator, Optional, Sequence, TypedDict, Union
 
 import numpy as np
 import torch
 from tqdm import tqdm
+from typing_extensions import Unpack
 
 from indexes.atomic import atomic_write, write_text
 from indexes.errors import InputError
@@ -29,12 +30,27 @@ from retrieval.dense import ditto_store
 from retrieval.models import (ModelDirError, _quiet_transformers, autocast, bundled_model_path, check_backend,
                               model_hash, pick_device, resolve_model_path, resolve_precision)
 from retrieval.dense.pooling import UnknownPoolingError, canonical_name, get_pooler
+from retrieval.options import check_keywords
 
 _DTYPES = {"float32": np.float32, "fp32": np.float32, "float16": np.float16, "fp16": np.float16}
 
 
 def get_pooler_needs_attn(name: str) -> bool:
     return canonical_name(name) == "ditto"
+
+
+class EncoderOptions(TypedDict, total=False):
+    """The keywords of :class:`DenseEncoder` beside model, pooling, device, max_length, quiet, precision and
+    backend (``**options: Unpack[EncoderOptions]``; another keyword is a TypeError naming it):
+    ``ditto_layer_head`` (None), ``ditto_states`` (None), ``normalize`` (True), ``dtype`` ("float32"),
+    ``auto_select`` (True), ``sts_dir`` (None); see :class:`DenseEncoder`."""
+
+    ditto_layer_head: Optional[Sequence[int]]
+    ditto_states: Optional[str]
+    normalize: bool
+    dtype: str
+    auto_select: bool
+    sts_dir: Union[str, os.PathLike, None]
 
 
 class DenseEncoder:
@@ -60,12 +76,13 @@ class DenseEncoder:
             Runtime (CPU only; mean or cls pooling; see :mod:`retrieval.dense.onnx_backend`).
     """
 
-    def __init__(self, model: str | os.PathLike | None = None, pooling: str = "mean",
-                 ditto_layer_head: Optional[Sequence[int]] = None, device: str = "auto",
-                 ditto_states: Optional[str] = None,
-                 max_length: Optional[int] = None, normalize: bool = True, dtype: str = "float32",
-                 auto_select: bool = True, quiet: bool = False, sts_dir: str | os.PathLike | None = None,
-                 precision: str = "auto", backend: str = "torch"):
+    def __init__(self, model: str | os.PathLike | None = None, pooling: str = "mean", *, device: str = "auto",
+                 max_length: Optional[int] = None, quiet: bool = False, precision: str = "auto",
+                 backend: str = "torch", **options: Unpack[EncoderOptions]):
+        check_keywords("DenseEncoder.__init__", options, EncoderOptions)
+        ditto_layer_head, ditto_states = options.get("ditto_layer_head"), options.get("ditto_states")
+        normalize, dtype = options.get("normalize", True), options.get("dtype", "float32")
+        auto_select, sts_dir = options.get("auto_select", True), options.get("sts_dir")
         if str(dtype).lower() not in _DTYPES:
             raise InputError(f"unknown vector dtype {dtype!r} (choose from: float32, float16)")
         self.out_dtype = _DTYPES[str(dtype).lower()]

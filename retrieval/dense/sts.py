@@ -15,15 +15,17 @@ import datetime as _dt
 import os
 import sys
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional, Sequence, TypedDict
 
 import numpy as np
 from scipy.stats import spearmanr
 from tqdm import tqdm
+from typing_extensions import Unpack
 
 from indexes.errors import InputError, ParameterError
 from retrieval.dense import ditto_store
 from retrieval.dense.pooling import DITTO_STATES, check_ditto_states, ditto_all_heads, get_pooler
+from retrieval.options import check_keywords
 
 SETS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STS-B", "SICK-R")
 _FILES = {"STS12": "sts12/test", "STS13": "sts13/test", "STS14": "sts14/test", "STS15": "sts15/test",
@@ -106,9 +108,17 @@ def spearman(pred: np.ndarray, gold: np.ndarray) -> float:
     return float(spearmanr(pred, gold).statistic * 100.0)
 
 
-def evaluate(encoder, poolings: Sequence[str] = ("mean",), sets: Sequence[str] = SETS, text: str = "senteval",
-             ditto_layer_head: Optional[Sequence[int]] = None, sts_dir=None, batch_size: int = 128,
-             quiet: bool = False, ditto_states: Optional[str] = None, extra: Optional[dict] = None) -> dict:
+class StsOptions(TypedDict, total=False):
+    """The keywords of :func:`evaluate` after ``quiet`` (``**options: Unpack[StsOptions]``; another keyword
+    is a TypeError naming it), each None unless given: ``ditto_layer_head``, ``ditto_states``, ``extra``."""
+
+    ditto_layer_head: Optional[Sequence[int]]
+    ditto_states: Optional[str]
+    extra: Optional[dict]
+
+
+def evaluate(encoder, poolings: Sequence[str] = ("mean",), sets: Sequence[str] = SETS, text: str = "senteval", *,
+             sts_dir=None, batch_size: int = 128, quiet: bool = False, **options: Unpack[StsOptions]) -> dict:
     """Spearman x100 per set and their average, for each pooling, from one pass of ``encoder``'s model.
 
     ``extra`` maps more labels to :class:`~retrieval.dense.pooling.Pooler` objects (say, a second
@@ -119,6 +129,9 @@ def evaluate(encoder, poolings: Sequence[str] = ("mean",), sets: Sequence[str] =
     else the stored one. Returns
     ``{pooling: {set: score, ..., "avg": score}}``.
     """
+    check_keywords("evaluate", options, StsOptions)
+    ditto_layer_head, ditto_states, extra = options.get("ditto_layer_head"), options.get("ditto_states"), \
+        options.get("extra")
     data = {s: load_set(s, text, sts_dir) for s in sets}
     poolers = []  # (label, pooler)
     for p in poolings:

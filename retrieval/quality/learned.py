@@ -21,12 +21,14 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, TypedDict
 
 import numpy as np
+from typing_extensions import Unpack
 
 from indexes.atomic import write_text
 from retrieval.kinds import kind_part
+from retrieval.options import check_keywords
 from retrieval.quality.estimators import Estimator, QualityError, _bar
 
 
@@ -240,17 +242,44 @@ def _fit_lexical(X: np.ndarray, texts: List[str], y: np.ndarray, l2: float, min_
     return head, _apply(head, X, T)
 
 
-def train_head(sources: Sequence[Tuple[Iterable, Dict[str, Dict[str, int]]]], body: str = "minilm",
-               neg_ratio: Optional[float] = None, l2: float = 1.0, seed: int = 0, name: str = "learned",
-               describe_data: Optional[List[str]] = None, max_length: Optional[int] = None, normalize: bool = True,
-               device: str = "auto", batch_size: int = 64, output: Optional[Path] = None, quiet: bool = False,
-               features: Optional[Callable[[List[str]], np.ndarray]] = None, feature_set: str = "tfidf+emb",
-               min_df: int = 2) -> dict:
+class HeadOptions(TypedDict, total=False):
+    """The keywords of :func:`train_head` after ``quiet`` (``**options: Unpack[HeadOptions]``; another
+    keyword is a TypeError naming it), with their defaults: ``neg_ratio`` (None: every other passage a
+    negative), ``l2`` (1.0), ``name`` ("learned"), ``describe_data`` (None), ``max_length`` (None: the
+    body's), ``normalize`` (True), ``device`` ("auto"), ``batch_size`` (64), ``features`` (None),
+    ``min_df`` (2)."""
+
+    neg_ratio: Optional[float]
+    l2: float
+    name: str
+    describe_data: Optional[List[str]]
+    max_length: Optional[int]
+    normalize: bool
+    device: str
+    batch_size: int
+    features: Optional[Callable[[List[str]], np.ndarray]]
+    min_df: int
+
+
+#: :class:`HeadOptions`' defaults
+_HEAD = {"neg_ratio": None, "l2": 1.0, "name": "learned", "describe_data": None, "max_length": None,
+         "normalize": True, "device": "auto", "batch_size": 64, "features": None, "min_df": 2}
+
+
+def train_head(sources: Sequence[Tuple[Iterable, Dict[str, Dict[str, int]]]], body: str = "minilm", *,
+               seed: int = 0, feature_set: str = "tfidf+emb", output: Optional[Path] = None, quiet: bool = False,
+               **options: Unpack[HeadOptions]) -> dict:
     """Train a quality head; returns it (with a model card) and writes it to ``output`` as JSON.
 
     ``feature_set`` is ``tfidf+emb`` (default) or ``emb`` (see the module docstring); the tf-idf
     vocabulary is fitted on the training passages (terms in at least ``min_df`` of them).
-    ``features`` may supply precomputed body features (texts -> matrix) identical to the body's."""
+    ``features`` may supply precomputed body features (texts -> matrix) identical to the body's.
+    The other keywords: :class:`HeadOptions`."""
+    check_keywords("train_head", options, HeadOptions)
+    o = dict(_HEAD, **options)
+    neg_ratio, l2, name, describe_data = o["neg_ratio"], o["l2"], o["name"], o["describe_data"]
+    max_length, normalize, device, batch_size = o["max_length"], o["normalize"], o["device"], o["batch_size"]
+    features, min_df = o["features"], o["min_df"]
     if feature_set not in FEATURES:
         raise QualityError(f"unknown quality feature set {feature_set!r} (choose from: {', '.join(FEATURES)})")
     if output is not None:

@@ -10,13 +10,16 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
+from typing_extensions import Unpack
+
 from indexes import sharded as sh
 from indexes.errors import FilterWarning, IndexFormatError, InputError
 from retrieval.filters import DOCID, parse_filter, unknown_fields_message
 from retrieval.fusion import Pipeline, parse_pipeline
 from retrieval.kinds import PRIMARY
 from retrieval.sharded import merge
-from retrieval.request import DEFAULT_K, DefaultPipeline, SearchRequest, default_pipeline, request_of
+from retrieval.request import (DEFAULT_K, BatchOptions, DefaultPipeline, SearchOptions, SearchRequest,
+                               batch_request, default_pipeline, request_of, search_request)
 from retrieval.types import Document, Hit, Hits, QueriesArg, as_queries
 
 DEPTH = 100  # as retrieval.index.DEPTH: candidates per fused member, at least
@@ -365,14 +368,11 @@ class ShardedIndex:
         return search_df(self, query, qid, text, k=k, retriever=retriever, fusion=fusion, **options)
 
     # -- search ----------------------------------------------------------------------------
-    def search(self, query: str, k: int = DEFAULT_K, retriever: Optional[str] = None, fusion: Optional[str] = None,
-               text: bool = True, depth: Optional[int] = None, timings: Optional[Dict[str, float]] = None,
-               dimsel=None, filter=None, ranks: bool = False, prf=None, per_document: bool = False,
-               request: Optional[SearchRequest] = None) -> Hits:
+    def search(self, query: str, k: int = DEFAULT_K, retriever: Optional[str] = None, *,
+               request: Optional[SearchRequest] = None, **options: Unpack[SearchOptions]) -> Hits:
         """:meth:`retrieval.index.Index.search` across the shards (``prf``: this search's pseudo-relevance
         feedback, run over the whole index: :mod:`retrieval.sharded.prf`)."""
-        req = request_of(request, k=k, retriever=retriever, fusion=fusion, text=text, depth=depth, timings=timings,
-                         dimsel=dimsel, filter=filter, ranks=ranks, prf=prf, per_document=per_document)
+        req = search_request("ShardedIndex.search", request, k, retriever, options)
         if not isinstance(query, str) or not query.strip():
             raise InputError("query text is empty")
         hits = self._run([("0", query)], req)["0"]
@@ -381,23 +381,19 @@ class ShardedIndex:
         return hits
 
     def batch_search(self, queries: QueriesArg, qids: Optional[Sequence[str]] = None, k: int = DEFAULT_K,
-                     retriever: Optional[str] = None, fusion: Optional[str] = None, threads: int = 1, text: bool = False,
-                     quiet: bool = True, depth: Optional[int] = None, batch_size: Optional[int] = None,
-                     timings: Optional[Dict[str, float]] = None, dimsel=None, filter=None, as_frame: bool = False,
-                     prf=None, per_document: bool = False, request: Optional[SearchRequest] = None
-                     ) -> Dict[str, List[Hit]]:
+                     retriever: Optional[str] = None, *, request: Optional[SearchRequest] = None,
+                     **options: Unpack[BatchOptions]) -> Dict[str, List[Hit]]:
         """:meth:`retrieval.index.Index.batch_search` across the shards (every form of ``queries``)."""
         from retrieval.frames import batch_result
 
         qs, k = as_queries(queries, qids, k)
-        req = request_of(request, False, k=k, retriever=retriever, fusion=fusion, text=text, depth=depth,
-                         timings=timings, dimsel=dimsel, filter=filter, prf=prf, per_document=per_document)
-        size = batch_size or max(len(qs), 1)
+        req, run = batch_request("ShardedIndex.batch_search", request, k, retriever, options)
+        size = run["batch_size"] or max(len(qs), 1)
         out: Dict[str, List[Hit]] = {}
         for i in range(0, len(qs), size):
             chunk = [(q.qid, q.text) for q in qs[i:i + size]]
-            out.update(self._run(chunk, req.but(ranks=False), threads))
-        return batch_result(out, qs, req.text, as_frame)
+            out.update(self._run(chunk, req.but(ranks=False), run["threads"]))
+        return batch_result(out, qs, req.text, run["as_frame"])
 
     def _run(self, queries: List[Tuple[str, str]], req: SearchRequest, threads: int = 1) -> Dict[str, List[Hit]]:
         if req.per_document:
@@ -444,7 +440,10 @@ class ShardedIndex:
         the filter, the dimension selection, ``text`` and ``timings``."""
         from retrieval.sharded import prf as fb
 
-        filter, dimsel, text, timings = req.filter, req.dimsel, req.text, req.timings
+        filter, text, timings = req.filter, req.text, req.timings
+        # what every shard is asked for in this round: kk hits under the filter and dimension selection
+        # (the texts only where they come along); the rest of the request is the router's own
+        shard_req = SearchRequest(k=kk, filter=filter, dimsel=req.dimsel, text=False)
         feedback = feedback or {}
         texts = [t for _, t in queries]
         names = list(p.retrievers)
@@ -458,21 +457,20 @@ class ShardedIndex:
         lists, rows = {}, None
         if plain:
             along = bool(text and not p.fused and not deep)  # the hits' texts come with the lists: no fetch round
-            found = self._all("search", queries, list(plain), kk, stats, self._options, filter, dimsel, threads,
-                              text=along)
+            found = self._all("search", queries, list(plain), shard_req.but(text=along), stats, self._options,
+                              threads)
             if along:
                 from retrieval.sharded.shard import TEXTS
 
                 rows = {d: r for a in found for d, r in (a.get(TEXTS) or {}).items()}
             lists = merge.merge_all(plain, found, [q for q, _ in queries], kk)
         for n in deep:
-            lists[n] = self._deep_search(n, rules[n], queries, kk, stats, filter, dimsel, threads, deep[n],
-                                         feedback.get(n))
+            lists[n] = self._deep_search(n, rules[n], queries, shard_req, stats, threads, deep[n], feedback.get(n))
         for n in feedback:
             if n not in deep:
                 expanded, st = fb.expand(self._router, n, feedback[n], queries, kk, stats[n], threads)
-                found = self._all("search", queries, [n], kk, dict(stats, **{n: st}), self._options, filter, dimsel,
-                                  threads, expanded={n: expanded})
+                found = self._all("search", queries, [n], shard_req, dict(stats, **{n: st}), self._options, threads,
+                                  expanded={n: expanded})
                 lists.update(merge.merge_all({n: rules[n]}, found, [q for q, _ in queries], kk))
         _tick(timings, "search", t0)
         return stats, lists, rows
@@ -570,15 +568,15 @@ class ShardedIndex:
             return {}
         return {name: (n, total) for name, rule in rules.items() if rule == "anserini"}
 
-    def _deep_search(self, name: str, rule: str, queries, k: int, stats, filter, dimsel, threads,
+    def _deep_search(self, name: str, rule: str, queries, req: SearchRequest, stats, threads,
                      counts: Tuple[int, int], feedback=None) -> Dict[str, list]:
-        """Each query's first ``k`` allowed documents of the merged unfiltered ranking, read deep
-        enough, as :func:`retrieval.filters.first_allowed` reads one folder's. With ``feedback``, the
-        ranking of the query expanded for a search of each depth read, as one folder's reader asks
-        its feedback retriever for that many hits."""
+        """Each query's first ``req.k`` allowed documents (``req.filter``) of the merged unfiltered
+        ranking, read deep enough, as :func:`retrieval.filters.first_allowed` reads one folder's.
+        With ``feedback``, the ranking of the query expanded for a search of each depth read, as one
+        folder's reader asks its feedback retriever for that many hits."""
         from retrieval.sharded import prf as fb
 
-        n, total = counts
+        k, (n, total) = req.k, counts
         depth = min(total, max(k + 10, -(-2 * k * total // max(1, n))))
         todo, out, scoring = list(queries), {}, stats
         while todo:
@@ -587,7 +585,7 @@ class ShardedIndex:
                 expanded, st = fb.expand(self._router, name, feedback, todo, depth, stats[name], threads)
                 more = {"expanded": {name: expanded}}
                 scoring = dict(stats, **{name: st})
-            found = self._all("search", todo, [name], depth, scoring, self._options, filter, dimsel, threads, True,
+            found = self._all("search", todo, [name], req.but(k=depth), scoring, self._options, threads, True,
                               **more)
             merged = merge.merge_all({name: rule}, found, [q for q, _ in todo], depth)[name]
             later = []

@@ -27,6 +27,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from indexes import sharded as sh
 from indexes.errors import ParameterError
+from retrieval.request import SearchRequest
 from retrieval.sharded import merge
 
 #: Anserini's rerank cutoff (SearchCollection.Args.rerankcutoff), the depth RM3's first ranking is read
@@ -84,7 +85,8 @@ def expand(router, name: str, setting, queries: Sequence[Tuple[str, str]], k: in
     statistics that score them (``stats``, the query terms', with the feedback terms' added)."""
     depth = first_depth(setting, k)
     opts = router.options
-    found = router.all("search", list(queries), [name], depth, {name: stats}, opts, None, None, threads)
+    found = router.all("search", list(queries), [name], SearchRequest(k=depth, text=False), {name: stats}, opts,
+                       threads)
     first = {q: merge.merge_lists("score", [a.get(name, {}).get(q, []) for a in found], depth) for q, _ in queries}
     want = {q: positions(setting, len(first[q])) for q, _ in queries}
     n = len(router.shards)

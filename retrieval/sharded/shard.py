@@ -15,6 +15,7 @@ from indexes import manifest as mf
 from indexes import sharded as sh
 from indexes.errors import FilterWarning
 from retrieval.index import Index
+from retrieval.request import SearchRequest
 from retrieval.types import Query, Scored
 
 
@@ -170,28 +171,31 @@ class ShardSearcher:
                 out[ALLOWED] = [len(allowed), len(s.metadata)]
             return out
 
-    def search(self, queries: Sequence[Tuple[str, str]], retrievers: Sequence[str], k: int,
-               stats: Optional[Mapping[str, Any]] = None, options: Optional[dict] = None, filter=None,
-               dimsel=None, threads: int = 1, deepen: bool = False, text: bool = False,
-               expanded: Optional[Mapping[str, Mapping[str, Any]]] = None) -> Dict[str, Dict[str, Scored]]:
+    def search(self, queries: Sequence[Tuple[str, str]], retrievers: Sequence[str], request: SearchRequest,
+               stats: Optional[Mapping[str, Any]] = None, options: Optional[dict] = None, threads: int = 1,
+               deepen: bool = False, expanded: Optional[Mapping[str, Mapping[str, Any]]] = None
+               ) -> Dict[str, Dict[str, Scored]]:
         """Round 2: per retriever, ``{qid: this shard's first k (docid, score)}`` scored with the
-        global ``stats``, scores in the form of the retriever's merge rule. With a ``filter`` and
-        ``deepen``: the first k of the unfiltered ranking instead, each entry ``(docid, score,
-        allowed)`` (the router rounds the merged unfiltered list, then filters it, as one folder does
-        for a filter that allows a large share of the documents). With ``text``, also
-        ``"#texts": {docid: (title, text, metadata)}`` for every document listed, from the same
-        generation (the router then needs no fetch round). ``expanded``: ``{retriever: {qid:
-        Boosted}}``, the queries pseudo-relevance feedback expanded those queries to on the whole
-        index (:mod:`retrieval.sharded.prf`), searched instead of their texts."""
+        global ``stats``, scores in the form of the retriever's merge rule. Of ``request`` (the
+        router's search request for this round: its ``k`` the depth each shard answers) it reads
+        ``k``, ``filter``, ``dimsel`` and ``text``. With a ``filter`` and ``deepen``: the first k of
+        the unfiltered ranking instead, each entry ``(docid, score, allowed)`` (the router rounds the
+        merged unfiltered list, then filters it, as one folder does for a filter that allows a large
+        share of the documents). With ``text``, also ``"#texts": {docid: (title, text, metadata)}``
+        for every document listed, from the same generation (the router then needs no fetch round).
+        ``expanded``: ``{retriever: {qid: Boosted}}``, the queries pseudo-relevance feedback expanded
+        those queries to on the whole index (:mod:`retrieval.sharded.prf`), searched instead of
+        their texts."""
         self._follow()
         self._configure(options)
         qs = [Query(str(q), str(t)) for q, t in queries]
         stats = stats or {}
+        k, text = request.k, request.text
         with self._view() as s:
-            allowed = self._allowed(s, filter)
+            allowed = self._allowed(s, request.filter)
             out: Dict[str, Dict[str, Scored]] = {}
             for name in retrievers:
-                r = s.member(name, dimsel, len(retrievers) > 1).with_stats(stats.get(name))
+                r = s.member(name, request.dimsel, len(retrievers) > 1).with_stats(stats.get(name))
                 if expanded and name in expanded:
                     r = r.expanded({q.qid: (q.text, expanded[name][q.qid]) for q in qs})
                 if allowed is None:

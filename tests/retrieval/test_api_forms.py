@@ -88,3 +88,29 @@ def test_evaluate_takes_a_batch_search_result(small_index, small_corpus):
     got = eval.evaluate(qrels, res, ["nDCG@10", "P@5"])
     want = eval.evaluate(qrels, {q: {h.docid: h.score for h in hs} for q, hs in res.items()}, ["nDCG@10", "P@5"])
     assert got == want and got["nDCG@10"] > 0.3
+
+
+def test_search_options_are_declared_keywords_checked_once(small_index):
+    """Issue #44: search/batch_search take query, k, retriever and the rest as keywords declared in one
+    place (SearchOptions / BatchOptions beside SearchRequest); the old keyword calls give what a request
+    gives, and a keyword not declared is Python's own TypeError naming it, before any search."""
+    from retrieval.request import BatchOptions, SearchOptions, SearchRequest
+
+    q = QS["q1"]
+    got = small_index.search(q, 3, "bm25", text=False, depth=50, ranks=True, filter=None)
+    want = small_index.search(q, request=SearchRequest(k=3, retriever="bm25", text=False, depth=50, ranks=True))
+    assert [(h.docid, h.score, h.ranks, h.text) for h in got] == [(h.docid, h.score, h.ranks, h.text) for h in want]
+    assert got[0].ranks == {"bm25": 1} and got[0].text == ""
+    batch = small_index.batch_search([q], None, 3, "bm25", threads=2, quiet=True, batch_size=1, text=True)
+    assert [(h.docid, h.text) for h in batch["0"]] == [(h.docid, h.text) for h in small_index.search(q, k=3)]
+    assert set(SearchOptions.__optional_keys__) - set(BatchOptions.__optional_keys__) == {"ranks"}
+    with small_index.snapshot() as s:
+        for call, name, key in ((lambda: small_index.search(q, bogus=1), "Index.search", "bogus"),
+                                (lambda: small_index.batch_search([q], bogus=1), "Index.batch_search", "bogus"),
+                                (lambda: small_index.batch_search([q], ranks=True), "Index.batch_search", "ranks"),
+                                (lambda: s.search(q, threads=2), "Snapshot.search", "threads"),
+                                (lambda: s.batch_search([q], bogus=1), "Snapshot.batch_search", "bogus")):
+            with pytest.raises(TypeError, match=rf"^{name}\(\) got an unexpected keyword argument '{key}'$"):
+                call()
+    with pytest.raises(TypeError, match="'bogus'"):
+        retrieval.Client("http://127.0.0.1:9", index="x").search(q, bogus=1)  # refused before any request

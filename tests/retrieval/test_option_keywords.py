@@ -1,6 +1,7 @@
 """Functions that take their options as one value (a small frozen dataclass) still take the old keywords,
 through a ``**options`` that is checked: a keyword they do not know is a TypeError naming it, before any
-work (issue #44: no signature over 8 parameters)."""
+work (issue #44: no signature over 8 parameters). The public keyword APIs declare those keywords as one
+TypedDict (``**options: Unpack[...]``) and check them the same way."""
 import numpy as np
 import pytest
 
@@ -8,9 +9,11 @@ from indexes import lucene
 from indexes.faiss_index import FaissIndex
 from retrieval import pairs, tune, writer
 from retrieval.deepct.train import train_deepct
-from retrieval.dense import masking
+from retrieval.dense import masking, sts
 from retrieval.dense.dimsel.search import DimSel
+from retrieval.dense.encoder import DenseEncoder
 from retrieval.dense.mlm import Pretrainer
+from retrieval.quality.learned import train_head
 from retrieval.server.run import serve
 from retrieval.sharded.write import build_sharded
 from retrieval.trainrun import RunOptions
@@ -31,6 +34,11 @@ from retrieval.trainrun import RunOptions
     (lambda p: masking.rom_mask(None, "a b", [1.0, 1.0], bogus=1), "rom_mask"),
     (lambda p: Pretrainer(None, [], strategy="random", rate=0.3, max_length=8, batch_size=1, bogus=1), "Pretrainer"),
     (lambda p: DimSel(None, bogus=1), "DimSel.__init__"),
+    (lambda p: writer.build_index([], p / "s", bogus=1), "build_index"),
+    (lambda p: writer.index_corpus(p, p / "s", bogus=1), "index_corpus"),
+    (lambda p: DenseEncoder(p / "l", bogus=1), "DenseEncoder.__init__"),
+    (lambda p: sts.evaluate(None, ["mean"], sts_dir=p / "l", bogus=1), "evaluate"),
+    (lambda p: train_head([], bogus=1), "train_head"),
 ])
 def test_an_unknown_keyword_is_a_type_error_naming_it(tmp_path, call, name):
     with pytest.raises(TypeError, match=rf"^{name}\(\) got an unexpected keyword argument 'bogus'$"):
