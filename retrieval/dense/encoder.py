@@ -17,6 +17,7 @@ import os
 import sys
 from itertools import islice
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Iterable, Iterator, Optional, Sequence
 
 import numpy as np
@@ -269,14 +270,22 @@ class DenseEncoder:
             self._onnx = onnx_backend.OnnxBody(path, names)
         return self._onnx
 
-    def _onnx_outputs(self, texts, batch_size, bar):
-        """:meth:`forward_batches` for the ONNX backends: the last hidden states only."""
-        from types import SimpleNamespace
-
+    def _onnx_encode_into(self, texts, out, batch_size, bar) -> None:
+        """:meth:`_encode_into` for the ONNX backends: each text runs alone through the body (no
+        padding; int8 scales its activations per run, so in a shared batch a vector moved with its
+        neighbours), up to the body's thread count at a time, longest first; pooled and normalised
+        as PyTorch's are."""
+        ids = self.tokenize(texts)
+        order = np.argsort([-len(x) for x in ids], kind="stable")
         body = self.onnx_body
-        for idx, batch in self._batches(texts, batch_size):
-            last = torch.from_numpy(body({k: v.numpy() for k, v in batch.items()}))
-            yield idx, SimpleNamespace(last_hidden_state=last), batch["attention_mask"]
+        for s in range(0, len(order), batch_size):
+            idx = order[s:s + batch_size]
+            for i, last in zip(idx, body.map([ids[i] for i in idx])):
+                o = SimpleNamespace(last_hidden_state=torch.from_numpy(last)[None])
+                v = self.pooler(o, torch.ones((1, last.shape[0]), dtype=torch.long)).float()
+                if self.normalize:
+                    v = torch.nn.functional.normalize(v, dim=-1)
+                out[i] = v[0].numpy().astype(self.out_dtype, copy=False)
             if bar is not None:
                 bar.update(len(idx))
 
@@ -300,10 +309,9 @@ class DenseEncoder:
 
     def _encode_into(self, texts, out, batch_size, bar) -> None:
         if self.backend != "torch":
-            batches = self._onnx_outputs(texts, batch_size, bar)
-        else:
-            batches = self.forward_batches(texts, batch_size, self.pooler.needs_hidden_states,
-                                           self.pooler.needs_attentions, bar)
+            return self._onnx_encode_into(texts, out, batch_size, bar)
+        batches = self.forward_batches(texts, batch_size, self.pooler.needs_hidden_states,
+                                       self.pooler.needs_attentions, bar)
         for idx, o, mask in batches:
             v = self.pooler(o, mask.to(o.last_hidden_state.device)).float()
             if self.normalize:
