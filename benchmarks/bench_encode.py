@@ -189,6 +189,22 @@ def _baseline() -> dict:
     return {c: {k: v for k, v in r.items() if k.startswith("torch passages")} for c, r in old.items()}
 
 
+def _passages(args, name, backend, encode):
+    """Passage vectors, kept in ``--keep DIR`` when given (a later run with other query backends
+    reuses them instead of encoding the corpus again)."""
+    if not args.keep:
+        return encode()
+    from pathlib import Path
+
+    path = Path(args.keep) / f"{name}-{backend}.npy"
+    if path.is_file():
+        return np.load(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    v = encode()
+    np.save(path, v)
+    return v
+
+
 def ndcg(args):
     """nDCG@10 of each ``--pairs`` entry (passages/queries backends) per collection, smallest first,
     while the cap allows; torch fp32's rows come from :func:`_baseline` unless ``torch/torch`` is
@@ -202,15 +218,18 @@ def ndcg(args):
         docs, qs = _corpus(col), col.queries()
         ids, texts = [d for d, _t in docs], [t for _d, t in docs]
         out[col.name] = {"passages": len(ids), "queries": len(qs), **base.get(col.name, {})}
+        dvs = {}  # passage vectors per backend, shared by the pairs that name it
         for pb, qb in pairs:
             if time.perf_counter() > deadline:
                 skipped.append(f"{col.name} ({pb} passages, {qb} queries)")
                 continue
             for b in (pb, qb):  # auto: the CPU default (retrieval.models.CPU_DEFAULT) for passages
                 encs.setdefault(b, _encoder(b, "auto" if b == "auto" else "fp32"))
-            t = time.perf_counter()
-            dv = encs[pb].encode(texts, batch_size=64, quiet=True)
-            out[col.name][f"{pb}_passage_seconds"] = time.perf_counter() - t
+            if pb not in dvs:
+                t = time.perf_counter()
+                dvs[pb] = _passages(args, col.name, pb, lambda: encs[pb].encode(texts, batch_size=64, quiet=True))
+                out[col.name][f"{pb}_passage_seconds"] = time.perf_counter() - t
+            dv = dvs[pb]
             qv = encs[qb].encode([q.text for q in qs], quiet=True)
             out[col.name][f"{pb} passages, {qb} queries"] = _ndcg10(col, qs, ids, dv, qv)
             print(col.name, out[col.name], flush=True)
@@ -249,6 +268,7 @@ def main():
     ap.add_argument("--deepct", help="a trained DeepCT model folder (`retr train deepct`)")
     ap.add_argument("--ndcg", action="store_true")
     ap.add_argument("--collections", nargs="*", default=["cranfield", "nfcorpus", "scifact"])
+    ap.add_argument("--keep", help="a folder to keep passage vectors in (and reuse them from)")
     ap.add_argument("--pairs", nargs="*", default=["auto/onnx-int8"],
                     help="passages/queries backends to measure (torch/torch re-measures the baseline)")
     ap.add_argument("--cap-min", type=float, default=25.0)
