@@ -7,7 +7,7 @@ Speed (the default): on SciFact's first ``--passages`` passages and ``--queries`
   - dense query encoding, one query at a time on one thread (torch and ONNX Runtime both set to 1):
     queries/s for torch fp32 (DenseEncoder, the shipped path), onnx and onnx-int8;
   - dense passage encoding (batch 64, torch's default threads, the build's): passages/s for torch fp32,
-    torch bf16 autocast, onnx and onnx-int8;
+    torch bf16 autocast, onnx and onnx-int8 (the last three run each text alone, texts in parallel);
   - agreement of each backend's vectors with torch fp32's (largest absolute difference, smallest cosine);
   - SPLADE-tiny passage encoding (one thread, as a build runs it) at batch 1 (the default) and batched;
   - DeepCT passage encoding fp32 vs bf16 when ``--deepct DIR`` names a trained model.
@@ -150,6 +150,9 @@ def speed_md(out) -> str:
           "## Dense query encoding: one query at a time, one thread (queries/s)", "",
           md_table(hd, _ratio_rows(out["dense_queries"], "queries_per_s", "torch")), "",
           f"## Dense passage encoding: batch 64, {out['threads']} threads (passages/s)", "",
+          "torch fp32 runs padded, length-sorted batches of 64; torch bf16, onnx and onnx-int8 run each text alone "
+          f"(no padding; a vector does not depend on its neighbours), {out['threads']} texts at a time on one "
+          "thread each.", "",
           md_table(hd, _ratio_rows(out["dense_passages"], "passages_per_s", "torch fp32")), "",
           "## SPLADE-tiny passage encoding, one thread (passages/s)", "",
           md_table(["batch", "passages/s", "x batch 1", "passages whose impacts differ from batch 1"],
@@ -163,7 +166,11 @@ def speed_md(out) -> str:
                          for k, r in d.items()]), ""]
     else:
         md += ["DeepCT: not measured in this run (no trained DeepCT model was given: `--deepct DIR`).", ""]
-    md += [f"One run, {out['seconds']:.0f} s in all. GPU rows (bf16 and batched SPLADE on a GPU) are "
+    from retrieval.models import CPU_DEFAULT
+
+    md += [f"Defaults on a CPU (`--backend auto`, retrieval.models.CPU_DEFAULT): queries "
+           f"{' '.join(CPU_DEFAULT['queries'])}, passages {' '.join(CPU_DEFAULT['passages'])}.", "",
+           f"One run, {out['seconds']:.0f} s in all. GPU rows (bf16 and batched SPLADE on a GPU) are "
            "`benchmarks/bench_gpu.py --encode`'s; no GPU was available to this run."]
     return "\n".join(md)
 
@@ -228,7 +235,8 @@ def ndcg(args):
             if pb not in dvs:
                 t = time.perf_counter()
                 dvs[pb] = _passages(args, col.name, pb, lambda: encs[pb].encode(texts, batch_size=64, quiet=True))
-                out[col.name][f"{pb}_passage_seconds"] = time.perf_counter() - t
+                if not args.keep:  # vectors loaded from --keep took no encoding time
+                    out[col.name][f"{pb}_passage_seconds"] = time.perf_counter() - t
             dv = dvs[pb]
             qv = encs[qb].encode([q.text for q in qs], quiet=True)
             out[col.name][f"{pb} passages, {qb} queries"] = _ndcg10(col, qs, ids, dv, qv)
