@@ -332,7 +332,12 @@ def query_backend(cfg: Optional[dict] = None) -> dict:
     raw = os.environ.get(QUERY_BACKEND_ENV, "").strip()
     if raw:
         b = check_backend(raw)
-        return {"backend": b, "precision": "fp32"} if b not in ("torch", "auto") else {"backend": b}
+        if b == "auto":  # the default for queries, whatever the folder recorded
+            from retrieval.models import pick_device, resolve_encoding
+
+            b, p = resolve_encoding("auto", "auto", pick_device("auto"), cfg.get("pooling", "mean"), role="queries")
+            return {"backend": b, "precision": p}
+        return {"backend": b, "precision": "fp32"} if b != "torch" else {"backend": b}
     if not cfg.get("query_backend"):
         return {}
     return {"backend": cfg["query_backend"], "precision": cfg.get("query_precision") or cfg.get("precision", "fp32")}

@@ -192,6 +192,8 @@ def test_default_build_records_int8_queries(tmp_path, monkeypatch):
     assert [h.docid for h in idx.search(q, k=3, retriever="dense")] == want
     monkeypatch.setenv("RETR_QUERY_BACKEND", "torch")
     assert retrieval.open_index(tmp_path / "I").retriever("dense").encoder.backend == "torch"
+    monkeypatch.setenv("RETR_QUERY_BACKEND", "auto")  # the queries' default, not the passages'
+    assert retrieval.open_index(tmp_path / "I").retriever("dense").encoder.backend == "onnx-int8"
 
 
 @pytest.mark.parametrize("flag,value", [("--backend", "tensorrt"), ("--precision", "fp8")])
