@@ -6,8 +6,9 @@ The export only replaces the transformer body (token ids in, last hidden states 
 pooling and normalising stay :class:`~retrieval.dense.encoder.DenseEncoder`'s, so a backend changes
 the floats of a vector, never how a text becomes one. The body is exported with eager attention and
 then fused by ONNX Runtime's transformer optimiser (one ``Attention``, ``SkipLayerNormalization`` and
-``BiasGelu`` node per layer, int8: ``QAttention``) where the architecture is one it knows (BERT-like);
-else the plain export is used. Unfused, the exported graph ran passages at 0.27x PyTorch's rate
+``BiasGelu`` node per layer) where the architecture is one it knows (BERT-like); else the plain
+export is used. The int8 file leaves attention unfused and quantises only products with weights
+(see :func:`exported`). Unfused, the exported graph ran passages at 0.27x PyTorch's rate
 (benchmarks/results/encode.md before issue 46's CPU work).
 
 Every text runs alone (no padding, no neighbours): int8 dynamic quantisation scales activations per
