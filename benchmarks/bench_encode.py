@@ -7,7 +7,7 @@ Speed (the default): on SciFact's first ``--passages`` passages and ``--queries`
   - dense query encoding, one query at a time on one thread (torch and ONNX Runtime both set to 1):
     queries/s for torch fp32 (DenseEncoder, the shipped path), onnx and onnx-int8;
   - dense passage encoding (batch 64, torch's default threads, the build's): passages/s for torch fp32,
-    torch bf16 autocast, onnx and onnx-int8;
+    torch bf16 autocast, onnx and onnx-int8 (the last three run each text alone, texts in parallel);
   - agreement of each backend's vectors with torch fp32's (largest absolute difference, smallest cosine);
   - SPLADE-tiny passage encoding (one thread, as a build runs it) at batch 1 (the default) and batched;
   - DeepCT passage encoding fp32 vs bf16 when ``--deepct DIR`` names a trained model.
@@ -60,7 +60,7 @@ def _encoder(backend, precision, threads=None):
     from retrieval.dense.encoder import DenseEncoder
 
     enc = DenseEncoder(device="cpu", backend=backend, precision=precision, quiet=True)
-    if backend != "torch":
+    if enc.backend != "torch":
         from retrieval.dense.onnx_backend import OnnxBody
 
         body = enc.onnx_body  # export (cached) before any timing
@@ -150,6 +150,9 @@ def speed_md(out) -> str:
           "## Dense query encoding: one query at a time, one thread (queries/s)", "",
           md_table(hd, _ratio_rows(out["dense_queries"], "queries_per_s", "torch")), "",
           f"## Dense passage encoding: batch 64, {out['threads']} threads (passages/s)", "",
+          "torch fp32 runs padded, length-sorted batches of 64; torch bf16, onnx and onnx-int8 run each text alone "
+          f"(no padding; a vector does not depend on its neighbours), {out['threads']} texts at a time on one "
+          "thread each.", "",
           md_table(hd, _ratio_rows(out["dense_passages"], "passages_per_s", "torch fp32")), "",
           "## SPLADE-tiny passage encoding, one thread (passages/s)", "",
           md_table(["batch", "passages/s", "x batch 1", "passages whose impacts differ from batch 1"],
@@ -163,7 +166,11 @@ def speed_md(out) -> str:
                          for k, r in d.items()]), ""]
     else:
         md += ["DeepCT: not measured in this run (no trained DeepCT model was given: `--deepct DIR`).", ""]
-    md += [f"One run, {out['seconds']:.0f} s in all. GPU rows (bf16 and batched SPLADE on a GPU) are "
+    from retrieval.models import CPU_DEFAULT
+
+    md += [f"Defaults on a CPU (`--backend auto`, retrieval.models.CPU_DEFAULT): queries "
+           f"{' '.join(CPU_DEFAULT['queries'])}, passages {' '.join(CPU_DEFAULT['passages'])}.", "",
+           f"One run, {out['seconds']:.0f} s in all. GPU rows (bf16 and batched SPLADE on a GPU) are "
            "`benchmarks/bench_gpu.py --encode`'s; no GPU was available to this run."]
     return "\n".join(md)
 
@@ -178,42 +185,63 @@ def _ndcg10(col, qs, ids, dv, qv) -> float:
     return evaluate(col.qrels(), run, ["nDCG@10"])["nDCG@10"]
 
 
+def _baseline() -> dict:
+    """torch fp32's nDCG@10 per collection from the last file that measured it (torch fp32 vectors
+    are the same to ~1e-7 from run to run, so its rankings are too): re-encoding every passage in
+    torch costs ~18 minutes on these cores, which the run spends on the backends under test."""
+    path = RESULTS / "encode-ndcg.json"
+    if not path.is_file():
+        return {}
+    old = json.loads(path.read_text()).get("results", {})
+    return {c: {k: v for k, v in r.items() if k.startswith("torch passages")} for c, r in old.items()}
+
+
+def _passages(args, name, backend, encode):
+    """Passage vectors, kept in ``--keep DIR`` when given (a later run with other query backends
+    reuses them instead of encoding the corpus again)."""
+    if not args.keep:
+        return encode()
+    from pathlib import Path
+
+    path = Path(args.keep) / f"{name}-{backend}.npy"
+    if path.is_file():
+        return np.load(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    v = encode()
+    np.save(path, v)
+    return v
+
+
 def ndcg(args):
-    """Phase 1, every collection: passages by torch fp32, queries by each backend (what
-    RETR_QUERY_BACKEND does on a torch-built index). Phase 2, while the cap allows: passages and
-    queries both by onnx-int8 (the onnx fp32 vectors agree with torch's to ~2e-7, see encode.md)."""
+    """nDCG@10 of each ``--pairs`` entry (passages/queries backends) per collection, smallest first,
+    while the cap allows; torch fp32's rows come from :func:`_baseline` unless ``torch/torch`` is
+    among the pairs."""
     deadline = time.perf_counter() + args.cap_min * 60
-    out, data, skipped = {}, {}, []
-    encs = {b: _encoder(b, "fp32") for b in ("torch", "onnx", "onnx-int8")}
-    for col in by_name(args.collections):
-        if time.perf_counter() > deadline:
-            skipped.append(f"{col.name} (all)")
-            continue
+    base = _baseline()
+    out, skipped, encs = {}, [], {}
+    pairs = [tuple(p.split("/")) for p in args.pairs]
+    cols = sorted(by_name(args.collections), key=lambda c: c.corpus.stat().st_size)
+    for col in cols:
         docs, qs = _corpus(col), col.queries()
         ids, texts = [d for d, _t in docs], [t for _d, t in docs]
-        t = time.perf_counter()
-        dv = encs["torch"].encode(texts, batch_size=64, quiet=True)
-        out[col.name] = {"passages": len(ids), "queries": len(qs), "torch_passage_seconds": time.perf_counter() - t}
-        for b, enc in encs.items():
-            out[col.name][f"torch passages, {b} queries"] = _ndcg10(col, qs, ids, dv, enc.encode([q.text for q in qs],
-                                                                                              quiet=True))
-        data[col.name] = (qs, ids, texts)
-        print(col.name, out[col.name], flush=True)
-        _write_ndcg(out, skipped + [f"{c} (onnx-int8 passages)" for c in data], args.cap_min)
-    for name, (qs, ids, texts) in sorted(data.items(), key=lambda kv: len(kv[1][1])):  # smallest first
-        col = by_name([name])[0]
-        # int8 passages ran at ~0.7x torch's rate here: start one only if it should end before the cap
-        need = 1.5 * out[name]["torch_passage_seconds"]
-        if time.perf_counter() + need > deadline:
-            skipped.append(f"{name} (onnx-int8 passages)")
-            continue
-        enc = encs["onnx-int8"]
-        dv = enc.encode(texts, batch_size=64, quiet=True)
-        out[name]["onnx-int8 passages, onnx-int8 queries"] = _ndcg10(col, qs, ids, dv,
-                                                                      enc.encode([q.text for q in qs], quiet=True))
-        print(name, out[name], flush=True)
-        _write_ndcg(out, skipped + [f"{c} (onnx-int8 passages)" for c in data
-                                    if "onnx-int8 passages, onnx-int8 queries" not in out[c]], args.cap_min)
+        out[col.name] = {"passages": len(ids), "queries": len(qs), **base.get(col.name, {})}
+        dvs = {}  # passage vectors per backend, shared by the pairs that name it
+        for pb, qb in pairs:
+            if time.perf_counter() > deadline:
+                skipped.append(f"{col.name} ({pb} passages, {qb} queries)")
+                continue
+            for b in (pb, qb):  # auto: the CPU default (retrieval.models.CPU_DEFAULT) for passages
+                encs.setdefault(b, _encoder(b, "auto" if b == "auto" else "fp32"))
+            if pb not in dvs:
+                t = time.perf_counter()
+                dvs[pb] = _passages(args, col.name, pb, lambda: encs[pb].encode(texts, batch_size=64, quiet=True))
+                if not args.keep:  # vectors loaded from --keep took no encoding time
+                    out[col.name][f"{pb}_passage_seconds"] = time.perf_counter() - t
+            dv = dvs[pb]
+            qv = encs[qb].encode([q.text for q in qs], quiet=True)
+            out[col.name][f"{pb} passages, {qb} queries"] = _ndcg10(col, qs, ids, dv, qv)
+            print(col.name, out[col.name], flush=True)
+            _write_ndcg(out, skipped, args.cap_min)
     _write_ndcg(out, skipped, args.cap_min)
 
 
@@ -226,16 +254,17 @@ def _write_ndcg(out, skipped, cap) -> None:
 def ndcg_md(out, skipped, cap) -> str:
     rows = []
     for c, res in out.items():
-        base = res["torch passages, torch queries"]
+        base = res.get("torch passages, torch queries", float("nan"))
         rows += [[c, k, v, f"{v - base:+.4f}"] for k, v in res.items() if k.endswith(" queries")]
     md = ["# nDCG@10 per dense encoding backend (all-MiniLM-L6-v2, mean pooling, faiss Flat, test queries)", "",
           f"Generated by `benchmarks/bench_encode.py --ndcg`. {LOADED} The issue's tolerance for a CPU default: "
           "within 0.003 of torch fp32 on SciFact, NFCorpus and Cranfield.", "",
           md_table(["collection", "passages / queries encoded by", "nDCG@10", "Δ vs torch fp32"], rows), ""]
+    md.append("The torch-passage rows come from the previous run of this file (torch fp32 vectors agree from "
+              "run to run to ~1e-7, so their rankings do) unless this run lists `torch/torch` among its pairs; "
+              "the onnx (fp32) backend's vectors agree with torch's to ~3e-7, so its passages rank as torch's do.")
     if skipped:
-        md.append(f"Not measured (would not have finished within the run's {cap:g}-minute cap: int8 passage "
-                  f"encoding ran at ~0.7x torch's rate, see encode.md): {', '.join(skipped)}. The onnx (fp32) "
-                  "backend's vectors agree with torch's to ~2e-7, so its passages rank as torch's do.")
+        md.append(f"Not measured (past the run's {cap:g}-minute cap): {', '.join(skipped)}.")
     return "\n".join(md)
 
 
@@ -247,6 +276,9 @@ def main():
     ap.add_argument("--deepct", help="a trained DeepCT model folder (`retr train deepct`)")
     ap.add_argument("--ndcg", action="store_true")
     ap.add_argument("--collections", nargs="*", default=["cranfield", "nfcorpus", "scifact"])
+    ap.add_argument("--keep", help="a folder to keep passage vectors in (and reuse them from)")
+    ap.add_argument("--pairs", nargs="*", default=["auto/onnx-int8"],
+                    help="passages/queries backends to measure (torch/torch re-measures the baseline)")
     ap.add_argument("--cap-min", type=float, default=25.0)
     args = ap.parse_args()
     ndcg(args) if args.ndcg else speed(args)

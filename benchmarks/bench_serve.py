@@ -23,6 +23,14 @@ against unfiltered, a 20,000-request soak (server RSS after warm-up vs at the en
 overload at 4x capacity (--max-inflight 8 driven by 32 clients that do not retry).
 
     python benchmarks/bench_serve.py [--quick]
+    python benchmarks/bench_serve.py --backends [--requests 400]
+
+``--backends``: only the hybrid pipeline at one client, served with torch fp32 query encoding
+(``RETR_QUERY_BACKEND=torch``) and with the folder's default query backend (what a ``--backend auto``
+build records: onnx-int8 on a CPU), two servers on one folder, measured in turn twice each (the
+host's load drifts) -> results/serve-backends.{json,md}. The folder's passages are encoded by
+onnx-int8 to save the build's time: a search's cost does not depend on which backend encoded the
+5,183 stored vectors (faiss Flat over the same 384 floats each).
 """
 from __future__ import annotations
 
@@ -198,16 +206,81 @@ def build(work: Path, quiet=True) -> Path:
     return idx_dir
 
 
+def build_hybrid(work: Path, quiet=True) -> Path:
+    """SciFact, BM25 + dense with onnx-int8 passages (recorded query backend: onnx-int8)."""
+    import retrieval
+    from retrieval.dense.subindex import DenseSpec
+
+    idx_dir = work / "sf-hybrid"
+    if not (idx_dir / "manifest.json").exists():
+        retrieval.build_index(DATA / "scifact" / "corpus.jsonl", idx_dir, overwrite=True, quiet=quiet,
+                              subindexes={"dense": DenseSpec(backend="onnx-int8")})
+    return idx_dir
+
+
+def backends(args, env, tok, auth) -> None:
+    """Hybrid at one client: torch queries vs the default query backend, same folder, same run."""
+    idx_dir = build_hybrid(args.work)
+    cfg = json.loads((idx_dir / "manifest.json").read_text())["subindexes"]["dense"]["encoder"]
+    queries = [json.loads(l)["text"] for l in open(DATA / "scifact" / "queries.jsonl", encoding="utf-8")]
+    random.Random(0).shuffle(queries)
+    body = [json.dumps({"query": q, "k": 10, "retriever": "bm25+dense"}).encode() for q in queries]
+    out = {"machine": f"{os.cpu_count()} cores (shared)", "requests": args.requests, "query_backend_recorded":
+           cfg.get("query_backend"), "load_average_start": [round(x, 1) for x in os.getloadavg()], "runs": {}}
+    servers = {}
+    try:
+        for name, extra in (("torch", {"RETR_QUERY_BACKEND": "torch"}), ("default", {})):
+            port = free_port()
+            e = {k: v for k, v in env.items() if k != "RETR_QUERY_BACKEND"}
+            servers[name] = (Proc([PY, "-m", "cli.main", "serve", "--index", f"sf={idx_dir}", "--port", str(port),
+                                   "--token-file", str(tok)], ("127.0.0.1", port, "/readyz", auth),
+                                  args.work / f"retr-{name}.log", {**e, **extra}), port)
+            load(port, "/v1/sf/search", body, 100, 1, auth)  # warm-up: the encoder loads, ONNX exports
+        for rnd in range(2):
+            for name, (_p, port) in servers.items():
+                s = summary(*load(port, "/v1/sf/search", body, args.requests, 1, auth), args.requests)
+                out["runs"].setdefault(name, []).append(s)
+                print("hybrid c1", name, rnd, s, flush=True)
+    finally:
+        for p, _port in servers.values():
+            p.stop()
+    out["load_average_end"] = [round(x, 1) for x in os.getloadavg()]
+    best = {n: max(r["rps"] for r in rs) for n, rs in out["runs"].items()}
+    out["ratio_default_vs_torch"] = round(best["default"] / best["torch"], 3)
+    (RESULTS / "serve-backends.json").write_text(json.dumps(out, indent=2) + "\n")
+    rows = [f"| {n} | {' / '.join(str(r['rps']) for r in rs)} | {' / '.join(str(r['p50_ms']) for r in rs)} | "
+            f"{' / '.join(str(r['p99_ms']) for r in rs)} | {best[n] / best['torch']:.2f}x |" for n, rs in out["runs"].items()]
+    md = ["# retr serve hybrid at one client: query encoding backend", "",
+          f"Machine: {out['machine']}, load average {out['load_average_start'][0]} at the start, "
+          f"{out['load_average_end'][0]} at the end. SciFact (5,183 passages), its 1,109 queries shuffled, "
+          f"`bm25+dense` k=10 (the default fusion), one client, {args.requests} requests per measurement, each "
+          "server measured twice in turn. Written by `benchmarks/bench_serve.py --backends`.", "",
+          "| query backend | req/s (1st / 2nd) | p50 ms | p99 ms | best req/s x torch |", "|---|---|---|---|---|",
+          *rows, "",
+          f"`default` is the query backend the folder recorded ({out['query_backend_recorded']}: what a "
+          "`--backend auto` build records on a CPU); `torch` is `RETR_QUERY_BACKEND=torch` on the same folder. "
+          "The passages were encoded by onnx-int8 (a search's cost does not depend on it). "
+          "benchmarks/results/serve.md's 51 req/s (p50 18 ms) was measured in another run, at another load.", ""]
+    (RESULTS / "serve-backends.md").write_text("\n".join(md))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=2000)
     ap.add_argument("--soak", type=int, default=20000)
     ap.add_argument("--work", type=Path, default=ROOT / "work" / "bench_serve")
     ap.add_argument("--quick", action="store_true", help="200 requests, 2,000 soak (a smoke run)")
+    ap.add_argument("--backends", action="store_true", help="hybrid at one client, torch vs default query backend")
     args = ap.parse_args()
     if args.quick:
         args.requests, args.soak = 200, 2000
     args.work.mkdir(parents=True, exist_ok=True)
+    if args.backends:
+        tok = args.work / "token"
+        token = secrets.token_hex(16)
+        tok.write_text(token)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+        return backends(args, env, tok, {"Authorization": f"Bearer {token}"})
     t_start = time.time()
     idx_dir = build(args.work)
     queries = [json.loads(l)["text"] for l in open(DATA / "scifact" / "queries.jsonl", encoding="utf-8")]

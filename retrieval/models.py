@@ -241,8 +241,18 @@ def restores_torch_settings(fn):
 #: Compute precisions an encoder or training run accepts (``--precision``); ``auto`` resolves per device.
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 #: Where the dense kind's transformer runs (``--backend``): PyTorch, or an ONNX Runtime export of the
-#: same weights (``onnx-int8``: its int8 dynamic quantisation), CPU only.
-BACKENDS = ("torch", "onnx", "onnx-int8")
+#: same weights (``onnx-int8``: its int8 dynamic quantisation), CPU only; ``auto``: :func:`resolve_backend`.
+BACKENDS = ("auto", "torch", "onnx", "onnx-int8")
+#: What ``--backend auto`` with ``--precision auto`` runs on a CPU, per role: the fastest
+#: (backend, precision) whose rankings stay within nDCG@10 0.003 of PyTorch fp32 on SciFact, NFCorpus and
+#: Cranfield (benchmarks/results/encode.md, encode-ndcg.md). Queries: ONNX Runtime int8, 4-5x torch fp32
+#: one at a time. Passages: PyTorch fp32: int8 passages ran ~2x but lost 0.009 nDCG@10 on Cranfield, ONNX
+#: fp32 runs at torch's rate, and bf16 (2.5x where the CPU has AMX tiles, each text alone) changes every
+#: stored vector by ~1e-3, which the folders that reuse another stage's fp32 vectors (the learned quality
+#: estimator's) would no longer match; ``--precision bf16`` asks for it. The one place the CPU default is
+#: decided; on a GPU ``auto`` is PyTorch (with ``--precision auto``'s bf16).
+CPU_DEFAULT = {"passages": ("torch", "fp32"), "queries": ("onnx-int8", "fp32")}
+_ONNX_POOLINGS = ("mean", "cls")
 
 
 def resolve_precision(precision: Optional[str], device: str) -> str:
@@ -270,6 +280,43 @@ def check_backend(backend: Optional[str]) -> str:
         raise ParameterError("{backend} {_got!r} is not an encoder backend (choose from: %s)" % ", ".join(BACKENDS),
                              _got=backend)
     return b
+
+
+def onnx_available() -> bool:
+    """onnx and onnxruntime are importable (the ONNX backends' requirement), without importing them."""
+    return all(importlib.util.find_spec(m) is not None for m in ("onnx", "onnxruntime"))
+
+
+def cpu_has_fast_bf16() -> bool:
+    """The CPU multiplies bf16 matrices in hardware (AMX tiles), where bf16 autocast ran 2.5-3.5x fp32;
+    without them, bf16 on a CPU is not faster than fp32."""
+    import torch
+
+    probe = getattr(getattr(torch, "cpu", None), "_is_amx_tile_supported", None)
+    try:
+        return bool(probe and probe())
+    except RuntimeError:
+        return False
+
+
+def resolve_encoding(backend: Optional[str], precision: Optional[str], device: str, pooling: str = "mean",
+                     role: str = "passages") -> tuple[str, str]:
+    """(backend, precision) of a dense encoder on ``device`` (as :func:`pick_device` gives it).
+    An explicit backend is kept, with :func:`resolve_precision`'s precision. ``auto`` on a GPU:
+    torch. ``auto`` on a CPU: :data:`CPU_DEFAULT`'s pair for ``role`` (``passages`` | ``queries``),
+    where an explicit ``precision`` replaces the pair's, bf16 needs :func:`cpu_has_fast_bf16`, and
+    ONNX Runtime needs mean or cls pooling, fp32 and onnxruntime installed (else torch)."""
+    b, p = check_backend(backend), resolve_precision(precision, device)
+    if b != "auto" or str(device).startswith("cuda"):
+        return ("torch" if b == "auto" else b), p
+    want_b, want_p = CPU_DEFAULT[role]
+    if str(precision or "auto").lower() != "auto":
+        want_p = p
+    elif want_p == "bf16" and not cpu_has_fast_bf16():
+        want_p = "fp32"
+    if want_b != "torch" and (pooling not in _ONNX_POOLINGS or want_p != "fp32" or not onnx_available()):
+        want_b = "torch"
+    return want_b, want_p
 
 
 def autocast(precision: str, device: str):

@@ -17,6 +17,7 @@ import os
 import sys
 from itertools import islice
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Iterable, Iterator, Optional, Sequence, TypedDict, Union
 
 import numpy as np
@@ -28,7 +29,7 @@ from indexes.atomic import atomic_write, write_text
 from indexes.errors import InputError
 from retrieval.dense import ditto_store
 from retrieval.models import (ModelDirError, _quiet_transformers, autocast, bundled_model_path, check_backend,
-                              model_hash, pick_device, resolve_model_path, resolve_precision)
+                              model_hash, pick_device, resolve_encoding, resolve_model_path, torch_threads)
 from retrieval.dense.pooling import UnknownPoolingError, canonical_name, get_pooler
 from retrieval.options import check_keywords
 
@@ -71,9 +72,11 @@ class DenseEncoder:
         normalize: L2-normalise vectors (inner product = cosine).
         dtype: ``float32`` or ``float16`` for the returned/stored vectors.
         precision: compute precision, ``auto`` | ``fp32`` | ``bf16`` | ``fp16`` (autocast; ``auto``: bf16 on
-            a GPU that has it, fp16 on one that does not, fp32 on a CPU; see :func:`retrieval.models.resolve_precision`).
+            a GPU that has it, fp16 on one that does not, fp32 on a CPU; see :func:`retrieval.models.resolve_precision`;
+            with ``backend="auto"`` on a CPU: :func:`retrieval.models.resolve_encoding`).
         backend: ``torch`` | ``onnx`` | ``onnx-int8``: the transformer body in PyTorch, or exported to ONNX
-            Runtime (CPU only; mean or cls pooling; see :mod:`retrieval.dense.onnx_backend`).
+            Runtime (CPU only; mean or cls pooling; see :mod:`retrieval.dense.onnx_backend`); ``auto``: the
+            CPU default where ONNX Runtime can run it, else torch (:func:`retrieval.models.resolve_backend`).
     """
 
     def __init__(self, model: str | os.PathLike | None = None, pooling: str = "mean", *, device: str = "auto",
@@ -90,8 +93,8 @@ class DenseEncoder:
         self._sts_dir = sts_dir  # where Ditto's (layer, head) is chosen when none is stored
         self.model_path = resolve_model_path(model)
         self.device = pick_device(device)
-        self.precision = resolve_precision(precision, self.device)
-        self.backend = check_backend(backend)
+        self._asked = (check_backend(backend), precision)
+        self.backend, self.precision = resolve_encoding(backend, precision, self.device, self.pooling)
         self._onnx = None  # the ONNX Runtime session, made on first use
         self.normalize = bool(normalize)
         _quiet_transformers()
@@ -196,7 +199,17 @@ class DenseEncoder:
                 "ditto_states": self.ditto_states,
                 "max_length": self.max_length, "normalize": self.normalize,
                 "dtype": np.dtype(self.out_dtype).name, "dim": self.dim,
-                "precision": self.precision, "backend": self.backend}
+                "precision": self.precision, "backend": self.backend,
+                "query_backend": self.query_encoding[0], "query_precision": self.query_encoding[1]}
+
+    @property
+    def query_encoding(self) -> tuple[str, str]:
+        """(backend, precision) that queries against these passages run by default: ``auto``'s choice
+        for queries when this encoder's backend was ``auto``, else its own (an explicit choice holds
+        for both)."""
+        if self._asked[0] != "auto":
+            return self.backend, self.precision
+        return resolve_encoding("auto", self._asked[1], self.device, self.pooling, role="queries")
 
     @classmethod
     def from_config(cls, cfg: dict, device: str = "auto", verify: bool = True, **overrides) -> "DenseEncoder":
@@ -221,6 +234,8 @@ class DenseEncoder:
                   # recorded since issue 46; an older index computed in fp32 PyTorch
                   precision=cfg.get("precision", "fp32"), backend=cfg.get("backend", "torch"))
         kw.update(overrides)
+        if kw.get("backend") not in (None, "torch", "auto") and device == "auto":
+            kw["device"] = "cpu"  # passages encoded by ONNX Runtime: queries and added ones run it too, on a CPU
         enc = cls(**kw)
         if verify and cfg.get("model_sha256") and enc.model_hash != cfg["model_sha256"]:
             raise ModelDirError(f"model weights at {enc.model_path} (sha256 {enc.model_hash}) differ from the ones "
@@ -286,14 +301,50 @@ class DenseEncoder:
             self._onnx = onnx_backend.OnnxBody(path, names)
         return self._onnx
 
-    def _onnx_outputs(self, texts, batch_size, bar):
-        """:meth:`forward_batches` for the ONNX backends: the last hidden states only."""
-        from types import SimpleNamespace
+    @property
+    def _alone_in_torch(self) -> bool:
+        """Reduced precision on a CPU, for a pooler of the last states only: each text runs alone."""
+        return self.device == "cpu" and self.precision != "fp32" and not (
+            self.pooler.needs_hidden_states or self.pooler.needs_attentions)
 
-        body = self.onnx_body
-        for idx, batch in self._batches(texts, batch_size):
-            last = torch.from_numpy(body({k: v.numpy() for k, v in batch.items()}))
-            yield idx, SimpleNamespace(last_hidden_state=last), batch["attention_mask"]
+    def _torch_one(self, ids: list[int]) -> np.ndarray:
+        """The last hidden states (tokens, dim) of one unpadded text, in this encoder's precision."""
+        x = torch.tensor([ids], dtype=torch.long)
+        batch = {"input_ids": x, "attention_mask": torch.ones_like(x)}
+        if "token_type_ids" in self.tokenizer.model_input_names:
+            batch["token_type_ids"] = torch.zeros_like(x)
+        with torch.inference_mode(), autocast(self.precision, self.device):  # both are per thread
+            return self.model(**batch, return_dict=True).last_hidden_state[0].float().numpy()
+
+    def _torch_map(self, ids: list[list[int]]):
+        """:meth:`_torch_one` over ``ids`` in order, as many at a time as torch has threads, each on one."""
+        n = torch.get_num_threads()
+        if n <= 1 or len(ids) <= 1:
+            with torch_threads(1):
+                return [self._torch_one(x) for x in ids]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with torch_threads(1), ThreadPoolExecutor(max_workers=n, thread_name_prefix="retr-dense") as pool:
+            return list(pool.map(self._torch_one, ids))
+
+    def _alone_encode_into(self, texts, out, batch_size, bar) -> None:
+        """:meth:`_encode_into` one text at a time (no padding, no neighbours), for the ONNX backends
+        and for reduced precision on a CPU: int8 scales its activations per run, and bf16 rounds
+        sums whose order depends on the batch's shape, so in a shared batch a vector moved with its
+        neighbours (int8: 5e-2, bf16: 1.4e-3); alone it is the same whatever the batch and the thread
+        count. Up to torch's thread count of texts run at once, longest first; pooled and normalised
+        as a batch is."""
+        ids = self.tokenize(texts)
+        order = np.argsort([-len(x) for x in ids], kind="stable")
+        body = self.onnx_body.map if self.backend != "torch" else self._torch_map
+        for s in range(0, len(order), batch_size):
+            idx = order[s:s + batch_size]
+            for i, last in zip(idx, body([ids[i] for i in idx])):
+                o = SimpleNamespace(last_hidden_state=torch.from_numpy(last)[None])
+                v = self.pooler(o, torch.ones((1, last.shape[0]), dtype=torch.long)).float()
+                if self.normalize:
+                    v = torch.nn.functional.normalize(v, dim=-1)
+                out[i] = v[0].numpy().astype(self.out_dtype, copy=False)
             if bar is not None:
                 bar.update(len(idx))
 
@@ -316,11 +367,10 @@ class DenseEncoder:
         return out
 
     def _encode_into(self, texts, out, batch_size, bar) -> None:
-        if self.backend != "torch":
-            batches = self._onnx_outputs(texts, batch_size, bar)
-        else:
-            batches = self.forward_batches(texts, batch_size, self.pooler.needs_hidden_states,
-                                           self.pooler.needs_attentions, bar)
+        if self.backend != "torch" or self._alone_in_torch:
+            return self._alone_encode_into(texts, out, batch_size, bar)
+        batches = self.forward_batches(texts, batch_size, self.pooler.needs_hidden_states,
+                                       self.pooler.needs_attentions, bar)
         for idx, o, mask in batches:
             v = self.pooler(o, mask.to(o.last_hidden_state.device)).float()
             if self.normalize:

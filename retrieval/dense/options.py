@@ -173,10 +173,11 @@ class DenseOptions(KindOptions):
         Option("--dtype", type="choice", choices=("float32", "float16"), default="float32",
                default_from=_SPEC + "dtype", applies_to="index",
                help="Precision of the stored dense vectors."),
-        Option("--backend", type="choice", choices=BACKENDS, default="torch", default_from=_SPEC + "backend",
+        Option("--backend", type="choice", choices=BACKENDS, default="auto", default_from=_SPEC + "backend",
                applies_to="index",
                help="Where the dense transformer runs: PyTorch, or ONNX Runtime on a CPU (onnx: the same weights "
-                    "exported; onnx-int8: quantised to int8). Recorded, so added documents and queries encode the "
+                    "exported; onnx-int8: quantised to int8); auto = onnx-int8 on a CPU for mean or cls pooling, "
+                    "torch on a GPU or otherwise. Recorded, so added documents and queries encode the "
                     "same way (RETR_QUERY_BACKEND overrides it for queries)."),
         Option("--precision", type="choice", choices=PRECISIONS, default="auto", applies_to="index",
                help="Compute precision of the dense, DeepCT and SPLADE encoders: auto = bf16 on a GPU "

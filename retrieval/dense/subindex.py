@@ -33,7 +33,7 @@ class DenseSpec:
     max_length: Optional[int] = None
     shard_size: int = 50_000              # encoding shards (resumable)
     sts_dir: Optional[str] = None         # STS data for choosing Ditto's (layer, head) when none is stored
-    backend: str = "torch"                # torch | onnx | onnx-int8 (CPU): recorded in the encoder's config
+    backend: str = "auto"                 # auto | torch | onnx | onnx-int8 (CPU): recorded resolved in the encoder's config
     precision: str = "auto"               # auto | fp32 | bf16 | fp16: recorded resolved (fp32 on a CPU)
 
     def validate(self) -> "DenseSpec":
@@ -43,7 +43,7 @@ class DenseSpec:
 
         pooling = canonical_name(self.pooling)  # raises on an unknown pooling
         self.backend = check_backend(self.backend)
-        if self.backend != "torch" and pooling not in ("mean", "cls"):
+        if self.backend not in ("torch", "auto") and pooling not in ("mean", "cls"):
             from retrieval.dense.onnx_backend import OnnxUnavailable
 
             raise OnnxUnavailable(f"backend {self.backend} runs mean or cls pooling, not {pooling} (use torch)")
@@ -318,20 +318,29 @@ def _vector_details(q, qk, d, normalized: bool, factory: str) -> dict:
 QUERY_BACKEND_ENV = "RETR_QUERY_BACKEND"
 
 
-def query_backend() -> dict:
-    """The query encoder's backend when ``RETR_QUERY_BACKEND`` overrides the one the sub-index
-    recorded (``{}``: the recorded one, so queries encode as the passages did). Queries encoded
-    by another backend than the passages differ from them in the last bits (onnx) or by int8
-    rounding (onnx-int8), which rankings tolerate; benchmarks/results/encode.md measures it."""
+def query_backend(cfg: Optional[dict] = None) -> dict:
+    """The query encoder's backend: ``RETR_QUERY_BACKEND`` when set, else the ``query_backend`` the
+    sub-index recorded (an ``auto`` build on a CPU: onnx-int8), else (a folder from before it) the
+    passages' backend (``{}``). Queries encoded by another backend than the passages differ from
+    them in the last bits (onnx) or by int8 rounding (onnx-int8), which rankings tolerate
+    (nDCG@10 within 0.003: benchmarks/results/encode-ndcg.md)."""
     import os
 
     from retrieval.models import check_backend
 
+    cfg = cfg or {}
     raw = os.environ.get(QUERY_BACKEND_ENV, "").strip()
-    if not raw:
+    if raw:
+        b = check_backend(raw)
+        if b == "auto":  # the default for queries, whatever the folder recorded
+            from retrieval.models import pick_device, resolve_encoding
+
+            b, p = resolve_encoding("auto", "auto", pick_device("auto"), cfg.get("pooling", "mean"), role="queries")
+            return {"backend": b, "precision": p}
+        return {"backend": b, "precision": "fp32"} if b != "torch" else {"backend": b}
+    if not cfg.get("query_backend"):
         return {}
-    b = check_backend(raw)
-    return {"backend": b, "precision": "fp32"} if b != "torch" else {"backend": b}
+    return {"backend": cfg["query_backend"], "precision": cfg.get("query_precision") or cfg.get("precision", "fp32")}
 
 
 class DenseRetriever(RetrieverBase):
@@ -354,7 +363,8 @@ class DenseRetriever(RetrieverBase):
         if self._encoder is None:
             from retrieval.dense.encoder import DenseEncoder
 
-            self._encoder = DenseEncoder.from_config(self.entry["encoder"], quiet=True, **query_backend())
+            self._encoder = DenseEncoder.from_config(self.entry["encoder"], quiet=True,
+                                                     **query_backend(self.entry["encoder"]))
         return self._encoder
 
     def encode_queries(self, texts: Sequence[str]):
@@ -558,6 +568,7 @@ class DenseKind(SubIndexKind):
                     p.unlink()
             spec = DenseSpec(**{k: v for k, v in entry.get("spec", {}).items() if k in DenseSpec.__dataclass_fields__})
             spec.model = entry["encoder"]["model"]
+            spec.backend = entry["encoder"].get("backend", "torch")  # as the vectors it replaces were encoded
             new = build_dense(folder, entry["path"], spec, ctx)
             return dict(entry, faiss=new["faiss"], encode_seconds=new["encode_seconds"], truncated=new["truncated"])
         return dict(entry, faiss=fi.describe(folder))

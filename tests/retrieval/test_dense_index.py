@@ -37,7 +37,11 @@ def test_dense_top10_equals_brute_force(dense_index, small_corpus):
     docs = {d.docid: d for d in read_corpus(small_corpus)}
     assert sorted(ids) == sorted(docs)
     sample = ids[::8]
-    E = r.encoder.encode([docs[d].contents for d in sample], quiet=True)
+    # the passages' encoder as recorded (the retriever's own encodes queries, onnx-int8 after a default build)
+    from retrieval.dense.encoder import DenseEncoder
+
+    passages = DenseEncoder.from_config(dense_index.manifest["subindexes"]["dense"]["encoder"], quiet=True)
+    E = passages.encode([docs[d].contents for d in sample], quiet=True)
     assert np.abs(E - D[::8]).max() <= 1e-5  # another batch's padding moves the 7th decimal at most
     qs = read_queries(small_corpus / "queries.jsonl")[:10]
     Q = r.encode_queries([q.text for q in qs])

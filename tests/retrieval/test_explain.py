@@ -160,13 +160,18 @@ def test_impact_terms_are_the_query_weight_times_the_stored_impact(index, querie
 def test_dense_is_the_inner_product_and_dimension_selection_says_which_dimensions(index, queries, corpus):
     from retrieval.dense.dimsel.masks import keep_count
 
+    from retrieval.dense.encoder import DenseEncoder
+
     r = index.snapshot().retriever("dense")
     q = r.encode_queries([queries[1]])[0]
     docs = {d.docid: d for d in retrieval.read_corpus(corpus / "corpus.jsonl")}
+    # a passage encoded again by the passages' recorded encoder (queries may run another backend: onnx-int8)
+    passages = DenseEncoder.from_config(index.manifest["subindexes"]["dense"]["encoder"], quiet=True)
+    again = lambda text: passages.encode([text], quiet=True)[0]  # noqa: E731
     hits = index.search(queries[1], k=3, retriever="dense", text=False)
     for h in hits:
         m = index.explain(queries[1], h.docid, retriever="dense")["retrievers"]["dense"]
-        v = r.encode_queries([docs[h.docid].contents])[0]  # the passage encoded again, not read from faiss
+        v = again(docs[h.docid].contents)  # the passage encoded again, not read from faiss
         assert _close(m["score"], float(q @ v), 1e-4) and _close(m["details"]["cosine"], float(q @ v), 1e-4)
     sel = {"mode": "prf", "alpha": 0.25}
     for h in index.search(queries[1], k=3, retriever="dense", text=False, dimsel=sel):
@@ -175,7 +180,7 @@ def test_dense_is_the_inner_product_and_dimension_selection_says_which_dimension
         assert out["rank"] == h.rank and m["score"] == h.score
         dims = m["details"]["dimensions"]
         assert len(dims) == m["details"]["dimensions_counted"] == keep_count(384, 0.25)
-        assert _close(m["score"], float(q[dims] @ r.encode_queries([docs[h.docid].contents])[0][dims]), 1e-4)
+        assert _close(m["score"], float(q[dims] @ again(docs[h.docid].contents)[dims]), 1e-4)
         assert any("kept 96 of 384" in n for n in m["notes"])
 
 

@@ -50,6 +50,44 @@ def test_onnx_vectors_agree_with_torch(torch_vectors, onnx_cache):
     assert again.onnx_body.path == files[0] and files[0].stat().st_mtime_ns == stamp
 
 
+@pytest.mark.parametrize("backend,precision", [("onnx", "fp32"), ("onnx-int8", "fp32"), ("torch", "bf16")])
+def test_vector_does_not_depend_on_its_batch(backend, precision):
+    """The ONNX backends, and bf16 on a CPU, run each text alone: a text's vector is bit-identical
+    whatever its neighbours, the batch size, the order and the thread count (in a shared padded batch,
+    int8's per-tensor activation scales moved a vector by up to 5e-2, bf16's rounding by ~1e-3)."""
+    import torch
+
+    from retrieval.dense.encoder import DenseEncoder
+
+    enc = DenseEncoder(device="cpu", backend=backend, precision=precision)
+    v = enc.encode(TEXTS, quiet=True, batch_size=4)
+    assert np.array_equal(enc.encode(TEXTS[::-1], quiet=True, batch_size=3)[::-1], v)
+    assert np.array_equal(np.concatenate([enc.encode([t], quiet=True) for t in TEXTS]), v)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert np.array_equal(enc.encode(TEXTS, quiet=True, batch_size=2), v)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_auto_resolution_is_decided_in_one_table():
+    """``auto`` takes retrieval.models.CPU_DEFAULT's pair on a CPU, torch where ONNX Runtime cannot run
+    the pooling or the precision, and an explicit backend or precision is kept."""
+    from retrieval.models import CPU_DEFAULT, cpu_has_fast_bf16, resolve_encoding
+
+    for role, (b, p) in CPU_DEFAULT.items():
+        want_p = "fp32" if p == "bf16" and not cpu_has_fast_bf16() else p
+        assert resolve_encoding("auto", "auto", "cpu", "mean", role) == (b, want_p)
+    assert resolve_encoding("auto", "auto", "cpu", "mean", "queries") == ("onnx-int8", "fp32")
+    assert resolve_encoding("auto", "auto", "cpu", "ditto", "queries") == ("torch", "fp32")
+    assert resolve_encoding("auto", "bf16", "cpu", "mean", "queries") == ("torch", "bf16")
+    assert resolve_encoding("torch", "auto", "cpu", "mean", "queries") == ("torch", "fp32")
+    assert resolve_encoding("onnx", None, "cpu", "mean") == ("onnx", "fp32")
+    with pytest.raises(InputError, match="not an encoder backend"):
+        resolve_encoding("tensorrt", "auto", "cpu")
+
+
 def test_int8_cosine_bound(torch_vectors):
     from retrieval.dense.encoder import DenseEncoder
 
@@ -114,13 +152,48 @@ def test_index_records_backend_and_added_document_encodes_alike(tmp_path, monkey
     onnx_v = DenseEncoder(device="cpu", backend="onnx").encode([new], quiet=True)[0]
     torch_v = DenseEncoder(device="cpu").encode([new], quiet=True)[0]
     assert np.array_equal(got, onnx_v) and not np.array_equal(got, torch_v)
-    assert idx.snapshot().retriever("dense").encoder.backend == "onnx"
+    assert idx.snapshot().retriever("dense").encoder.backend == "onnx"  # an explicit backend holds for queries too
     # RETR_QUERY_BACKEND overrides the recorded backend for queries only; a bad value is one error
     monkeypatch.setenv("RETR_QUERY_BACKEND", "torch")
     assert retrieval.open_index(tmp_path / "I").snapshot().retriever("dense").encoder.backend == "torch"
     monkeypatch.setenv("RETR_QUERY_BACKEND", "tensorrt")
     with pytest.raises(InputError, match="not an encoder backend"):
         retrieval.open_index(tmp_path / "I").snapshot().retriever("dense").encoder
+
+
+def test_default_build_records_int8_queries(tmp_path, monkeypatch):
+    """A build with the default backend (auto) on a CPU encodes passages as CPU_DEFAULT says and records
+    onnx-int8 for queries: the folder's query encoder is int8, its searches rank by int8 query vectors
+    against the stored passages, and RETR_QUERY_BACKEND=torch gives torch queries again."""
+    from retrieval.dense.encoder import DenseEncoder
+    from retrieval.models import resolve_encoding
+    from tests.conftest import dense_vectors, retr_in_process
+
+    monkeypatch.delenv("RETR_QUERY_BACKEND", raising=False)
+    p = retr_in_process("index", "--corpus", _corpus(tmp_path / "c.jsonl"), "--index", tmp_path / "I", "--dense",
+                        "--device", "cpu", "--quiet")
+    assert p.returncode == 0, p.stderr
+    idx = retrieval.open_index(tmp_path / "I")
+    entry = idx.manifest["subindexes"]["dense"]
+    assert entry["spec"]["backend"] == "auto"
+    cfg = entry["encoder"]
+    assert (cfg["backend"], cfg["precision"]) == resolve_encoding("auto", "auto", "cpu", "mean", "passages")
+    assert (cfg["query_backend"], cfg["query_precision"]) == ("onnx-int8", "fp32")
+    ids, D = dense_vectors(idx.path)
+    passages = DenseEncoder.from_config(cfg)
+    assert np.abs(passages.encode([TEXTS[i] for i in range(len(TEXTS))], quiet=True) -
+                  D[[ids.index(f"d{i}") for i in range(len(TEXTS))]]).max() <= 1e-5
+    r = idx.snapshot().retriever("dense")
+    assert (r.encoder.backend, r.encoder.precision) == ("onnx-int8", "fp32")
+    q = "vitamin D and bones"
+    qv = DenseEncoder(device="cpu", backend="onnx-int8").encode([q], quiet=True)
+    assert np.array_equal(r.encode_queries([q]), qv)
+    want = [ids[j] for j in np.argsort(-(D @ qv[0]), kind="stable")[:3]]
+    assert [h.docid for h in idx.search(q, k=3, retriever="dense")] == want
+    monkeypatch.setenv("RETR_QUERY_BACKEND", "torch")
+    assert retrieval.open_index(tmp_path / "I").snapshot().retriever("dense").encoder.backend == "torch"
+    monkeypatch.setenv("RETR_QUERY_BACKEND", "auto")  # the queries' default, not the passages'
+    assert retrieval.open_index(tmp_path / "I").snapshot().retriever("dense").encoder.backend == "onnx-int8"
 
 
 @pytest.mark.parametrize("flag,value", [("--backend", "tensorrt"), ("--precision", "fp8")])
