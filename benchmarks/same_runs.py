@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -65,7 +66,10 @@ def make(out: Path, model: Path | None) -> dict:
         digests[spec] = hashlib.sha256(run.read_bytes()).hexdigest()
     (out / "digests.json").write_text(json.dumps(digests, indent=2) + "\n")
     head = subprocess.run(["git", "log", "-1", "--format=%h %s"], cwd=ROOT, capture_output=True, text=True).stdout
-    (out / "commit.txt").write_text(head.strip()[:80] + "\n")
+    # queries' backend override: a checkout whose default query backend changed (--backend auto's onnx-int8 on a
+    # CPU) is compared with RETR_QUERY_BACKEND=torch, and the record says so
+    env = os.environ.get("RETR_QUERY_BACKEND")
+    (out / "commit.txt").write_text(head.strip()[:80] + (f" [RETR_QUERY_BACKEND={env}]" if env else "") + "\n")
     return digests
 
 
