@@ -241,7 +241,7 @@ def restores_torch_settings(fn):
 #: Compute precisions an encoder or training run accepts (``--precision``); ``auto`` resolves per device.
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 #: Where the dense kind's transformer runs (``--backend``): PyTorch, or an ONNX Runtime export of the
-#: same weights (``onnx-int8``: its int8 dynamic quantisation), CPU only; ``auto``: :func:`resolve_backend`.
+#: same weights (``onnx-int8``: its int8 dynamic quantisation), CPU only; ``auto``: :func:`resolve_encoding`.
 BACKENDS = ("auto", "torch", "onnx", "onnx-int8")
 #: What ``--backend auto`` with ``--precision auto`` runs on a CPU, per role: the fastest
 #: (backend, precision) whose rankings stay within nDCG@10 0.003 of PyTorch fp32 on SciFact, NFCorpus and

@@ -76,7 +76,7 @@ class DenseEncoder:
             with ``backend="auto"`` on a CPU: :func:`retrieval.models.resolve_encoding`).
         backend: ``torch`` | ``onnx`` | ``onnx-int8``: the transformer body in PyTorch, or exported to ONNX
             Runtime (CPU only; mean or cls pooling; see :mod:`retrieval.dense.onnx_backend`); ``auto``: the
-            CPU default where ONNX Runtime can run it, else torch (:func:`retrieval.models.resolve_backend`).
+            CPU default where ONNX Runtime can run it, else torch (:func:`retrieval.models.resolve_encoding`).
     """
 
     def __init__(self, model: str | os.PathLike | None = None, pooling: str = "mean", *, device: str = "auto",
@@ -192,7 +192,7 @@ class DenseEncoder:
 
     def config(self) -> dict:
         """Everything needed to rebuild this encoder (:meth:`from_config`) and to check it later."""
-        lh = self.ditto_layer_head
+        lh, (query_backend, query_precision) = self.ditto_layer_head, self.query_encoding
         return {"model": str(self.model_path), "model_sha256": self.model_hash,
                 "architecture": getattr(self.hf_config, "model_type", None),
                 "pooling": self.pooling, "ditto_layer": lh[0] if lh else None, "ditto_head": lh[1] if lh else None,
@@ -200,7 +200,7 @@ class DenseEncoder:
                 "max_length": self.max_length, "normalize": self.normalize,
                 "dtype": np.dtype(self.out_dtype).name, "dim": self.dim,
                 "precision": self.precision, "backend": self.backend,
-                "query_backend": self.query_encoding[0], "query_precision": self.query_encoding[1]}
+                "query_backend": query_backend, "query_precision": query_precision}
 
     @property
     def query_encoding(self) -> tuple[str, str]:
