@@ -238,6 +238,25 @@ def restores_torch_settings(fn):
     return wrapper
 
 
+_POOLS: dict = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def map_alone(fn, items: list, n: int) -> list:
+    """``fn`` over ``items``, in order, up to ``n`` at a time on a pool kept per ``n`` for the process
+    (the per-text encoders' map: each call computes on its own thread, so its floats do not depend
+    on how many run beside it). ``n`` <= 1 or one item: in the calling thread."""
+    if n <= 1 or len(items) <= 1:
+        return [fn(x) for x in items]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with _POOLS_LOCK:
+        pool = _POOLS.get(n)
+        if pool is None:
+            pool = _POOLS[n] = ThreadPoolExecutor(max_workers=n, thread_name_prefix=f"retr-alone{n}")
+    return list(pool.map(fn, items))
+
+
 #: Compute precisions an encoder or training run accepts (``--precision``); ``auto`` resolves per device.
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 #: Where the dense kind's transformer runs (``--backend``): PyTorch, or an ONNX Runtime export of the

@@ -29,7 +29,7 @@ from indexes.atomic import atomic_write, write_text
 from indexes.errors import InputError
 from retrieval.dense import ditto_store
 from retrieval.models import (ModelDirError, _quiet_transformers, autocast, bundled_model_path, check_backend,
-                              model_hash, pick_device, resolve_encoding, resolve_model_path, torch_threads)
+                              map_alone, model_hash, pick_device, resolve_encoding, resolve_model_path, torch_threads)
 from retrieval.dense.pooling import UnknownPoolingError, canonical_name, get_pooler
 from retrieval.options import check_keywords
 
@@ -316,16 +316,11 @@ class DenseEncoder:
         with torch.inference_mode(), autocast(self.precision, self.device):  # both are per thread
             return self.model(**batch, return_dict=True).last_hidden_state[0].float().numpy()
 
-    def _torch_map(self, ids: list[list[int]]):
+    def _torch_map(self, ids: list[list[int]]) -> list:
         """:meth:`_torch_one` over ``ids`` in order, as many at a time as torch has threads, each on one."""
         n = torch.get_num_threads()
-        if n <= 1 or len(ids) <= 1:
-            with torch_threads(1):
-                return [self._torch_one(x) for x in ids]
-        from concurrent.futures import ThreadPoolExecutor
-
-        with torch_threads(1), ThreadPoolExecutor(max_workers=n, thread_name_prefix="retr-dense") as pool:
-            return list(pool.map(self._torch_one, ids))
+        with torch_threads(1):
+            return map_alone(self._torch_one, ids, n)
 
     def _alone_encode_into(self, texts, out, batch_size, bar) -> None:
         """:meth:`_encode_into` one text at a time (no padding, no neighbours), for the ONNX backends

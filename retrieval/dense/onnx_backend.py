@@ -30,14 +30,13 @@ import hashlib
 import os
 import tempfile
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
 from indexes.errors import InputError
-from retrieval.models import model_hash
+from retrieval.models import map_alone, model_hash
 
 OPSET = 17
 #: Stated agreement of the ``onnx`` backend with PyTorch fp32 on L2-normalised vectors: largest
@@ -48,7 +47,6 @@ INT8_MIN_COSINE = 0.95
 PER_CHANNEL = True  # int8 scales per output channel: closer to fp32 than one scale per tensor
 _EXPORT_VERSION = "3"  # bump when the exported graph changes (2: eager attention fused by ORT's optimiser; 3: int8 keeps attention unfused)
 _LOCK = threading.Lock()
-_POOL_LOCK = threading.Lock()
 
 
 class OnnxUnavailable(InputError):
@@ -214,8 +212,6 @@ class OnnxBody:
         opts.log_severity_level = 3
         self.path, self.input_names, self.threads = Path(path), list(input_names), threads
         self.session = ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
-        self._pool: Optional[ThreadPoolExecutor] = None
-        self._pool_size = 0
 
     def __call__(self, batch: dict) -> np.ndarray:
         feed = {n: np.ascontiguousarray(np.asarray(batch[n]), dtype=np.int64) for n in self.input_names}
@@ -227,17 +223,8 @@ class OnnxBody:
         feed = {"input_ids": x, "attention_mask": np.ones_like(x), "token_type_ids": np.zeros_like(x)}
         return self.session.run(["last_hidden_state"], {n: feed[n] for n in self.input_names})[0][0]
 
-    def map(self, ids: list[list[int]]):
+    def map(self, ids: list[list[int]]) -> list:
         """:meth:`one` over ``ids``, in order, up to ``threads`` at a time."""
         import torch
 
-        n = int(self.threads or torch.get_num_threads())
-        if n <= 1 or len(ids) <= 1:
-            return map(self.one, ids)
-        with _POOL_LOCK:
-            if self._pool is None or self._pool_size != n:
-                if self._pool is not None:
-                    self._pool.shutdown(wait=False)
-                self._pool, self._pool_size = ThreadPoolExecutor(max_workers=n, thread_name_prefix="retr-onnx"), n
-            pool = self._pool
-        return pool.map(self.one, ids)
+        return map_alone(self.one, ids, int(self.threads or torch.get_num_threads()))
