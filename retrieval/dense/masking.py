@@ -76,6 +76,7 @@ Sources of the facts used here (the wording and code are ours):
 """
 from __future__ import annotations
 
+import functools
 import math
 import unicodedata
 import weakref
@@ -151,31 +152,41 @@ def words(tokenizer, text: str, max_length: int | None = None) -> Words:
     ``tokenizer`` must be a fast Hugging Face tokenizer (``word_ids()`` needs one); with
     ``max_length`` the encoding is truncated to that many tokens, special tokens included.
     Raises :class:`InputError` for a passage with no token to mask."""
+    if not isinstance(text, str):
+        raise InputError(f"a passage must be a string, got {type(text).__name__}")
+    return words_of(tokenizer, [text], max_length)[0]
+
+
+def words_of(tokenizer, texts: Sequence[str], max_length: int | None = None) -> list:
+    """:func:`words` of every text, tokenized in one call of the fast tokenizer (its Rust code
+    splits the batch over the cores; one call per text cost ~4 s on SciFact's 5,183 passages, the
+    batch ~1 s), each text truncated on its own as :func:`words` truncates it."""
     if not getattr(tokenizer, "is_fast", False):
         raise InputError("masking needs a fast tokenizer (a model folder with tokenizer.json): "
                          "whole words come from its word_ids()")
-    if not isinstance(text, str):
-        raise InputError(f"a passage must be a string, got {type(text).__name__}")
+    texts = list(texts)
+    bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
+    if bad is not None:
+        raise InputError(f"passage {bad} must be a string, got {type(texts[bad]).__name__}")
+    if not texts:
+        return []
     kwargs = {"truncation": True, "max_length": int(max_length)} if max_length is not None else {}
-    enc = tokenizer(text, return_offsets_mapping=True, **kwargs)
-    ids = np.asarray(enc["input_ids"], dtype=np.int64)
-    offsets = enc["offset_mapping"]
-    spans, texts = [], []
-    last = None
-    for pos, wid in enumerate(enc.word_ids()):
-        if wid is None:
-            last = None
-            continue
-        if wid == last:
-            spans[-1][1] = pos + 1
-        else:
-            spans.append([pos, pos + 1])
-            last = wid
-    for s, e in spans:
-        texts.append(text[offsets[s][0]:offsets[e - 1][1]])
-    if not spans:
-        raise InputError("empty passage: it has no token to mask")
-    return Words(text, ids, tuple((s, e) for s, e in spans), tuple(texts))
+    enc = tokenizer(texts, return_offsets_mapping=True, return_attention_mask=False,
+                    return_token_type_ids=False, **kwargs)
+    out = []
+    for i, text in enumerate(texts):
+        wid = np.array([-1 if w is None else w for w in enc.word_ids(i)], dtype=np.int64)
+        # a word starts where the word id changes to a real one; it ends where the next id differs
+        starts = np.flatnonzero((wid >= 0) & (wid != np.concatenate(([-2], wid[:-1]))))
+        ends = np.flatnonzero((wid >= 0) & (wid != np.concatenate((wid[1:], [-2])))) + 1
+        if not len(starts):
+            raise InputError("empty passage: it has no token to mask" if len(texts) == 1 else
+                             f"passage {i} is empty: it has no token to mask")
+        offsets = enc["offset_mapping"][i]
+        spans = tuple(zip(starts.tolist(), ends.tolist()))
+        out.append(Words(text, np.asarray(enc["input_ids"][i], dtype=np.int64), spans,
+                         tuple(text[offsets[s][0]:offsets[e - 1][1]] for s, e in spans)))
+    return out
 
 
 def mask_budget(n_tokens: int, rate: float = DEFAULT_RATE) -> int:
@@ -297,8 +308,10 @@ def _generator(rng: RngLike) -> np.random.Generator:
     raise InputError(f"rng must be a numpy Generator or an int seed, got {type(rng).__name__}")
 
 
+@functools.lru_cache(maxsize=1 << 18)
 def _plain(word: str) -> str:
-    """The default lookup key: lower-cased, accents stripped (as an uncased BERT reads a word)."""
+    """The default lookup key: lower-cased, accents stripped (as an uncased BERT reads a word);
+    cached, since a corpus repeats its words."""
     word = word.lower()
     if word.isascii():
         return word

@@ -67,11 +67,22 @@ def head_of(model):
     raise InputError(f"{type(model).__name__}: no masked-LM head found (expected a BERT-like model)")
 
 
-def importance_of(spec: str, texts: Sequence[str], tokenizer, max_length: int, quiet: bool = True,
+def words_of(passages: Sequence, tokenizer, max_length: int) -> List[masking.Words]:
+    """``passages`` as :class:`masking.Words`: texts are tokenized in one batch; a list that is
+    already Words (what :func:`importance_of` and :class:`Pretrainer` share) is kept as it is."""
+    passages = list(passages)
+    if passages and all(isinstance(p, masking.Words) for p in passages):
+        return passages
+    return masking.words_of(tokenizer, passages, max_length)
+
+
+def importance_of(spec: str, texts: Sequence, tokenizer, max_length: int, quiet: bool = True,
                   device: str = "cpu", precision: str = "fp32") -> List[np.ndarray]:
-    """One weight per whole word of each passage (as :func:`masking.words` splits it); a DeepCT
-    model runs on ``device`` (the training's) in ``precision``."""
-    ws = [masking.words(tokenizer, t, max_length) for t in texts]
+    """One weight per whole word of each passage (as :func:`masking.words` splits it); ``texts``
+    may be the passages' :func:`words_of` already. A DeepCT model runs on ``device`` (the
+    training's) in ``precision``."""
+    ws = words_of(texts, tokenizer, max_length)
+    texts = [w.text for w in ws]
     if spec == "bm25":
         df = Counter()
         for w in ws:
@@ -104,7 +115,7 @@ class Pretrainer:
     #: (:func:`retrieval.dense.masking.rom_mask`)
     DEFAULTS = {"importance": None, "seed": 0, "device": "cpu", "temperature": 1.0, "uniform_mix": 0.0}
 
-    def __init__(self, mlm: MLM, texts: Sequence[str], *, strategy: str, rate: float, max_length: int,
+    def __init__(self, mlm: MLM, texts: Sequence, *, strategy: str, rate: float, max_length: int,
                  batch_size: int, **settings):
         bad = sorted(set(settings) - set(self.DEFAULTS))
         if bad:
@@ -119,7 +130,7 @@ class Pretrainer:
         self.mlm, self.strategy, self.rate = mlm, strategy, rate
         self.batch_size, self.seed, self.device = batch_size, seed, device
         self.temperature, self.uniform_mix = temperature, uniform_mix
-        self.words = [masking.words(mlm.tokenizer, t, max_length) for t in texts]
+        self.words = words_of(texts, mlm.tokenizer, max_length)
         self.importance = importance
         self.pad = mlm.tokenizer.pad_token_id or 0
 

@@ -192,7 +192,7 @@ class _Run:
         torch.manual_seed(cfg.seed)  # a fresh MLM head starts the same in every run
         model = M.load_mlm(self.base)
         model.model.to(self.device)
-        texts = self._pretrain_texts()
+        texts = M.words_of(self._pretrain_texts(), model.tokenizer, cfg.pretrain_max_length)  # tokenized once
         imp = (M.importance_of(cfg.importance, texts, model.tokenizer, cfg.pretrain_max_length, self.quiet,
                                device=self.device, precision=self.precision)
                if cfg.pretrain == "rom" else None)
