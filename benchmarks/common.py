@@ -70,6 +70,17 @@ def machine() -> dict:
             "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
 
 
+def cpu_line() -> str:
+    """The CPU a run used, for a results page's header: model, cores, bf16 in hardware, load average."""
+    model = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")),
+                 platform.processor() or "unknown CPU") if os.path.exists("/proc/cpuinfo") else platform.processor()
+    from retrieval.models import cpu_has_fast_bf16
+
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return (f"{model}, {os.cpu_count()} cores, bf16 in hardware: {'yes' if cpu_has_fast_bf16() else 'no'}, "
+            f"load average {load:.2f} at the start")
+
+
 def write_results(stem: str, payload: dict, markdown: str) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{stem}.json").write_text(json.dumps(payload, indent=2) + "\n")
@@ -130,7 +141,7 @@ def run_dict(results) -> Dict[str, Dict[str, float]]:
 def bench_index(col: Collection, dense: Sequence[str] = ()):
     """The shared benchmark index of a collection under WORK (built once, reused
     by every benchmark): BM25 plus the requested dense sub-indexes, named
-    ``dense`` (MiniLM, mean pooling) or ``dense-<pooling>`` (MiniLM)."""
+    ``dense`` (MiniLM, mean pooling) or ``dense-<pooling>`` (MiniLM), passages in torch fp32."""
     import retrieval
     from retrieval.writer import add_subindex
     from retrieval.dense.subindex import DenseSpec
@@ -150,5 +161,8 @@ def bench_index(col: Collection, dense: Sequence[str] = ()):
             name = "dense" if pooling == "mean" else f"dense-{pooling}"
             if name not in idx.retrievers:
                 print(f"[{col.name}] encoding for {name} ...", flush=True)
-                idx = add_subindex(idx, DenseSpec(pooling=pooling), name=name, quiet=True)
+                # torch fp32 passages, the reference every recorded quality number was measured on (the
+                # CPU default may encode them in bf16: benchmarks/results/encode-ndcg.md gives its cost)
+                idx = add_subindex(idx, DenseSpec(pooling=pooling, backend="torch", precision="fp32"), name=name,
+                                   quiet=True)
     return idx

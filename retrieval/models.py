@@ -262,15 +262,17 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 #: Where the dense kind's transformer runs (``--backend``): PyTorch, or an ONNX Runtime export of the
 #: same weights (``onnx-int8``: its int8 dynamic quantisation), CPU only; ``auto``: :func:`resolve_encoding`.
 BACKENDS = ("auto", "torch", "onnx", "onnx-int8")
-#: What ``--backend auto`` with ``--precision auto`` runs on a CPU, per role: the fastest
-#: (backend, precision) whose rankings stay within nDCG@10 0.003 of PyTorch fp32 on SciFact, NFCorpus and
-#: Cranfield (benchmarks/results/encode.md, encode-ndcg.md). Queries: ONNX Runtime int8, 4-5x torch fp32
-#: one at a time. Passages: PyTorch fp32: int8 passages ran ~2x but lost 0.009 nDCG@10 on Cranfield, ONNX
-#: fp32 runs at torch's rate, and bf16 (2.5x where the CPU has AMX tiles, each text alone) changes every
-#: stored vector by ~1e-3, which the folders that reuse another stage's fp32 vectors (the learned quality
-#: estimator's) would no longer match; ``--precision bf16`` asks for it. The one place the CPU default is
-#: decided; on a GPU ``auto`` is PyTorch (with ``--precision auto``'s bf16).
-CPU_DEFAULT = {"passages": ("torch", "fp32"), "queries": ("onnx-int8", "fp32")}
+#: What ``--backend auto`` runs on a CPU, per role: (backend, precision) pairs in order of preference, the
+#: first that can run being taken (:func:`resolve_encoding`). Each is the fastest measured that keeps
+#: rankings within nDCG@10 0.003 of PyTorch fp32 on SciFact, NFCorpus and Cranfield
+#: (benchmarks/results/encode.md, encode-ndcg.md). Queries: ONNX Runtime int8, ~4x torch fp32 one at a
+#: time. Passages: torch bf16, each text alone (~3x torch fp32's padded batches; vectors move by ~1e-3,
+#: nDCG@10 by at most 0.001), where the CPU computes bf16 in hardware (:func:`cpu_has_fast_bf16`) and
+#: the pooling reads the last states only; else ONNX Runtime fp32, each text alone (vectors within
+#: 2e-7 of torch's, ~1.8x); else torch fp32. int8 passages lost 0.009 on Cranfield. The one place the
+#: CPU default is decided; on a GPU ``auto`` is PyTorch (with ``--precision auto``'s bf16).
+CPU_DEFAULT = {"passages": (("torch", "bf16"), ("onnx", "fp32"), ("torch", "fp32")),
+               "queries": (("onnx-int8", "fp32"), ("torch", "fp32"))}
 _ONNX_POOLINGS = ("mean", "cls")
 
 
@@ -307,35 +309,46 @@ def onnx_available() -> bool:
 
 
 def cpu_has_fast_bf16() -> bool:
-    """The CPU multiplies bf16 matrices in hardware (AMX tiles), where bf16 autocast ran 2.5-3.5x fp32;
-    without them, bf16 on a CPU is not faster than fp32."""
+    """The CPU multiplies bf16 in hardware (AMX tiles or AVX512-BF16), where bf16 autocast ran 2.5-3.5x
+    fp32 (an AVX512-BF16 AMD EPYC: 2.96x on SciFact passages); without them, bf16 on a CPU is emulated
+    and not faster than fp32. torch exposes the probes as private functions of ``torch.cpu``: a torch
+    without them counts as no."""
     import torch
 
-    probe = getattr(getattr(torch, "cpu", None), "_is_amx_tile_supported", None)
-    try:
-        return bool(probe and probe())
-    except RuntimeError:
-        return False
+    for name in ("_is_amx_tile_supported", "_is_avx512_bf16_supported"):
+        probe = getattr(getattr(torch, "cpu", None), name, None)
+        try:
+            if probe and probe():
+                return True
+        except RuntimeError:
+            pass
+    return False
+
+
+def _can_run(backend: str, precision: str, pooling: str) -> bool:
+    """Whether ``--backend auto`` may take (backend, precision) on a CPU: ONNX Runtime runs mean or cls
+    pooling in fp32 where it is installed; bf16 needs :func:`cpu_has_fast_bf16` and a pooling of the
+    last states (mean, cls), so that each text runs alone and its vector does not depend on its batch."""
+    if backend != "torch":
+        return pooling in _ONNX_POOLINGS and precision == "fp32" and onnx_available()
+    return precision != "bf16" or (pooling in _ONNX_POOLINGS and cpu_has_fast_bf16())
 
 
 def resolve_encoding(backend: Optional[str], precision: Optional[str], device: str, pooling: str = "mean",
                      role: str = "passages") -> tuple[str, str]:
     """(backend, precision) of a dense encoder on ``device`` (as :func:`pick_device` gives it).
     An explicit backend is kept, with :func:`resolve_precision`'s precision. ``auto`` on a GPU:
-    torch. ``auto`` on a CPU: :data:`CPU_DEFAULT`'s pair for ``role`` (``passages`` | ``queries``),
-    where an explicit ``precision`` replaces the pair's, bf16 needs :func:`cpu_has_fast_bf16`, and
-    ONNX Runtime needs mean or cls pooling, fp32 and onnxruntime installed (else torch)."""
+    torch. ``auto`` on a CPU: the first of :data:`CPU_DEFAULT`'s pairs for ``role`` (``passages`` | ``queries``) that can run
+    (:func:`_can_run`), among those of an explicit ``precision`` when one is given (torch in that
+    precision when none has it)."""
     b, p = check_backend(backend), resolve_precision(precision, device)
     if b != "auto" or str(device).startswith("cuda"):
         return ("torch" if b == "auto" else b), p
-    want_b, want_p = CPU_DEFAULT[role]
-    if str(precision or "auto").lower() != "auto":
-        want_p = p
-    elif want_p == "bf16" and not cpu_has_fast_bf16():
-        want_p = "fp32"
-    if want_b != "torch" and (pooling not in _ONNX_POOLINGS or want_p != "fp32" or not onnx_available()):
-        want_b = "torch"
-    return want_b, want_p
+    explicit = str(precision or "auto").lower() != "auto"
+    for want in CPU_DEFAULT[role]:
+        if (not explicit or want[1] == p) and _can_run(*want, pooling):
+            return want
+    return "torch", p
 
 
 def autocast(precision: str, device: str):

@@ -33,13 +33,16 @@ from retrieval.quality.estimators import Estimator, QualityError, _bar
 
 
 class _Features:
-    """Mean-pooled body vector (L2-normalised when ``normalize``: then it equals the vector of a
-    default dense sub-index, so a benchmark can reuse stored vectors) and log token count."""
+    """Mean-pooled body vector (L2-normalised when ``normalize``) and log token count. ``backend``:
+    the dense encoder's; ``auto`` (scoring) encodes as a default dense sub-index does, so a pruned
+    build's dense sub-index takes these vectors instead of encoding the kept passages again;
+    ``torch`` (training a head) is fp32 PyTorch, as the benchmark index stores them."""
 
     def __init__(self, body: str = "minilm", device: str = "auto", max_length: Optional[int] = None,
-                 normalize: bool = True):
+                 normalize: bool = True, backend: str = "auto"):
         encoder = kind_part("dense", "encoder").DenseEncoder
-        self.enc = encoder(body, pooling="mean", normalize=normalize, device=device, max_length=max_length, quiet=True)
+        self.enc = encoder(body, pooling="mean", normalize=normalize, device=device, max_length=max_length,
+                           quiet=True, backend=backend)
 
     def __call__(self, texts: List[str], batch_size: int, quiet: bool, bar=None) -> np.ndarray:
         """``bar``: a caller's (anything with ``update(n)``) to move instead of a bar of its own; either
@@ -288,7 +291,7 @@ def train_head(sources: Sequence[Tuple[Iterable, Dict[str, Dict[str, int]]]], bo
         check_output_file(output)  # only a head of its own is replaced
     t0 = time.perf_counter()
     texts, y, stats = training_pairs(sources, neg_ratio=neg_ratio, seed=seed)
-    feat = _Features(body, device, max_length, normalize)
+    feat = _Features(body, device, max_length, normalize, backend="torch")
     X = (features(texts) if features is not None else feat(texts, batch_size, quiet)).astype(np.float64)
     pooled = f"mean-pooled last layer{', L2-normalised' if normalize else ''}"
     if feature_set == "emb":

@@ -72,20 +72,42 @@ def test_vector_does_not_depend_on_its_batch(backend, precision):
 
 
 def test_auto_resolution_is_decided_in_one_table():
-    """``auto`` takes retrieval.models.CPU_DEFAULT's pair on a CPU, torch where ONNX Runtime cannot run
-    the pooling or the precision, and an explicit backend or precision is kept."""
+    """``auto`` takes the first of retrieval.models.CPU_DEFAULT's pairs that can run on this CPU: bf16
+    passages only where the CPU computes bf16 in hardware and the pooling reads the last states, ONNX
+    Runtime only for mean or cls pooling in fp32; an explicit backend or precision is kept."""
     from retrieval.models import CPU_DEFAULT, cpu_has_fast_bf16, resolve_encoding
 
-    for role, (b, p) in CPU_DEFAULT.items():
-        want_p = "fp32" if p == "bf16" and not cpu_has_fast_bf16() else p
-        assert resolve_encoding("auto", "auto", "cpu", "mean", role) == (b, want_p)
+    assert CPU_DEFAULT["passages"][-1] == CPU_DEFAULT["queries"][-1] == ("torch", "fp32")  # always runs
+    fast = cpu_has_fast_bf16()
+    assert resolve_encoding("auto", "auto", "cpu", "mean", "passages") == \
+        (("torch", "bf16") if fast else ("onnx", "fp32"))
+    assert resolve_encoding("auto", "auto", "cpu", "cls", "passages") == resolve_encoding("auto", None, "cpu", "mean")
+    assert resolve_encoding("auto", "auto", "cpu", "ditto", "passages") == ("torch", "fp32")  # needs all states
+    assert resolve_encoding("auto", "fp32", "cpu", "mean", "passages") == ("onnx", "fp32")
     assert resolve_encoding("auto", "auto", "cpu", "mean", "queries") == ("onnx-int8", "fp32")
     assert resolve_encoding("auto", "auto", "cpu", "ditto", "queries") == ("torch", "fp32")
     assert resolve_encoding("auto", "bf16", "cpu", "mean", "queries") == ("torch", "bf16")
+    assert resolve_encoding("auto", "fp16", "cpu", "mean", "passages") == ("torch", "fp16")
     assert resolve_encoding("torch", "auto", "cpu", "mean", "queries") == ("torch", "fp32")
     assert resolve_encoding("onnx", None, "cpu", "mean") == ("onnx", "fp32")
+    assert resolve_encoding("auto", "auto", "cuda", "mean", "passages")[0] == "torch"
     with pytest.raises(InputError, match="not an encoder backend"):
         resolve_encoding("tensorrt", "auto", "cpu")
+
+
+def test_auto_bf16_needs_the_cpu_and_a_last_state_pooling(monkeypatch):
+    """Without bf16 in hardware, ``auto`` passages fall to ONNX fp32, and to torch fp32 where ONNX
+    Runtime is missing too."""
+    import retrieval.models as M
+
+    monkeypatch.setattr(M, "cpu_has_fast_bf16", lambda: False)
+    assert M.resolve_encoding("auto", "auto", "cpu", "mean", "passages") == ("onnx", "fp32")
+    monkeypatch.setattr(M, "onnx_available", lambda: False)
+    assert M.resolve_encoding("auto", "auto", "cpu", "mean", "passages") == ("torch", "fp32")
+    assert M.resolve_encoding("auto", "auto", "cpu", "mean", "queries") == ("torch", "fp32")
+    monkeypatch.setattr(M, "cpu_has_fast_bf16", lambda: True)
+    assert M.resolve_encoding("auto", "auto", "cpu", "mean", "passages") == ("torch", "bf16")
+    assert M.resolve_encoding("auto", "auto", "cpu", "ditto", "passages") == ("torch", "fp32")
 
 
 def test_int8_cosine_bound(torch_vectors):
