@@ -32,7 +32,8 @@ from common import RESULTS, by_name, cpu_line, machine, md_table, write_results
 
 DENSE = (("torch", "fp32"), ("torch", "bf16"), ("onnx", "fp32"), ("onnx-int8", "fp32"))
 LOADED = ("Absolute rates move between runs and machines (these machines' speed varies up to 3x); the ratios, "
-          "measured in one run against torch fp32, are what to read.")
+          "measured in one run against torch fp32, are what to read. Dense rates are the median of "
+          "3 interleaved rounds (each backend once per round).")
 
 
 def _corpus(col, n=None):
@@ -72,29 +73,40 @@ def _agree(v, ref) -> dict:
     return {"max_abs": float(np.abs(v - ref).max()), "min_cosine": float((v * ref).sum(1).min())}
 
 
+ROUNDS = 3  # each backend timed once per round, the rounds interleaved: a drift in the machine's speed hits all
+
+
+def _rounds(encoders: dict, run) -> dict:
+    """{name: (vectors, median seconds)}: ``run(encoder)`` for every encoder once per round, ROUNDS rounds,
+    so that each ratio compares timings taken minutes apart at most, under the same load."""
+    times, vecs = {k: [] for k in encoders}, {}
+    for _ in range(ROUNDS):
+        for name, enc in encoders.items():
+            t = time.perf_counter()
+            vecs[name] = run(enc)
+            times[name].append(time.perf_counter() - t)
+    return {k: (vecs[k], float(np.median(times[k]))) for k in encoders}
+
+
 def dense_queries(queries):
     """One query at a time, one thread: queries/s per backend, and agreement with torch fp32."""
     torch.set_num_threads(1)
-    rows, ref = {}, None
-    for backend in ("torch", "onnx", "onnx-int8"):
-        enc = _encoder(backend, "fp32", threads=1)
+    encs = {b: _encoder(b, "fp32", threads=1) for b in ("torch", "onnx", "onnx-int8")}
+    for enc in encs.values():
         enc.encode(queries[:5], quiet=True)  # warm up
-        vecs, secs = _timed(lambda: np.concatenate([enc.encode([q], quiet=True) for q in queries]), reps=2)
-        ref = vecs if ref is None else ref
-        rows[backend] = {"queries_per_s": len(queries) / secs, **_agree(vecs, ref)}
-    return rows
+    got = _rounds(encs, lambda enc: np.concatenate([enc.encode([q], quiet=True) for q in queries]))
+    ref = got["torch"][0]
+    return {b: {"queries_per_s": len(queries) / secs, **_agree(v, ref)} for b, (v, secs) in got.items()}
 
 
 def dense_passages(texts, threads):
     torch.set_num_threads(threads)
-    rows, ref = {}, None
-    for backend, precision in DENSE:
-        enc = _encoder(backend, precision, threads=threads)
-        enc.encode(texts[:8], quiet=True)
-        vecs, secs = _timed(lambda: enc.encode(texts, batch_size=64, quiet=True))
-        ref = vecs if ref is None else ref
-        rows[f"torch {precision}" if backend == "torch" else backend] = {"passages_per_s": len(texts) / secs, **_agree(vecs, ref)}
-    return rows
+    encs = {(f"torch {p}" if b == "torch" else b): _encoder(b, p, threads=threads) for b, p in DENSE}
+    for enc in encs.values():
+        enc.encode(texts[:8], quiet=True)  # warm up
+    got = _rounds(encs, lambda enc: enc.encode(texts, batch_size=64, quiet=True))
+    ref = got["torch fp32"][0]
+    return {k: {"passages_per_s": len(texts) / secs, **_agree(v, ref)} for k, (v, secs) in got.items()}
 
 
 def splade(texts, batches=(1, 8, 32)):
