@@ -176,12 +176,14 @@ class DenseOptions(KindOptions):
         Option("--backend", type="choice", choices=BACKENDS, default="auto", default_from=_SPEC + "backend",
                applies_to="index",
                help="Where the dense transformer runs: PyTorch, or ONNX Runtime on a CPU (onnx: the same weights "
-                    "exported; onnx-int8: quantised to int8); auto = onnx-int8 on a CPU for mean or cls pooling, "
-                    "torch on a GPU or otherwise. Recorded, so added documents and queries encode the "
+                    "exported; onnx-int8: quantised to int8); auto = on a CPU, passages in torch bf16 where the CPU "
+                    "computes bf16 in hardware (else onnx, else torch fp32) and queries in onnx-int8, for mean "
+                    "or cls pooling; torch on a GPU or otherwise. Recorded, so added documents and queries encode the "
                     "same way (RETR_QUERY_BACKEND overrides it for queries)."),
         Option("--precision", type="choice", choices=PRECISIONS, default="auto", applies_to="index",
                help="Compute precision of the dense, DeepCT and SPLADE encoders: auto = bf16 on a GPU "
-                    "that has it, fp16 on one without, fp32 on a CPU. Recorded in each sub-index's config."),
+                    "that has it, fp16 on one without, fp32 on a CPU (except dense passages under --backend auto: "
+                    "bf16 where the CPU computes it in hardware). Recorded in each sub-index's config."),
         Option("--sts-dir", type="path", path_kind="dir", applies_to="index",
                help="STS data folder, for --pooling ditto when no (layer, head) is stored for the model "
                     "(`retr ditto-select`) [default: $RETR_STS, $RETR_DATA/sts or ../shared/datasets/sts]."),

@@ -34,7 +34,7 @@ class DenseSpec:
     shard_size: int = 50_000              # encoding shards (resumable)
     sts_dir: Optional[str] = None         # STS data for choosing Ditto's (layer, head) when none is stored
     backend: str = "auto"                 # auto | torch | onnx | onnx-int8 (CPU): recorded resolved in the encoder's config
-    precision: str = "auto"               # auto | fp32 | bf16 | fp16: recorded resolved (fp32 on a CPU)
+    precision: str = "auto"               # auto | fp32 | bf16 | fp16: recorded resolved (retrieval.models.resolve_encoding)
 
     def validate(self) -> "DenseSpec":
         from retrieval.dense.pooling import canonical_name
