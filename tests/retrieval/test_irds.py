@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import zipfile
 from pathlib import Path
 
@@ -38,7 +39,9 @@ def train_qrels(beir: Path) -> str:
 
 
 class Proxy:
-    """A listener that counts connections: set as HTTP(S)_PROXY, it sees every request a download would make."""
+    """A listener that counts requests: set as HTTP(S)_PROXY, it sees every request a download would make
+    (a proxy request opens with its method line, kept in ``requests``; a bare connection that sends no
+    request within a second, e.g. another test's client probing a port this one reuses, is not one)."""
 
     def __init__(self):
         self.sock = socket.socket()
@@ -46,6 +49,7 @@ class Proxy:
         self.sock.listen(8)
         self.sock.settimeout(0.2)
         self.hits = 0
+        self.requests: list = []
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._serve, daemon=True)
@@ -57,7 +61,14 @@ class Proxy:
                 conn, _ = self.sock.accept()
             except OSError:
                 continue
-            self.hits += 1
+            try:
+                conn.settimeout(1.0)
+                first = conn.recv(512).split(b"\r\n", 1)[0]
+            except OSError:
+                first = b""
+            if first.split(b" ", 1)[0].isalpha() and first.split(b" ", 1)[0].isupper():  # CONNECT, GET, ...
+                self.hits += 1
+                self.requests.append(first.decode("latin-1"))
             conn.close()  # the download fails at once either way
 
     def close(self):
@@ -77,6 +88,19 @@ def offline_env(monkeypatch):
     monkeypatch.setenv("IR_DATASETS_DL_TRIES", "1")  # were the guard to fail: one try, not three
     yield proxy
     proxy.close()
+
+
+def test_the_proxy_counts_a_download_and_not_a_bare_connection(offline_env):
+    """The guard of the tests below: a child's download through the proxy variables is counted, with its
+    request line; a connection that sends nothing is not."""
+    socket.create_connection(("127.0.0.1", int(offline_env.url.rsplit(":", 1)[1]))).close()
+    code = "import urllib.request\ntry:\n    urllib.request.urlopen('https://example.invalid/x', timeout=5)\nexcept Exception:\n    pass"
+    subprocess.run([sys.executable, "-c", code], env=dict(os.environ), timeout=60)
+    deadline = time.monotonic() + 5
+    while offline_env.hits < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert offline_env.hits == 1 and offline_env.requests[0].startswith("CONNECT example.invalid:443"), \
+        offline_env.requests
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +142,7 @@ print(json.dumps({{
     r = python(code, irds_home)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout.splitlines()[-1]) == {"docs": True, "n": 400, "queries": True, "qrels": True}
-    assert offline_env.hits == 0
+    assert offline_env.hits == 0, offline_env.requests
 
 
 def _run(path: Path):
@@ -176,7 +200,7 @@ def test_index_search_and_eval_by_name_equal_those_from_the_files(irds_home, sma
                                                                          small_corpus / "queries.jsonl")
     texts = [json.loads(line)["text"] for line in (small_corpus / "queries.jsonl").read_text().splitlines()]
     assert sum(t[:40] in page for t in texts) >= 2
-    assert offline_env.hits == 0
+    assert offline_env.hits == 0, offline_env.requests
 
 
 def test_the_cache_ir_datasets_leaves_works_without_the_zip(irds_home, tmp_path, monkeypatch, offline_env):
@@ -199,7 +223,7 @@ def test_the_cache_ir_datasets_leaves_works_without_the_zip(irds_home, tmp_path,
     assert json.loads((tmp_path / "B" / "manifest.json").read_text())["corpus"]["doc_count"] == 400
     r = run_retr("eval", "--qrels", "irds:beir/scifact/test", run, "--json")
     assert r.returncode == 0, r.stderr
-    assert offline_env.hits == 0
+    assert offline_env.hits == 0, offline_env.requests
 
 
 def test_tuning_reads_its_queries_and_qrels_by_name(irds_home, small_corpus, small_dense_index, tmp_path,
@@ -219,7 +243,7 @@ def test_tuning_reads_its_queries_and_qrels_by_name(irds_home, small_corpus, sma
     line = _one_error_line(run_retr("tune", "--index", small_dense_index.path, "--queries", "irds:beir/scifact/test",
                                     "--qrels", "irds:beir/scifact/test", "--dry-run"))
     assert "irds:beir/scifact/test: refusing to tune on what looks like test qrels" in line
-    assert offline_env.hits == 0
+    assert offline_env.hits == 0, offline_env.requests
 
 
 def _one_error_line(r) -> str:
@@ -246,7 +270,7 @@ def test_a_dataset_not_in_the_cache_fails_at_once_with_how_to_fetch_it(argv, par
     name = "irds:beir/scifact" if part == "docs" else "irds:beir/scifact/test"
     assert line.startswith(f"retr: error: {name}: the {part} are not in ir_datasets' cache {home} "), line
     assert str(home / "beir" / "scifact" / "source.zip") in line and "ir_datasets export" in line
-    assert offline_env.hits == 0                       # refused before any connection, not after a timeout
+    assert offline_env.hits == 0, offline_env.requests                    # refused before any connection, not after a timeout
     assert not (tmp_path / "IDX").exists()
 
 
@@ -260,7 +284,7 @@ def test_names_and_parts_the_dataset_lacks_are_one_line(irds_home, tmp_path, mon
     assert "irds:beir/scifact: this dataset has no qrels (name a split" in line
     line = _one_error_line(run_retr("eval", "--qrels", "irds:", run))
     assert "give a dataset after 'irds:'" in line
-    assert offline_env.hits == 0
+    assert offline_env.hits == 0, offline_env.requests
 
 
 @pytest.mark.parametrize("bad,needle", [
