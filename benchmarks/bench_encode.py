@@ -62,7 +62,7 @@ def _encoder(backend, precision, threads=None):
 
     enc = DenseEncoder(device="cpu", backend=backend, precision=precision, quiet=True)
     if enc.backend != "torch":
-        from retrieval.dense.onnx_backend import OnnxBody
+        from retrieval.onnxrt import OnnxBody
 
         body = enc.onnx_body  # export (cached) before any timing
         enc._onnx = OnnxBody(body.path, body.input_names, threads=threads)
@@ -109,6 +109,26 @@ def dense_passages(texts, threads):
     return {k: {"passages_per_s": len(texts) / secs, **_agree(v, ref)} for k, (v, secs) in got.items()}
 
 
+def splade_queries(queries):
+    """SPLADE-tiny queries one at a time, one thread, PyTorch vs ONNX Runtime (queries/s, median of the
+    rounds), and how many test queries of SciFact, NFCorpus and Cranfield get other impacts from ONNX
+    (none: the rankings are PyTorch's)."""
+    from retrieval.splade.model import SpladeEncoder
+
+    torch.set_num_threads(1)
+    encs = {b: SpladeEncoder(device="cpu", threads=1, backend=b) for b in ("torch", "onnx")}
+    for enc in encs.values():
+        enc.impacts(queries[:5])  # warm up (and export)
+    got = _rounds(encs, lambda enc: [enc.impacts([q])[0] for q in queries])
+    rows = {b: {"queries_per_s": len(queries) / secs} for b, (_v, secs) in got.items()}
+    checked = {}
+    for col in by_name(["scifact", "nfcorpus", "cranfield"]):
+        qs = [q.text for q in col.queries()]
+        a, b = encs["torch"].impacts(qs), encs["onnx"].impacts(qs)
+        checked[col.name] = {"queries": len(qs), "impacts_differ": sum(x != y for x, y in zip(a, b))}
+    return {"rates": rows, "test_queries": checked}
+
+
 def splade(texts, batches=(1, 8, 32)):
     from retrieval.splade.model import SpladeEncoder
 
@@ -148,6 +168,7 @@ def speed(args):
     out = {"passages": len(texts), "queries": len(queries), "threads": torch.get_num_threads(), "cpu": cpu_line()}
     out["dense_queries"] = dense_queries(queries)
     out["dense_passages"] = dense_passages(texts, out["threads"])
+    out["splade_queries"] = splade_queries(queries)
     out["splade"] = splade(texts[:args.splade_passages])
     out["deepct"] = deepct(args.deepct, texts[:args.splade_passages]) if args.deepct else None
     out["seconds"] = time.perf_counter() - t0
@@ -167,6 +188,14 @@ def speed_md(out) -> str:
           f"(no padding; a vector does not depend on its neighbours), {out['threads']} texts at a time on one "
           "thread each.", "",
           md_table(hd, _ratio_rows(out["dense_passages"], "passages_per_s", "torch fp32")), "",
+          "## SPLADE-tiny query encoding: one query at a time, one thread (queries/s)", "",
+          md_table(["backend", "queries/s", "x torch"],
+                   [[b, r["queries_per_s"], r["queries_per_s"] / out["splade_queries"]["rates"]["torch"]["queries_per_s"]]
+                    for b, r in out["splade_queries"]["rates"].items()]), "",
+          "Test queries whose SPLADE impacts differ between onnx and torch: " + ", ".join(
+              f"{c} {r['impacts_differ']} of {r['queries']}" for c, r in out["splade_queries"]["test_queries"].items())
+          + " (where none differ, onnx queries rank exactly as torch's). On a CPU a SPLADE sub-index's queries "
+            "run on onnx by default (its passages on torch).", "",
           "## SPLADE-tiny passage encoding, one thread (passages/s)", "",
           md_table(["batch", "passages/s", "x batch 1", "passages whose impacts differ from batch 1"],
                    [[k, r["passages_per_s"], r["passages_per_s"] / out["splade"]["batch 1"]["passages_per_s"],

@@ -274,6 +274,8 @@ BACKENDS = ("auto", "torch", "onnx", "onnx-int8")
 CPU_DEFAULT = {"passages": (("torch", "bf16"), ("onnx", "fp32"), ("torch", "fp32")),
                "queries": (("onnx-int8", "fp32"), ("torch", "fp32"))}
 _ONNX_POOLINGS = ("mean", "cls")
+#: Overrides the backend a sub-index recorded for its queries (``auto``, ``torch``, ``onnx``, ``onnx-int8``).
+QUERY_BACKEND_ENV = "RETR_QUERY_BACKEND"
 
 
 def resolve_precision(precision: Optional[str], device: str) -> str:

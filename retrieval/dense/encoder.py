@@ -75,7 +75,7 @@ class DenseEncoder:
             a GPU that has it, fp16 on one that does not, fp32 on a CPU; see :func:`retrieval.models.resolve_precision`;
             with ``backend="auto"`` on a CPU: :func:`retrieval.models.resolve_encoding`).
         backend: ``torch`` | ``onnx`` | ``onnx-int8``: the transformer body in PyTorch, or exported to ONNX
-            Runtime (CPU only; mean or cls pooling; see :mod:`retrieval.dense.onnx_backend`); ``auto``: the
+            Runtime (CPU only; mean or cls pooling; see :mod:`retrieval.onnxrt`); ``auto``: the
             CPU default where ONNX Runtime can run it, else torch (:func:`retrieval.models.resolve_encoding`).
     """
 
@@ -122,7 +122,7 @@ class DenseEncoder:
             self._check_onnx()
 
     def _check_onnx(self) -> None:
-        from retrieval.dense.onnx_backend import OnnxUnavailable
+        from retrieval.onnxrt import OnnxUnavailable
 
         if self.pooler.needs_hidden_states or self.pooler.needs_attentions:
             raise OnnxUnavailable(f"backend {self.backend} runs mean or cls pooling, not {self.pooling} (use torch)")
@@ -293,12 +293,12 @@ class DenseEncoder:
     def onnx_body(self):
         """The ONNX Runtime session of this encoder's body (exported and cached on first use)."""
         if self._onnx is None:
-            from retrieval.dense import onnx_backend
+            from retrieval import onnxrt
 
             names = ["input_ids", "attention_mask"] + \
                 (["token_type_ids"] if "token_type_ids" in self.tokenizer.model_input_names else [])
-            path = onnx_backend.exported(self.model, self.model_path, names, quantized=self.backend == "onnx-int8")
-            self._onnx = onnx_backend.OnnxBody(path, names)
+            path = onnxrt.exported(self.model, self.model_path, names, quantized=self.backend == "onnx-int8")
+            self._onnx = onnxrt.OnnxBody(path, names)
         return self._onnx
 
     @property

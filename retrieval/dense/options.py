@@ -178,7 +178,8 @@ class DenseOptions(KindOptions):
                help="Where the dense transformer runs: PyTorch, or ONNX Runtime on a CPU (onnx: the same weights "
                     "exported; onnx-int8: quantised to int8); auto = on a CPU, passages in torch bf16 where the CPU "
                     "computes bf16 in hardware (else onnx, else torch fp32) and queries in onnx-int8, for mean "
-                    "or cls pooling; torch on a GPU or otherwise. Recorded, so added documents and queries encode the "
+                    "or cls pooling; torch on a GPU or otherwise (torch also keeps SPLADE queries on PyTorch, which "
+                    "otherwise run on ONNX Runtime on a CPU). Recorded, so added documents and queries encode the "
                     "same way (RETR_QUERY_BACKEND overrides it for queries)."),
         Option("--precision", type="choice", choices=PRECISIONS, default="auto", applies_to="index",
                help="Compute precision of the dense, DeepCT and SPLADE encoders: auto = bf16 on a GPU "

@@ -16,6 +16,7 @@ from indexes import manifest as mf
 from indexes.errors import InputError, RetrError
 from retrieval.filters import first_allowed
 from retrieval.kinds import BuildContext, Explained, RetrieverBase, SubIndexKind
+from retrieval.models import QUERY_BACKEND_ENV  # noqa: F401  (named here before it was shared with SPLADE)
 from retrieval.types import Query, Scored, contents
 
 
@@ -44,7 +45,7 @@ class DenseSpec:
         pooling = canonical_name(self.pooling)  # raises on an unknown pooling
         self.backend = check_backend(self.backend)
         if self.backend not in ("torch", "auto") and pooling not in ("mean", "cls"):
-            from retrieval.dense.onnx_backend import OnnxUnavailable
+            from retrieval.onnxrt import OnnxUnavailable
 
             raise OnnxUnavailable(f"backend {self.backend} runs mean or cls pooling, not {pooling} (use torch)")
         resolve_precision(self.precision, "cpu")  # an unknown name is one line, before any model loads
@@ -313,9 +314,6 @@ def _vector_details(q, qk, d, normalized: bool, factory: str) -> dict:
             "normalized": normalized, "factory": factory,
             "top_dimensions": [{"dim": int(i), "query": float(q[i]), "doc": float(d[i]), "product": float(prod[i])}
                                for i in top]}
-
-
-QUERY_BACKEND_ENV = "RETR_QUERY_BACKEND"
 
 
 def query_backend(cfg: Optional[dict] = None) -> dict:

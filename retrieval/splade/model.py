@@ -25,6 +25,9 @@ from retrieval.models import (ModelDirError, autocast, model_hash, pick_device, 
                               torch_threads)
 
 DEFAULT_MODEL = "splade-tiny"
+#: Where a SPLADE encoder's model runs: PyTorch, or ONNX Runtime on a CPU (fp32, each text alone; the
+#: ``splade`` graph of :mod:`retrieval.onnxrt`), which the sub-index uses for queries where it can run.
+BACKENDS = ("torch", "onnx")
 WEIGHT_RANGE, QUANT_RANGE = 5, 256  # Pyserini's: impact = round(w / WEIGHT_RANGE * QUANT_RANGE)
 QUANTIZATION = f"round(w / {WEIGHT_RANGE} * {QUANT_RANGE})"
 
@@ -62,11 +65,33 @@ def load_mlm(path: Path):
     return model
 
 
+def can_run_onnx(device: str, precision: str, batch: int = 1) -> bool:
+    """Whether SPLADE's ONNX graph can stand in for PyTorch: a CPU, fp32, one text at a time, onnx
+    and onnxruntime installed."""
+    from retrieval.models import onnx_available
+
+    return str(device) == "cpu" and precision == "fp32" and batch == 1 and onnx_available()
+
+
+def query_backend(recorded: Optional[str], device: str, precision: str, batch: int) -> str:
+    """The backend of a sub-index's query encoder: ``RETR_QUERY_BACKEND`` when set (``torch``: PyTorch;
+    ``auto``, ``onnx``, ``onnx-int8``: ONNX where it can run, for SPLADE has no int8 graph), else the
+    one the build recorded (a folder from before it: torch); ONNX only where :func:`can_run_onnx`,
+    else PyTorch (the two give the same impacts but for a rare rounding step)."""
+    from retrieval.models import QUERY_BACKEND_ENV, check_backend
+
+    if recorded not in (None, *BACKENDS):
+        raise ModelDirError(f"the manifest's SPLADE query backend {recorded!r} is not one of {', '.join(BACKENDS)}")
+    raw = os.environ.get(QUERY_BACKEND_ENV, "").strip()
+    want = ("torch" if check_backend(raw) == "torch" else "onnx") if raw else (recorded or "torch")
+    return "onnx" if want in ("onnx", "auto") and can_run_onnx(device, precision, batch) else "torch"
+
+
 class SpladeEncoder:
     """Runs a masked language model as SPLADE-max over passages or queries."""
 
     def __init__(self, model: Optional[str | os.PathLike] = None, device: str = "auto", max_length: int = 256,
-                 threads: Optional[int] = None, batch: int = 1, precision: str = "fp32"):
+                 threads: Optional[int] = None, batch: int = 1, precision: str = "fp32", backend: str = "torch"):
         import torch
         from transformers import AutoTokenizer
 
@@ -92,6 +117,18 @@ class SpladeEncoder:
             raise ParameterError("{batch} must be a whole number of texts, at least 1, got {_got!r}", _got=batch)
         self.batch = batch
         self.precision = resolve_precision(precision, self.device)
+        if backend not in BACKENDS:
+            from indexes.errors import ParameterError
+
+            raise ParameterError("{backend} {_got!r} is not a SPLADE backend (choose from: %s)" % ", ".join(BACKENDS),
+                                 _got=backend)
+        if backend == "onnx" and not can_run_onnx(self.device, self.precision, batch):
+            from retrieval.onnxrt import OnnxUnavailable
+
+            raise OnnxUnavailable(f"SPLADE on ONNX Runtime runs on a CPU in fp32, one text at a time (this "
+                                  f"encoder: {self.device}, {self.precision}, batch {batch})")
+        self.backend = backend
+        self._onnx = None
 
     @property
     def model_hash(self) -> str:
@@ -113,6 +150,8 @@ class SpladeEncoder:
         vocabulary-sized output dominates, and batching only adds padded rows to it."""
         import torch
 
+        if self.backend == "onnx":
+            return self._onnx_weights(texts)
         if self.batch > 1:
             return self._batched_weights(texts)
         out: List[Dict[str, float]] = []
@@ -127,6 +166,30 @@ class SpladeEncoder:
                 w = torch.log(1 + torch.relu(logits.float().amax(dim=0))).cpu().numpy()
                 nz = np.nonzero(w)[0]
                 out.append(dict(zip(self.vocab[nz].tolist(), w[nz].tolist())))
+        return out
+
+    @property
+    def onnx_graph(self):
+        """The ONNX Runtime session of this model's ``splade`` graph (exported and cached on first use)."""
+        if self._onnx is None:
+            from retrieval import onnxrt
+
+            names = ["input_ids", "attention_mask"] + \
+                (["token_type_ids"] if "token_type_ids" in self.tokenizer.model_input_names else [])
+            path = onnxrt.exported(self.model, self.model_dir, names, graph="splade")
+            self._onnx = onnxrt.OnnxBody(path, names, threads=self.threads or 1, graph="splade")
+        return self._onnx
+
+    def _onnx_weights(self, texts: Sequence[str]) -> List[Dict[str, float]]:
+        """:meth:`weights` on ONNX Runtime: each text alone, as the PyTorch path runs it, the same
+        tokens in; the floats agree with PyTorch's to ~1e-6 (an impact can move one step across a
+        rounding boundary; on SciFact's, NFCorpus's and Cranfield's test queries none did:
+        benchmarks/results/encode.md)."""
+        ids = self.tokenizer(list(texts), truncation=True, max_length=self.max_length)["input_ids"]
+        out: List[Dict[str, float]] = []
+        for w in self.onnx_graph.map(ids):
+            nz = np.nonzero(w)[0]
+            out.append(dict(zip(self.vocab[nz].tolist(), w[nz].tolist())))
         return out
 
     def _batched_weights(self, texts: Sequence[str]) -> List[Dict[str, float]]:

@@ -92,7 +92,7 @@ class SpladeOptions(KindOptions):
                help="Override the SPLADE sub-index's query weighting for this search (" + QUERY_HELP + ")."),
     )
     flags = {"splade": "--splade", "query": "--splade-query", "model": "--splade", "batch": "--splade-batch",
-             "precision": "--precision"}
+             "precision": "--precision", "query_backend": "--backend"}
     commands = (TRAIN,)
 
     def specs(self, values):
@@ -102,7 +102,10 @@ class SpladeOptions(KindOptions):
 
         return {"splade": SpladeSpec(model=str(values["splade_model"]), query=values["splade_query"],
                                      device=values["device"], batch=values["splade_batch"],
-                                     precision=values.get("precision") or "auto")}
+                                     precision=values.get("precision") or "auto",
+                                     # --backend torch keeps SPLADE's queries on PyTorch too; any other value
+                                     # leaves them to auto (ONNX Runtime where it can run: SPLADE has no int8 graph)
+                                     query_backend="torch" if values.get("backend") == "torch" else "auto")}
 
     def configure(self, values):
         return {"query": values.get("splade_query")}

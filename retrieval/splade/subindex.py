@@ -25,6 +25,7 @@ from retrieval.splade.model import DEFAULT_MODEL, QUANTIZATION, token_counts
 from retrieval.types import Query, Scored
 
 QUERY_MODES = ("splade", "tokens")
+QUERY_BACKENDS = ("auto", "torch", "onnx")  # auto: ONNX Runtime where it can run (retrieval.splade.model.query_backend)
 LUCENE = "impact"  # the one Lucene index in the sub-index's folder
 
 
@@ -41,6 +42,7 @@ class SpladeSpec:
     index_threads: int = 2
     batch: int = 1                   # texts per forward; 1 keeps impacts byte-identical to earlier builds
     precision: str = "auto"          # auto | fp32 | bf16 | fp16 (recorded resolved in the encoder config)
+    query_backend: str = "auto"      # auto | torch | onnx: the queries' (recorded resolved in the config)
 
     def validate(self) -> "SpladeSpec":
         if self.query not in QUERY_MODES:
@@ -53,14 +55,19 @@ class SpladeSpec:
         from retrieval.models import resolve_model_path, resolve_precision
 
         resolve_precision(self.precision, "cpu")  # an unknown name is one line
+        if self.query_backend not in QUERY_BACKENDS:
+            raise ParameterError("{query_backend} {_got!r} is not a SPLADE query backend (choose from: %s)"
+                                 % ", ".join(QUERY_BACKENDS), _got=self.query_backend)
         resolve_model_path(self.model)  # a bundled name or a folder with config, weights and tokenizer
         return self
 
 
-def _encoder(spec_or_entry, purpose: str = "", threads: Optional[int] = 1, device: str = "auto"):
-    """The encoder of a spec, or the one a built sub-index recorded (its weights checked by hash)."""
-    from retrieval.models import ModelDirError
-    from retrieval.splade.model import SpladeEncoder
+def _encoder(spec_or_entry, purpose: str = "", threads: Optional[int] = 1, device: str = "auto",
+             queries: bool = False):
+    """The encoder of a spec, or the one a built sub-index recorded (its weights checked by hash);
+    ``queries``: the recorded query encoder (:func:`retrieval.splade.model.query_backend`)."""
+    from retrieval.models import ModelDirError, pick_device, resolve_precision
+    from retrieval.splade.model import SpladeEncoder, query_backend
 
     if isinstance(spec_or_entry, SpladeSpec):
         s = spec_or_entry
@@ -74,12 +81,36 @@ def _encoder(spec_or_entry, purpose: str = "", threads: Optional[int] = 1, devic
     if not isinstance(max_length, int) or not 8 <= max_length <= 4096:
         raise ModelDirError(f"{purpose}: the manifest's max_length {max_length!r} is not a length")
     recorded = spec_or_entry.get("encoder") or {}  # the build's batch policy and precision (issue 46)
-    enc = SpladeEncoder(name, device=device, max_length=max_length, threads=threads,
-                        batch=recorded.get("batch", 1), precision=recorded.get("precision", "fp32"))
+    batch, precision = recorded.get("batch", 1), recorded.get("precision", "fp32")
+    backend = "torch"
+    if queries:
+        dev = pick_device(device)
+        backend = query_backend((spec_or_entry.get("config") or {}).get("query_backend"), dev,
+                                resolve_precision(precision, dev), batch)
+    enc = SpladeEncoder(name, device=device, max_length=max_length, threads=threads, batch=batch,
+                        precision=precision, backend=backend)
     if sha and enc.model_hash != sha:
         raise ModelDirError(f"SPLADE model {name} (sha256 {enc.model_hash}) differs from the one this index was "
                             f"built with ({sha}); {purpose} needs that one")
     return enc
+
+
+def _query_backend(spec: SpladeSpec, enc) -> str:
+    """The queries' backend a build records: ``auto`` resolves to ONNX Runtime where it can run for this
+    encoder (a CPU, fp32, batch 1, onnxruntime installed), else PyTorch; explicit ``onnx`` where it cannot
+    run is one error line."""
+    from retrieval.splade.model import can_run_onnx
+
+    if spec.query_backend == "torch":
+        return "torch"
+    if can_run_onnx(enc.device, enc.precision, enc.batch):
+        return "onnx"
+    if spec.query_backend == "onnx":
+        from retrieval.onnxrt import OnnxUnavailable
+
+        raise OnnxUnavailable(f"SPLADE queries on ONNX Runtime need a CPU, fp32, --splade-batch 1 and onnxruntime "
+                              f"(pip install 'retr[onnx]'); this build: {enc.device}, {enc.precision}, batch {enc.batch}")
+    return "torch"
 
 
 def _encode(enc, docs, total: int, executor, quiet: bool):
@@ -160,7 +191,7 @@ class SpladeRetriever(RetrieverBase):
     def encoder(self):
         with self._lock:
             if self._encoder is None:
-                self._encoder = _encoder(self.entry, "SPLADE query encoding")
+                self._encoder = _encoder(self.entry, "SPLADE query encoding", queries=True)
         return self._encoder
 
     def _lucene(self) -> impact.VectorSearcher:
@@ -230,6 +261,7 @@ class SpladeKind(SubIndexKind):
         folder.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
         enc = _encoder(spec)
+        query_backend = _query_backend(spec, enc)  # before encoding: an explicit onnx that cannot run is refused
         src = StoreSource(ctx.store_path)
         total = len(src)
         if not total:
@@ -238,7 +270,8 @@ class SpladeKind(SubIndexKind):
                                                       encoder=enc.config())
         return {
             "kind": "splade", "path": name, "built_at": mf.now(), "doc_count": n,
-            "config": {"query": spec.query, "quantization": QUANTIZATION, "terms": "word-pieces (pre-tokenised)"},
+            "config": {"query": spec.query, "quantization": QUANTIZATION, "terms": "word-pieces (pre-tokenised)",
+                       "query_backend": query_backend},
             "model": {"name": spec.model, "sha256": enc.model_hash}, "encoder": enc.config(),
             "corpus_fingerprint": ctx.fingerprint, "encoded_by": record, "impacts_from": source,
             "index_seconds": round(index_s, 2), "build_seconds": round(time.perf_counter() - t0, 2),

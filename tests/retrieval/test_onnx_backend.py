@@ -8,7 +8,7 @@ import pytest
 
 import retrieval
 from indexes.errors import InputError
-from retrieval.dense import onnx_backend
+from retrieval import onnxrt as onnx_backend
 from retrieval.types import Document
 
 pytest.importorskip("onnx")

@@ -219,3 +219,60 @@ def test_one_thread_holds_for_the_encoding_only(encoder):
     finally:
         torch.set_num_threads(before)
 
+
+
+def test_queries_run_on_onnx_with_torchs_impacts_and_the_build_records_it(index, corpus, encoder, monkeypatch):
+    """On a CPU a build records ONNX Runtime for its queries (onnxruntime is in the test extra): the
+    retriever's query encoder runs the exported SPLADE graph, whose float weights agree with PyTorch's
+    to 1e-5 and whose impacts are PyTorch's for these queries, so it ranks as PyTorch queries do;
+    RETR_QUERY_BACKEND=torch gives PyTorch queries back."""
+    from retrieval.splade.model import SpladeEncoder
+
+    monkeypatch.delenv("RETR_QUERY_BACKEND", raising=False)
+    assert index.manifest["subindexes"]["splade"]["config"]["query_backend"] == "onnx"
+    fresh = retrieval.open_index(index.path)
+    assert fresh.snapshot().retriever("splade").encoder.backend == "onnx"
+    onnx_enc = SpladeEncoder(threads=1, backend="onnx")
+    texts = [q.text for q in _queries(corpus, 30)]
+    assert onnx_enc.impacts(texts) == encoder.impacts(texts)
+    for a, b in zip(onnx_enc.weights(texts), encoder.weights(texts)):
+        assert a.keys() == b.keys() and max(abs(a[t] - b[t]) for t in a) < 1e-5
+    hits = {q: [(h.docid, h.score) for h in fresh.search(q, k=10, retriever="splade", text=False)] for q in texts[:8]}
+    monkeypatch.setenv("RETR_QUERY_BACKEND", "torch")
+    torch_idx = retrieval.open_index(index.path)
+    assert torch_idx.snapshot().retriever("splade").encoder.backend == "torch"
+    assert hits == {q: [(h.docid, h.score) for h in torch_idx.search(q, k=10, retriever="splade", text=False)]
+                    for q in texts[:8]}
+    monkeypatch.setenv("RETR_QUERY_BACKEND", "onnx-int8")  # no int8 SPLADE graph: its fp32 one
+    assert retrieval.open_index(index.path).snapshot().retriever("splade").encoder.backend == "onnx"
+
+
+def test_query_backend_choices_and_bad_values_are_one_line(tmp_path, corpus, index, monkeypatch):
+    """``--backend torch`` keeps SPLADE queries on PyTorch and is recorded; a bad RETR_QUERY_BACKEND, a
+    bad spec value and a manifest naming an unknown query backend are each one error line."""
+    from indexes.errors import InputError, ParameterError
+    from retrieval.splade.subindex import SpladeSpec
+
+    monkeypatch.delenv("RETR_QUERY_BACKEND", raising=False)
+    small = tmp_path / "c.jsonl"
+    small.write_text("".join((corpus / "corpus.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)[:15]),
+                     encoding="utf-8")
+    r = run_retr("index", "--corpus", small, "--index", tmp_path / "T", "--splade", "--backend", "torch", "--quiet")
+    assert r.returncode == 0, r.stderr
+    t = retrieval.open_index(tmp_path / "T")
+    assert t.manifest["subindexes"]["splade"]["config"]["query_backend"] == "torch"
+    assert t.snapshot().retriever("splade").encoder.backend == "torch"
+    with pytest.raises(ParameterError, match="not a SPLADE query backend"):
+        SpladeSpec(query_backend="tensorrt").validate()
+    monkeypatch.setenv("RETR_QUERY_BACKEND", "tensorrt")
+    with pytest.raises(InputError, match="not an encoder backend"):
+        retrieval.open_index(index.path).snapshot().retriever("splade").encoder
+    monkeypatch.delenv("RETR_QUERY_BACKEND")
+    path = tmp_path / "IDX"
+    shutil.copytree(index.path, path)
+    m = json.loads((path / "manifest.json").read_text())
+    m["subindexes"]["splade"]["config"]["query_backend"] = "../../bin/sh"
+    (path / "manifest.json").write_text(json.dumps(m))
+    r = run_retr("search", "--index", path, "--retriever", "splade", "heart attack")
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert "query backend '../../bin/sh' is not one of" in r.stderr, r.stderr

@@ -1,15 +1,19 @@
-"""ONNX Runtime for the dense kind's transformer on a CPU: the same weights exported once
+"""ONNX Runtime for retr's transformers on a CPU: the same weights exported once
 (``torch.onnx.export``), optionally quantised to int8 (``onnxruntime.quantization.quantize_dynamic``),
-and run by an ``onnxruntime.InferenceSession`` in place of the PyTorch forward.
+and run by an ``onnxruntime.InferenceSession`` in place of the PyTorch forward. Two graphs are made:
 
-The export only replaces the transformer body (token ids in, last hidden states out); tokenising,
-pooling and normalising stay :class:`~retrieval.dense.encoder.DenseEncoder`'s, so a backend changes
-the floats of a vector, never how a text becomes one. The body is exported with eager attention and
-then fused by ONNX Runtime's transformer optimiser (one ``Attention``, ``SkipLayerNormalization`` and
-``BiasGelu`` node per layer) where the architecture is one it knows (BERT-like); else the plain
-export is used. The int8 file leaves attention unfused and quantises only products with weights
-(see :func:`exported`). Unfused, the exported graph ran passages at 0.27x PyTorch's rate
-(benchmarks/results/encode.md before issue 46's CPU work).
+- ``body``: the dense kind's transformer body (token ids in, last hidden states out); tokenising,
+  pooling and normalising stay :class:`~retrieval.dense.encoder.DenseEncoder`'s, so a backend changes
+  the floats of a vector, never how a text becomes one.
+- ``splade``: a masked LM with SPLADE-max on top (token ids in, ``max_i log(1 + ReLU(l_ij))`` per
+  vocabulary word-piece out), for the SPLADE kind's queries: the vocabulary-sized logits never leave
+  the graph.
+
+A graph is exported with eager attention and then fused by ONNX Runtime's transformer optimiser (one
+``Attention``, ``SkipLayerNormalization`` and ``BiasGelu`` node per layer) where the architecture is
+one it knows (BERT-like); else the plain export is used. The int8 file leaves attention unfused and
+quantises only products with weights (see :func:`exported`). Unfused, the exported body ran passages
+at 0.27x PyTorch's rate (benchmarks/results/encode.md before issue 46's CPU work).
 
 Every text runs alone (no padding, no neighbours): int8 dynamic quantisation scales activations per
 tensor, so in a batch a passage's vector moved with its neighbours (by up to 5e-2); alone, a vector
@@ -20,7 +24,7 @@ at a time.
 The exported file is cached in ``$RETR_ONNX_CACHE`` when that is set, else beside the model in
 ``MODEL/.retr-onnx/`` (a model folder of your own), else in ``~/.cache/retr/onnx`` (a model inside
 site-packages is never written to), named by a key over the weights' hash,
-the model's ``config.json``, the exporter's opset and whether it is quantised: changed weights get a
+the model's ``config.json``, the exporter's opset, the graph and whether it is quantised: changed weights get a
 new export, the same weights reuse the file. A file is written to a temporary name and renamed, so a
 concurrent or interrupted export never leaves half a model under the cached name.
 """
@@ -54,11 +58,15 @@ class OnnxUnavailable(InputError):
     layer, a GPU device, or onnx/onnxruntime missing)."""
 
 
-def export_key(model_path: Path, quantized: bool) -> str:
-    """The cache key of an export: the weights' hash, config.json, opset, exporter version, int8 or not."""
+GRAPHS = {"body": "last_hidden_state", "splade": "weights"}  # graph -> its one output
+
+
+def export_key(model_path: Path, quantized: bool, graph: str = "body") -> str:
+    """The cache key of an export: the weights' hash, config.json, opset, exporter version, int8 or
+    not, and the graph (``body`` adds nothing, so bodies exported before SPLADE's graph keep their key)."""
     h = hashlib.sha256()
     for part in (model_hash(model_path), (Path(model_path) / "config.json").read_bytes().decode("utf-8", "replace"),
-                 str(OPSET), _EXPORT_VERSION, "int8" if quantized else "fp32"):
+                 str(OPSET), _EXPORT_VERSION, "int8" if quantized else "fp32") + (() if graph == "body" else (graph,)):
         h.update(part.encode() + b"\0")
     return h.hexdigest()[:16]
 
@@ -91,9 +99,9 @@ def _require():
                               "pip install 'retr[onnx]'") from None
 
 
-def _export(model, input_names: list[str], dest: Path, attention: bool = True) -> None:
-    """The body of ``model`` (a Hugging Face encoder in eval mode) as ONNX at ``dest``, fused by
-    :func:`_fuse` (its attention into one node when ``attention``)."""
+def _export(model, input_names: list[str], dest: Path, attention: bool = True, graph: str = "body") -> None:
+    """``graph`` of ``model`` (a Hugging Face model in eval mode; for ``splade`` a masked LM) as ONNX at
+    ``dest``, fused by :func:`_fuse` (its attention into one node when ``attention``)."""
     import torch
 
     class Body(torch.nn.Module):
@@ -102,11 +110,17 @@ def _export(model, input_names: list[str], dest: Path, attention: bool = True) -
             self.m = m
 
         def forward(self, *args):
-            return self.m(**dict(zip(input_names, args)), return_dict=True).last_hidden_state
+            out = self.m(**dict(zip(input_names, args)), return_dict=True)
+            if graph == "body":
+                return out.last_hidden_state
+            # SPLADE-max over one unpadded text: log(1 + ReLU) is monotone, so it is taken of the
+            # largest logit per word-piece, written as retrieval.splade.model writes it
+            return torch.log(1 + torch.relu(out.logits.amax(dim=1)))
 
+    output = GRAPHS[graph]
     dummy = tuple(torch.ones((2, 8), dtype=torch.long) for _ in input_names)
     axes = {n: {0: "batch", 1: "tokens"} for n in input_names}
-    axes["last_hidden_state"] = {0: "batch", 1: "tokens"}
+    axes[output] = {0: "batch", 1: "tokens"} if graph == "body" else {0: "batch"}
     attn = getattr(model.config, "_attn_implementation", None)
     with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".export-") as tmp:
         out = Path(tmp) / "model.onnx"
@@ -115,7 +129,7 @@ def _export(model, input_names: list[str], dest: Path, attention: bool = True) -
                 model.set_attn_implementation("eager")  # the pattern ORT's optimiser fuses into one Attention
             with torch.inference_mode(False), torch.no_grad():
                 torch.onnx.export(Body(model).eval(), dummy, str(out), input_names=input_names,
-                                  output_names=["last_hidden_state"], dynamic_axes=axes, opset_version=OPSET,
+                                  output_names=[output], dynamic_axes=axes, opset_version=OPSET,
                                   dynamo=False)
         finally:
             if attn not in (None, "eager"):
@@ -163,8 +177,8 @@ def _quantize(src: Path, dest: Path) -> None:
         os.replace(out, dest)
 
 
-def exported(model, model_path: Path, input_names: list[str], quantized: bool = False) -> Path:
-    """The cached ONNX file of ``model`` (exported, and quantised, the first time). fp32: attention
+def exported(model, model_path: Path, input_names: list[str], quantized: bool = False, graph: str = "body") -> Path:
+    """The cached ONNX file of ``graph`` of ``model`` (exported, and quantised, the first time). fp32: attention
     fused into one node (the fastest for passages). int8: attention left as plain nodes, the weights'
     products quantised: the fused ``QAttention`` quantises the query/key/value projection per tensor,
     and its queries lost 0.0034 nDCG@10 on Cranfield against 0.0002 for this graph."""
@@ -173,7 +187,7 @@ def exported(model, model_path: Path, input_names: list[str], quantized: bool = 
     import warnings
 
     folder = cache_dir(model_path)
-    dest = folder / f"{export_key(model_path, quantized)}.onnx"
+    dest = folder / f"{export_key(model_path, quantized, graph)}.onnx"
     with _LOCK:
         if dest.is_file():
             return dest
@@ -185,11 +199,11 @@ def exported(model, model_path: Path, input_names: list[str], quantized: bool = 
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 if not quantized:
-                    _export(model, input_names, dest)
+                    _export(model, input_names, dest, graph=graph)
                 else:
                     with tempfile.TemporaryDirectory(dir=folder, prefix=".int8-") as tmp:
                         plain = Path(tmp) / "plain.onnx"
-                        _export(model, input_names, plain, attention=False)
+                        _export(model, input_names, plain, attention=False, graph=graph)
                         _quantize(plain, dest)
         finally:
             root.setLevel(level)
@@ -197,13 +211,13 @@ def exported(model, model_path: Path, input_names: list[str], quantized: bool = 
 
 
 class OnnxBody:
-    """An ONNX Runtime session over an exported body: ``body(batch) -> last hidden states`` (numpy),
-    and :meth:`map` over single texts. ``threads``: how many texts run at once (None: torch's count
+    """An ONNX Runtime session over an exported graph: ``body(batch) -> its output`` (numpy: the last
+    hidden states of a body, the SPLADE weights of a ``splade`` graph), and :meth:`map` over single texts. ``threads``: how many texts run at once (None: torch's count
     at each call, so the process's thread policy, e.g. ``RETR_QUERY_THREADS`` or
     :func:`retrieval.models.torch_threads`, holds for both backends); each run computes on its
     calling thread, so a text's floats do not depend on how many run beside it."""
 
-    def __init__(self, path: Path, input_names: list[str], threads: Optional[int] = None):
+    def __init__(self, path: Path, input_names: list[str], threads: Optional[int] = None, graph: str = "body"):
         import onnxruntime as ort
 
         opts = ort.SessionOptions()
@@ -211,17 +225,19 @@ class OnnxBody:
         opts.inter_op_num_threads = 1
         opts.log_severity_level = 3
         self.path, self.input_names, self.threads = Path(path), list(input_names), threads
+        self.output = GRAPHS[graph]
         self.session = ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
 
     def __call__(self, batch: dict) -> np.ndarray:
         feed = {n: np.ascontiguousarray(np.asarray(batch[n]), dtype=np.int64) for n in self.input_names}
-        return self.session.run(["last_hidden_state"], feed)[0]
+        return self.session.run([self.output], feed)[0]
 
     def one(self, ids: list[int]) -> np.ndarray:
-        """The last hidden states (tokens, dim) of one unpadded text's token ids."""
+        """The output for one unpadded text's token ids: its last hidden states (tokens, dim), or its
+        SPLADE weights (vocabulary,)."""
         x = np.asarray(ids, dtype=np.int64)[None, :]
         feed = {"input_ids": x, "attention_mask": np.ones_like(x), "token_type_ids": np.zeros_like(x)}
-        return self.session.run(["last_hidden_state"], {n: feed[n] for n in self.input_names})[0][0]
+        return self.session.run([self.output], {n: feed[n] for n in self.input_names})[0][0]
 
     def map(self, ids: list[list[int]]) -> list:
         """:meth:`one` over ``ids``, in order, up to ``threads`` at a time."""
