@@ -42,6 +42,12 @@ import numpy as np
 from indexes.errors import InputError
 from retrieval.models import map_alone, model_hash
 
+# ONNX Runtime 1.29 and later send usage telemetry from Linux and macOS as well (events to Microsoft,
+# cached on disk and uploaded by a later process) unless ORT_DISABLE_TELEMETRY=1 is set before it
+# initialises. retr sends nothing anywhere: the variable is set here, before this module (the only one
+# that imports onnxruntime) does; a value the user set is kept.
+os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
+
 OPSET = 17
 #: Stated agreement of the ``onnx`` backend with PyTorch fp32 on L2-normalised vectors: largest
 #: absolute difference of a coordinate (tests/retrieval/test_onnx_backend.py checks it).

@@ -10,7 +10,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 import zipfile
 from pathlib import Path
@@ -36,58 +35,6 @@ def lay_out_cache(home: Path, beir: Path, corpus_lines=None) -> Path:
 def train_qrels(beir: Path) -> str:
     """A 'train' split for the fixture: the first 30 judgments of its test qrels (tuning refuses test qrels)."""
     return "".join((beir / "qrels" / "test.tsv").read_text(encoding="utf-8").splitlines(True)[:31])
-
-
-class Proxy:
-    """A listener that counts requests: set as HTTP(S)_PROXY, it sees every request a download would make
-    (a proxy request opens with its method line, kept in ``requests``; a bare connection that sends no
-    request within a second, e.g. another test's client probing a port this one reuses, is not one)."""
-
-    def __init__(self):
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.sock.settimeout(0.2)
-        self.hits = 0
-        self.requests: list = []
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self):
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                continue
-            try:
-                conn.settimeout(1.0)
-                first = conn.recv(512).split(b"\r\n", 1)[0]
-            except OSError:
-                first = b""
-            if first.split(b" ", 1)[0].isalpha() and first.split(b" ", 1)[0].isupper():  # CONNECT, GET, ...
-                self.hits += 1
-                self.requests.append(first.decode("latin-1"))
-            conn.close()  # the download fails at once either way
-
-    def close(self):
-        self.stop.set()
-        self.thread.join()
-        self.sock.close()
-
-
-@pytest.fixture
-def offline_env(monkeypatch):
-    """No network for the children: every proxy variable points at a counting listener."""
-    proxy = Proxy()
-    for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY"):
-        monkeypatch.setenv(var, proxy.url)
-    monkeypatch.delenv("NO_PROXY", raising=False)
-    monkeypatch.delenv("no_proxy", raising=False)
-    monkeypatch.setenv("IR_DATASETS_DL_TRIES", "1")  # were the guard to fail: one try, not three
-    yield proxy
-    proxy.close()
 
 
 def test_the_proxy_counts_a_download_and_not_a_bare_connection(offline_env):

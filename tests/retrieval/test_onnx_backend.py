@@ -246,3 +246,23 @@ def test_bad_training_precision_is_one_line(tmp_path):
 
     with pytest.raises(InputError, match="precision .* is not a precision"):
         DenseTrainConfig(precision="fp8").validate()
+
+
+def test_onnx_runtime_telemetry_is_off_unless_the_user_turns_it_on(tmp_path):
+    """ONNX Runtime (1.29+) uploads usage events unless ORT_DISABLE_TELEMETRY=1 is set before it starts;
+    a suite run caught one such upload through the no-download proxy. A process that encodes on ONNX
+    has it set, and a value of the user's own is kept."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import os\nfrom retrieval.dense.encoder import DenseEncoder\n"
+            "DenseEncoder(device='cpu', backend='onnx', quiet=True).encode(['statins'], quiet=True)\n"
+            "import onnxruntime\nprint(os.environ.get('ORT_DISABLE_TELEMETRY'))")
+    for given, want in ((None, "1"), ("0", "0")):
+        env = {k: v for k, v in os.environ.items() if k != "ORT_DISABLE_TELEMETRY"}
+        if given is not None:
+            env["ORT_DISABLE_TELEMETRY"] = given
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip().splitlines()[-1] == want
