@@ -250,3 +250,13 @@ class OnnxBody:
         import torch
 
         return map_alone(self.one, ids, int(self.threads or torch.get_num_threads()))
+
+
+def session(model, model_path: Path, tokenizer, quantized: bool = False, graph: str = "body",
+            threads: Optional[int] = None) -> OnnxBody:
+    """An :class:`OnnxBody` over :func:`exported`'s file of ``graph`` of ``model``, fed the inputs its
+    tokenizer makes (token type ids where the tokenizer has them)."""
+    names = ["input_ids", "attention_mask"] + \
+        (["token_type_ids"] if "token_type_ids" in tokenizer.model_input_names else [])
+    return OnnxBody(exported(model, model_path, names, quantized=quantized, graph=graph), names, threads=threads,
+                    graph=graph)

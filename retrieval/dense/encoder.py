@@ -295,10 +295,8 @@ class DenseEncoder:
         if self._onnx is None:
             from retrieval import onnxrt
 
-            names = ["input_ids", "attention_mask"] + \
-                (["token_type_ids"] if "token_type_ids" in self.tokenizer.model_input_names else [])
-            path = onnxrt.exported(self.model, self.model_path, names, quantized=self.backend == "onnx-int8")
-            self._onnx = onnxrt.OnnxBody(path, names)
+            self._onnx = onnxrt.session(self.model, self.model_path, self.tokenizer,
+                                        quantized=self.backend == "onnx-int8")
         return self._onnx
 
     @property

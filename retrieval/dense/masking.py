@@ -152,8 +152,6 @@ def words(tokenizer, text: str, max_length: int | None = None) -> Words:
     ``tokenizer`` must be a fast Hugging Face tokenizer (``word_ids()`` needs one); with
     ``max_length`` the encoding is truncated to that many tokens, special tokens included.
     Raises :class:`InputError` for a passage with no token to mask."""
-    if not isinstance(text, str):
-        raise InputError(f"a passage must be a string, got {type(text).__name__}")
     return words_of(tokenizer, [text], max_length)[0]
 
 
@@ -167,7 +165,8 @@ def words_of(tokenizer, texts: Sequence[str], max_length: int | None = None) -> 
     texts = list(texts)
     bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
     if bad is not None:
-        raise InputError(f"passage {bad} must be a string, got {type(texts[bad]).__name__}")
+        raise InputError(f"{'a passage' if len(texts) == 1 else f'passage {bad}'} must be a string, got "
+                         f"{type(texts[bad]).__name__}")
     if not texts:
         return []
     kwargs = {"truncation": True, "max_length": int(max_length)} if max_length is not None else {}

@@ -16,7 +16,7 @@ from indexes import manifest as mf
 from indexes.errors import InputError, RetrError
 from retrieval.filters import first_allowed
 from retrieval.kinds import BuildContext, Explained, RetrieverBase, SubIndexKind
-from retrieval.models import QUERY_BACKEND_ENV  # noqa: F401  (named here before it was shared with SPLADE)
+from retrieval.models import QUERY_BACKEND_ENV
 from retrieval.types import Query, Scored, contents
 
 

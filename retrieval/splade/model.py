@@ -164,9 +164,13 @@ class SpladeEncoder:
                 # logit: one pass over the tokens x vocabulary logits instead of three. It is written as
                 # Pyserini writes it (log(1 + x), not log1p), so the weights agree to the bit.
                 w = torch.log(1 + torch.relu(logits.float().amax(dim=0))).cpu().numpy()
-                nz = np.nonzero(w)[0]
-                out.append(dict(zip(self.vocab[nz].tolist(), w[nz].tolist())))
+                out.append(self._named(w))
         return out
+
+    def _named(self, w: np.ndarray) -> Dict[str, float]:
+        """``{word-piece: w}`` of one text's weight row over the vocabulary, the zeros left out."""
+        nz = np.nonzero(w)[0]
+        return dict(zip(self.vocab[nz].tolist(), w[nz].tolist()))
 
     @property
     def onnx_graph(self):
@@ -174,23 +178,17 @@ class SpladeEncoder:
         if self._onnx is None:
             from retrieval import onnxrt
 
-            names = ["input_ids", "attention_mask"] + \
-                (["token_type_ids"] if "token_type_ids" in self.tokenizer.model_input_names else [])
-            path = onnxrt.exported(self.model, self.model_dir, names, graph="splade")
-            self._onnx = onnxrt.OnnxBody(path, names, threads=self.threads or 1, graph="splade")
+            self._onnx = onnxrt.session(self.model, self.model_dir, self.tokenizer, graph="splade",
+                                        threads=self.threads or 1)
         return self._onnx
 
     def _onnx_weights(self, texts: Sequence[str]) -> List[Dict[str, float]]:
         """:meth:`weights` on ONNX Runtime: each text alone, as the PyTorch path runs it, the same
-        tokens in; the floats agree with PyTorch's to ~1e-6 (an impact can move one step across a
-        rounding boundary; on SciFact's, NFCorpus's and Cranfield's test queries none did:
+        tokens in; the floats agree with PyTorch's to ~5e-6, so an impact can move one step across a
+        rounding boundary (2 of the 848 test queries of SciFact, NFCorpus and Cranfield:
         benchmarks/results/encode.md)."""
         ids = self.tokenizer(list(texts), truncation=True, max_length=self.max_length)["input_ids"]
-        out: List[Dict[str, float]] = []
-        for w in self.onnx_graph.map(ids):
-            nz = np.nonzero(w)[0]
-            out.append(dict(zip(self.vocab[nz].tolist(), w[nz].tolist())))
-        return out
+        return [self._named(w) for w in self.onnx_graph.map(ids)]
 
     def _batched_weights(self, texts: Sequence[str]) -> List[Dict[str, float]]:
         """:meth:`weights` with ``self.batch`` texts per forward, length-sorted, the padded positions'
@@ -219,8 +217,7 @@ class SpladeEncoder:
                 logits = logits.float().masked_fill(mask.to(self.device)[..., None] == 0, float("-inf"))
                 w = torch.log(1 + torch.relu(logits.amax(dim=1))).cpu().numpy()
                 for r, i in enumerate(idx):
-                    nz = np.nonzero(w[r])[0]
-                    out[i] = dict(zip(self.vocab[nz].tolist(), w[r][nz].tolist()))
+                    out[i] = self._named(w[r])
         return out
 
     def impacts(self, texts: Sequence[str]) -> List[Dict[str, int]]:
