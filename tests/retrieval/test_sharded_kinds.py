@@ -108,6 +108,10 @@ def test_deepct_and_splade_runs_equal_the_single_folder_s(pair, corpus):
     assert len(single) == len(sharded) == 80
     assert {"deepct", "deepct-query", "splade"} <= set(sharded.retrievers)
     assert all(s.count() > 20 for s in sharded.shards)
+    # SPLADE's query backend is decided once per build, the same for the folder and every shard (ONNX on a CPU)
+    qb = [i.manifest["subindexes"]["splade"]["config"]["query_backend"]
+          for i in (single, *(s.index for s in sharded.shards))]
+    assert qb == ["onnx"] * 3, qb
     _same(single, sharded, _queries(corpus))
     q = "vitamin d and bone density"
     for retriever in ("deepct", "splade", "bm25+deepct+splade"):
